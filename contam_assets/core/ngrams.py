@@ -1,0 +1,71 @@
+"""The one n-gram helper: 64-bit hashes of token n-grams.
+
+``ngram_hashes`` is vectorised with numpy; ``ngram_hashes_reference`` is the
+plain-Python definition it must equal (tests compare them on random input).
+
+Hash of ``(t0, ..., t{n-1})``: start with ``h = SEED``; for each token
+``h = (h ^ mix(t)) * PRIME`` (mod 2**64); finally ``h = mix(h ^ n)``.  ``mix`` is
+the splitmix64 finaliser.  Distinct n-grams collide with probability ~2**-64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SEED = np.uint64(0x9E3779B97F4A7C15)
+PRIME = np.uint64(0x100000001B3)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_MASK = (1 << 64) - 1
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def ngram_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
+    """Hashes of every n-gram ``tokens[i:i+n]`` (length ``len(tokens)-n+1``, or 0)."""
+    tokens = np.asarray(tokens, dtype=np.uint64)
+    m = len(tokens) - n + 1
+    if m <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    mixed = _mix(tokens)
+    with np.errstate(over="ignore"):
+        h = np.full(m, SEED, dtype=np.uint64)
+        for j in range(n):
+            h = (h ^ mixed[j : j + m]) * PRIME
+        return _mix(h ^ np.uint64(n))
+
+
+def ngram_hash(tokens) -> int:
+    """Hash of one n-gram (all of ``tokens``)."""
+    arr = np.asarray(tokens, dtype=np.uint64)
+    return int(ngram_hashes(arr, len(arr))[0]) if len(arr) else 0
+
+
+def _mix_int(x: int) -> int:
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _MASK
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def ngram_hashes_reference(tokens: list[int], n: int) -> list[int]:
+    """Plain-Python reference of :func:`ngram_hashes`."""
+    out = []
+    for i in range(len(tokens) - n + 1):
+        h = 0x9E3779B97F4A7C15
+        for t in tokens[i : i + n]:
+            h = ((h ^ _mix_int(int(t))) * 0x100000001B3) & _MASK
+        out.append(_mix_int(h ^ n))
+    return out
+
+
+def word_ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
+    """Word n-grams of a word list (texts shorter than n give no n-gram)."""
+    return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]

@@ -1,0 +1,40 @@
+"""Shared fixtures.  Every test session gets its own DAGSTER_HOME and CONTAM_OUT."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("CONTAM_SHARED_DATA", PROJECT_ROOT.parent / "shared" / "data")).resolve()
+
+
+def pytest_configure(config):
+    # Set before anything imports dagster: never fall back to a temporary instance by accident.
+    home = PROJECT_ROOT / ".pytest_dagster_home"
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").touch()
+    os.environ["DAGSTER_HOME"] = str(home)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"benchmark data folder not found: {SHARED_DATA} (set CONTAM_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def dagster_home(tmp_path, monkeypatch) -> Path:
+    """A fresh DAGSTER_HOME for tests that need an isolated instance."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").touch()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
