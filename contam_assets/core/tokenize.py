@@ -91,7 +91,7 @@ class WordTokenizer(Tokenizer):
 
     def encode(self, cleaned: str) -> np.ndarray:
         ws = cleaned.split()
-        return np.fromiter((xxhash.xxh3_64_intdigest(w) for w in ws), dtype=np.uint64, count=len(ws))
+        return np.fromiter((xxhash.xxh3_64_intdigest(w.encode("utf-8", "surrogatepass")) for w in ws), dtype=np.uint64, count=len(ws))
 
     def count_non_space(self, ids: np.ndarray) -> int:
         return int(len(ids))

@@ -1,0 +1,238 @@
+"""IDF n-gram index of the reference set (decon's reference index, in numpy arrays).
+
+Questions are indexed as `ngram_size`-grams in an inverted index (sorted 64-bit
+n-gram hashes -> postings of record positions); answers as `answer_ngram_size`-grams
+and passages as `passage_ngram_size`-grams per record.  IDF = ln(N / df) with N the
+number of indexed records.  A bit filter over the question n-gram hashes lets the
+scanner skip almost every miss without a search.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from contam_assets.core.config import DetectConfig
+from contam_assets.core.ngrams import ngram_hash, ngram_hashes
+from contam_assets.core.text import clean_text
+from contam_assets.core.tokenize import get_tokenizer
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class NgramIndex:
+    record_ids: np.ndarray  # int32: local position -> reference record_id
+    # question inverted index
+    q_keys: np.ndarray  # uint64, sorted unique n-gram hashes
+    q_offsets: np.ndarray  # int64, len(q_keys)+1
+    q_docs: np.ndarray  # int32 local positions
+    q_idf: np.ndarray  # float64 per key
+    hot: np.ndarray  # bool per key
+    q_len: np.ndarray  # int32 question tokens per record
+    q_unique: np.ndarray  # int32 unique question n-grams per record
+    q_idf_sum: np.ndarray  # float64 per record
+    bloom: np.ndarray  # uint64 words
+    bloom_bits: int
+    # answers
+    a_len: np.ndarray  # int32 total answer tokens (0 = no answer)
+    a_unique: np.ndarray  # int32 unique answer tokens
+    a_tok_off: np.ndarray
+    a_tok: np.ndarray  # uint64 ordered answer tokens
+    a_short_ok: np.ndarray  # bool: answer token idf sum > 0
+    a_ng_off: np.ndarray
+    a_ng_keys: np.ndarray  # uint64 sorted unique per record
+    a_ng_idf: np.ndarray  # float64 aligned with a_ng_keys
+    a_idf_total: np.ndarray
+    # passages
+    p_len: np.ndarray
+    p_ng_off: np.ndarray
+    p_ng_keys: np.ndarray
+    p_ng_idf: np.ndarray
+    p_idf_total: np.ndarray
+    hot_threshold: int = 0
+    config_json: str = "{}"
+
+    @property
+    def n_records(self) -> int:
+        return len(self.record_ids)
+
+    @property
+    def has_answer(self) -> np.ndarray:
+        return self.a_len > 0
+
+    @property
+    def has_passage(self) -> np.ndarray:
+        return self.p_len > 0
+
+    # -- lookups -------------------------------------------------------------
+    def bloom_test(self, hashes: np.ndarray) -> np.ndarray:
+        """True where a hash may be a question n-gram (no false negatives)."""
+        if len(hashes) == 0:
+            return np.zeros(0, dtype=bool)
+        idx = hashes >> np.uint64(64 - self.bloom_bits)
+        words = self.bloom[(idx >> np.uint64(6)).astype(np.int64)]
+        return ((words >> (idx & np.uint64(63))) & np.uint64(1)).astype(bool)
+
+    def key_of(self, h) -> int:
+        """Position of hash ``h`` in q_keys, or -1."""
+        i = int(np.searchsorted(self.q_keys, h))
+        if i < len(self.q_keys) and self.q_keys[i] == h:
+            return i
+        return -1
+
+    def postings(self, key: int) -> np.ndarray:
+        return self.q_docs[self.q_offsets[key] : self.q_offsets[key + 1]]
+
+    def answer_keys(self, local: int) -> tuple[np.ndarray, np.ndarray]:
+        s, e = self.a_ng_off[local], self.a_ng_off[local + 1]
+        return self.a_ng_keys[s:e], self.a_ng_idf[s:e]
+
+    def answer_tokens(self, local: int) -> np.ndarray:
+        return self.a_tok[self.a_tok_off[local] : self.a_tok_off[local + 1]]
+
+    def passage_keys(self, local: int) -> tuple[np.ndarray, np.ndarray]:
+        s, e = self.p_ng_off[local], self.p_ng_off[local + 1]
+        return self.p_ng_keys[s:e], self.p_ng_idf[s:e]
+
+    # -- persistence ---------------------------------------------------------
+    def save(self, path: Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
+        meta = dict(version=FORMAT_VERSION, bloom_bits=self.bloom_bits, hot_threshold=self.hot_threshold,
+                    config_json=self.config_json)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> "NgramIndex":
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(bytes(z["__meta__"]).decode())
+            if meta.get("version") != FORMAT_VERSION:
+                raise ValueError(f"{path}: index format {meta.get('version')} != {FORMAT_VERSION}; rebuild it")
+            arrays = {k: z[k] for k in z.files if k != "__meta__"}
+        return cls(**arrays, bloom_bits=meta["bloom_bits"], hot_threshold=meta["hot_threshold"],
+                   config_json=meta["config_json"])
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, f.name).nbytes for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray))
+
+
+def _csr(chunks: list[np.ndarray], dtype) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+    if chunks:
+        offsets[1:] = np.cumsum([len(c) for c in chunks])
+    flat = np.concatenate(chunks).astype(dtype) if chunks and offsets[-1] else np.zeros(0, dtype=dtype)
+    return offsets, flat
+
+
+def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    cs = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=np.float64))])
+    return cs[offsets[1:]] - cs[offsets[:-1]]
+
+
+def _encode_cached(texts: list[str], cfg: DetectConfig) -> list[np.ndarray]:
+    """Clean and tokenize texts, encoding each distinct text once (MMLU repeats questions per choice)."""
+    tok = get_tokenizer(cfg.tokenizer)
+    opts = cfg.clean_options
+    cleaned = [clean_text(t, opts) if t else "" for t in texts]
+    distinct = list(dict.fromkeys(cleaned))
+    enc = dict(zip(distinct, tok.encode_many(distinct)))
+    return [enc[c] for c in cleaned]
+
+
+def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
+    """Index the records with indexed == True."""
+    recs = records.filter(pl.col("indexed")).sort("record_id")
+    n_rec = recs.height
+    if n_rec == 0:
+        raise ValueError("no reference record is indexable (check the benchmark folder and task filter)")
+    N = float(n_rec)
+    n, an, pn = cfg.ngram_size, cfg.answer_ngram_size, cfg.passage_ngram_size
+
+    q_tokens = _encode_cached(recs["question"].to_list(), cfg)
+    answers = recs["answer"].to_list() if cfg.index_answers else [None] * n_rec
+    passages = recs["passage"].to_list() if cfg.index_passages else [None] * n_rec
+    a_tokens = _encode_cached([a or "" for a in answers], cfg)
+    p_tokens = _encode_cached([p or "" for p in passages], cfg)
+
+    # -- question postings: unique n-grams per record --------------------------
+    q_len = np.array([len(t) for t in q_tokens], dtype=np.int32)
+    per_rec = []
+    for t in q_tokens:
+        if len(t) >= n:
+            per_rec.append(np.unique(ngram_hashes(t, n)))
+        elif len(t) > 0:
+            # decon rule: a question shorter than n tokens is one n-gram of all its tokens
+            per_rec.append(np.array([ngram_hash(t)], dtype=np.uint64))
+        else:
+            per_rec.append(np.zeros(0, dtype=np.uint64))
+    q_unique = np.array([len(u) for u in per_rec], dtype=np.int32)
+    all_h = np.concatenate(per_rec) if per_rec else np.zeros(0, dtype=np.uint64)
+    all_d = np.repeat(np.arange(n_rec, dtype=np.int32), q_unique)
+    order = np.lexsort((all_d, all_h))
+    all_h, all_d = all_h[order], all_d[order]
+    q_keys, first, df = np.unique(all_h, return_index=True, return_counts=True)
+    q_offsets = np.append(first, len(all_h)).astype(np.int64)
+    # decon rule: idf = ln(N / df) over indexed records
+    q_idf = np.log(N / df)
+    key_of_pair = np.repeat(np.arange(len(q_keys)), df)
+    q_idf_sum = np.zeros(n_rec, dtype=np.float64)
+    np.add.at(q_idf_sum, all_d, q_idf[key_of_pair])
+    # decon rule: an n-gram in more than max(2*floor(sqrt(N)), 2000) records is hot
+    hot_threshold = max(2 * int(math.isqrt(n_rec)), 2000)
+    hot = df > hot_threshold
+
+    bloom_bits = int(min(32, max(16, math.ceil(math.log2(max(1, len(q_keys)) * 16)))))
+    bloom = np.zeros((1 << bloom_bits) // 64, dtype=np.uint64)
+    bidx = q_keys >> np.uint64(64 - bloom_bits)
+    np.bitwise_or.at(bloom, (bidx >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), bidx & np.uint64(63)))
+
+    # -- token frequencies (decon: per field, unique tokens per record) ---------
+    tok_lists = [np.unique(t) for t in q_tokens] + [np.unique(t) for t in a_tokens] + [np.unique(t) for t in p_tokens]
+    all_tok = np.concatenate(tok_lists) if tok_lists else np.zeros(0, dtype=np.uint64)
+    vocab, tok_df = np.unique(all_tok, return_counts=True)
+
+    # -- answers --------------------------------------------------------------
+    a_len = np.array([len(t) for t in a_tokens], dtype=np.int32)
+    a_unique = np.array([len(np.unique(t)) for t in a_tokens], dtype=np.int32)
+    a_short_ok = np.zeros(n_rec, dtype=bool)
+    for i, t in enumerate(a_tokens):
+        if len(t):
+            u = np.unique(t)
+            a_short_ok[i] = np.log(N / tok_df[np.searchsorted(vocab, u)]).sum() > 0
+    a_ng = [
+        np.unique(ngram_hashes(t, an)) if (len(t) > cfg.short_answer_token_threshold and len(t) >= an) else np.zeros(0, dtype=np.uint64)
+        for t in a_tokens
+    ]
+    a_ng_off, a_ng_keys = _csr(a_ng, np.uint64)
+    a_vocab, a_df = np.unique(a_ng_keys, return_counts=True)  # df over records (keys unique per record)
+    a_ng_idf = np.log(N / a_df[np.searchsorted(a_vocab, a_ng_keys)]) if len(a_ng_keys) else np.zeros(0)
+    a_idf_total = _segment_sums(a_ng_idf, a_ng_off)
+    a_tok_off, a_tok = _csr(a_tokens, np.uint64)
+
+    # -- passages -------------------------------------------------------------
+    p_len = np.array([len(t) for t in p_tokens], dtype=np.int32)
+    p_ng = [np.unique(ngram_hashes(t, pn)) if len(t) >= pn else np.zeros(0, dtype=np.uint64) for t in p_tokens]
+    p_ng_off, p_ng_keys = _csr(p_ng, np.uint64)
+    p_vocab, p_df = np.unique(p_ng_keys, return_counts=True)
+    p_ng_idf = np.log(N / p_df[np.searchsorted(p_vocab, p_ng_keys)]) if len(p_ng_keys) else np.zeros(0)
+    p_idf_total = _segment_sums(p_ng_idf, p_ng_off)
+
+    return NgramIndex(
+        record_ids=recs["record_id"].to_numpy().astype(np.int32),
+        q_keys=q_keys, q_offsets=q_offsets, q_docs=all_d, q_idf=q_idf, hot=hot,
+        q_len=q_len, q_unique=q_unique, q_idf_sum=q_idf_sum, bloom=bloom, bloom_bits=bloom_bits,
+        a_len=a_len, a_unique=a_unique, a_tok_off=a_tok_off, a_tok=a_tok, a_short_ok=a_short_ok,
+        a_ng_off=a_ng_off, a_ng_keys=a_ng_keys, a_ng_idf=np.asarray(a_ng_idf, dtype=np.float64), a_idf_total=a_idf_total,
+        p_len=p_len, p_ng_off=p_ng_off, p_ng_keys=p_ng_keys, p_ng_idf=np.asarray(p_ng_idf, dtype=np.float64),
+        p_idf_total=p_idf_total, hot_threshold=hot_threshold,
+        config_json=json.dumps(cfg.reference_key(), sort_keys=True),
+    )

@@ -1,0 +1,131 @@
+"""Training pool: shard discovery and robust reading.
+
+A pool is a folder of `.jsonl`, `.jsonl.gz` or `.jsonl.zst` shards.  Every line
+is one document; a line that cannot be used (not UTF-8, malformed JSON, no
+content key, empty text, too large) is returned as a :class:`Reject` with its
+raw bytes, so it is counted and kept for review instead of being lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import xxhash
+import zstandard
+
+SHARD_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+
+
+@dataclass
+class Document:
+    line: int
+    doc_id: str
+    source: str | None
+    text: str
+    n_bytes: int
+    raw: bytes
+
+
+@dataclass
+class Reject:
+    line: int
+    reason: str
+    raw: bytes
+
+    def to_json(self) -> dict:
+        try:
+            raw_text, encoding = self.raw.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            raw_text, encoding = base64.b64encode(self.raw).decode("ascii"), "base64"
+        return {"line": self.line, "reason": self.reason, "encoding": encoding, "raw": raw_text}
+
+
+def is_shard(path: Path) -> bool:
+    return path.is_file() and path.name.endswith(SHARD_SUFFIXES) and not path.name.startswith(".")
+
+
+def list_shards(pool_dir: Path) -> list[str]:
+    """Shard keys (paths relative to the pool, POSIX style), sorted."""
+    pool_dir = Path(pool_dir)
+    if not pool_dir.is_dir():
+        return []
+    return sorted(p.relative_to(pool_dir).as_posix() for p in pool_dir.rglob("*") if is_shard(p))
+
+
+def shard_fingerprint(path: Path) -> str:
+    """Cheap content identity of a shard (size + mtime + xxhash of the first and last MiB)."""
+    st = path.stat()
+    h = xxhash.xxh3_64()
+    with open(path, "rb") as fh:
+        h.update(fh.read(1 << 20))
+        if st.st_size > (2 << 20):
+            fh.seek(-(1 << 20), io.SEEK_END)
+            h.update(fh.read(1 << 20))
+    return f"{st.st_size}-{h.hexdigest()}"
+
+
+def open_binary(path: Path) -> io.BufferedIOBase:
+    name = path.name
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".zst"):
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
+    return open(path, "rb")
+
+
+def open_writer(path: Path) -> io.BufferedIOBase:
+    """Binary writer matching the shard's compression (by file name)."""
+    name = path.name
+    if name.endswith(".gz"):
+        return gzip.open(path, "wb", compresslevel=6)
+    if name.endswith(".zst"):
+        return zstandard.ZstdCompressor(level=3).stream_writer(open(path, "wb"), closefd=True)
+    return open(path, "wb")
+
+
+def parse_line(raw: bytes, line: int, shard: str, content_key: str, max_doc_bytes: int) -> Document | Reject:
+    body = raw.rstrip(b"\r\n")
+    if len(body) > max_doc_bytes:
+        return Reject(line, f"too_large ({len(body)} bytes > {max_doc_bytes})", body)
+    if not body.strip():
+        return Reject(line, "empty_line", body)
+    try:
+        s = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Reject(line, f"not_utf8 (byte {exc.start})", body)
+    try:
+        obj = json.loads(s)
+    except json.JSONDecodeError as exc:
+        return Reject(line, f"malformed_json ({exc.msg} at {exc.pos})", body)
+    if not isinstance(obj, dict):
+        return Reject(line, "not_an_object", body)
+    text = obj.get(content_key)
+    if text is None:
+        return Reject(line, f"missing_content_key ({content_key!r})", body)
+    if not isinstance(text, str):
+        return Reject(line, f"content_not_a_string ({type(text).__name__})", body)
+    if not text.strip():
+        return Reject(line, "empty_text", body)
+    doc_id = obj.get("id")
+    doc_id = str(doc_id) if doc_id is not None else f"{shard}:{line}"
+    source = obj.get("source")
+    return Document(line=line, doc_id=doc_id, source=str(source) if source is not None else None,
+                    text=text, n_bytes=len(body), raw=body)
+
+
+def read_shard(path: Path, shard: str, content_key: str = "text", max_doc_bytes: int = 8 << 20) -> Iterator[Document | Reject]:
+    """Documents and rejects of one shard, in line order."""
+    line = -1
+    try:
+        with open_binary(path) as fh:
+            for line, raw in enumerate(fh):
+                yield parse_line(raw, line, shard, content_key, max_doc_bytes)
+    except (OSError, EOFError, zstandard.ZstdError) as exc:
+        # A truncated or corrupt compressed file: everything read so far stands, the rest is reported.
+        yield Reject(line + 1, f"unreadable_rest_of_shard ({type(exc).__name__}: {exc})", b"")

@@ -1,0 +1,215 @@
+"""Reference set: every benchmark row of every split turned into reference records.
+
+Rules (decon's reference preprocessing plus seed 003's derived suites):
+- one record per row; multiple choice expands to one record per choice (`is_correct`);
+- code tasks add a derived suite `<task>_solution` whose question is the reference solution alone;
+- a suite whose answers are all the same string is indexed on its question alone;
+- a record is not indexed when passage+question+answer has fewer than `eval_min_token_length`
+  non-space tokens or fewer than `eval_min_unique_words` unique words, or when it duplicates an
+  earlier record of its suite (fingerprint = first 16 hex of sha256 over passage+question+answer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from contam_assets.core.config import DetectConfig
+from contam_assets.core.registry import TaskSpec, iter_split, locate
+from contam_assets.core.text import clean_text
+from contam_assets.core.tokenize import get_tokenizer
+
+RECORD_SCHEMA = {
+    "record_id": pl.Int32,
+    "task": pl.Utf8,
+    "suite": pl.Utf8,
+    "split": pl.Utf8,
+    "instance_index": pl.Int32,
+    "subject": pl.Utf8,
+    "choice_index": pl.Int32,
+    "is_correct": pl.Boolean,
+    "kind": pl.Utf8,
+    "language": pl.Utf8,
+    "derived": pl.Boolean,
+    "question": pl.Utf8,
+    "answer": pl.Utf8,
+    "passage": pl.Utf8,
+    "fingerprint": pl.Utf8,
+    "indexed": pl.Boolean,
+    "skip_reason": pl.Utf8,
+    "source_file": pl.Utf8,
+}
+
+
+@dataclass
+class ReferenceStats:
+    availability: list[dict] = field(default_factory=list)  # task, split, origin, files, rows
+    bad_rows: list[str] = field(default_factory=list)
+    same_answer_suites: list[str] = field(default_factory=list)
+
+
+def fingerprint(passage: str | None, question: str | None, answer: str | None) -> str:
+    # decon rule: sha256 over passage + question + answer, first 16 hex chars
+    content = f"{passage or ''}{question or ''}{answer or ''}"
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+
+
+def _text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _format_answer(value, fmt: str) -> str | None:
+    if value is None:
+        return None
+    if fmt == "number":
+        try:
+            f = float(value)
+            return str(int(f)) if f.is_integer() else repr(f)
+        except (TypeError, ValueError):
+            return _text(value)
+    return _text(value)
+
+
+def _gold_index(value, n_choices: int) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and len(value.strip()) == 1 and value.strip().isalpha():
+        return ord(value.strip().upper()) - ord("A")
+    try:
+        idx = int(value)
+    except (TypeError, ValueError):
+        return None
+    return idx if 0 <= idx < n_choices else None
+
+
+def _choices(row: dict, spec: TaskSpec) -> list[str] | None:
+    fields = spec.fields.choices
+    if len(fields) == 1:
+        value = row.get(fields[0])
+        if isinstance(value, dict) and "text" in value:  # HF style {"text": [...], "label": [...]}
+            value = value["text"]
+        if not isinstance(value, list):
+            return None
+        return [_text(v) or "" for v in value]
+    out = []
+    for f in fields:
+        if f not in row:
+            return None
+        out.append(_text(row[f]) or "")
+    return out
+
+
+def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceStats) -> list[dict]:
+    """Raw reference records of one task (before the same-answer rule and the decon filters)."""
+    f = spec.fields
+    records: list[dict] = []
+    for split in spec.splits:
+        avail = locate(spec, split, benchmarks_dir)
+        n_rows = 0
+        for src, err in iter_split(spec, split, avail):
+            if src is None:
+                stats.bad_rows.append(f"{spec.name}/{split.name}: {err}")
+                continue
+            row = src.row
+            question = _text(row.get(f.question))
+            if question is None:
+                stats.bad_rows.append(f"{spec.name}/{split.name}:{src.instance_index}: no field {f.question!r}")
+                continue
+            n_rows += 1
+            if f.strip_prefix and question.startswith(f.strip_prefix):
+                question = question[len(f.strip_prefix):]
+            passage = _text(row.get(f.passage)) if f.passage else None
+            base = dict(
+                task=spec.name, split=split.name, instance_index=src.instance_index, subject=src.subject,
+                kind=spec.kind, language=spec.language, passage=passage, source_file=Path(src.source_file).name,
+            )
+            if spec.kind == "multiple-choice":
+                choices = _choices(row, spec)
+                if choices is None:
+                    stats.bad_rows.append(f"{spec.name}/{split.name}:{src.instance_index}: choices missing")
+                    continue
+                gold = _gold_index(row.get(f.gold), len(choices)) if f.gold else None
+                for ci, choice in enumerate(choices):
+                    records.append(dict(base, suite=spec.name, derived=False, question=question, answer=choice,
+                                        choice_index=ci, is_correct=(None if gold is None else ci == gold)))
+            else:
+                answer = _format_answer(row.get(f.answer), f.answer_format) if f.answer else None
+                records.append(dict(base, suite=spec.name, derived=False, question=question, answer=answer,
+                                    choice_index=None, is_correct=None))
+            if spec.derived_suite:
+                solution = _text(row.get(f.solution))
+                if solution and solution.strip():
+                    # seed 003: derived suite whose question is the reference solution alone
+                    records.append(dict(base, suite=spec.derived_suite, derived=True, question=solution, answer=None,
+                                        passage=None, choice_index=None, is_correct=None))
+        stats.availability.append(dict(task=spec.name, split=split.name, origin=avail.origin,
+                                       files=len(avail.files), rows=n_rows))
+    return records
+
+
+def apply_same_answer_rule(records: list[dict], stats: ReferenceStats) -> None:
+    # seed 003: a suite whose answers are all the same string is indexed on its question alone
+    by_suite: dict[str, set] = {}
+    counts: dict[str, int] = {}
+    for r in records:
+        by_suite.setdefault(r["suite"], set()).add(r["answer"])
+        counts[r["suite"]] = counts.get(r["suite"], 0) + 1
+    for suite, answers in by_suite.items():
+        if counts[suite] > 1 and len(answers) == 1 and None not in answers:
+            stats.same_answer_suites.append(suite)
+            for r in records:
+                if r["suite"] == suite:
+                    r["answer"] = None
+
+
+def apply_decon_filters(records: list[dict], cfg: DetectConfig) -> None:
+    tok = get_tokenizer(cfg.tokenizer)
+    opts = cfg.clean_options
+    combined = []
+    for r in records:
+        parts = []
+        if cfg.index_passages and r["passage"]:
+            parts.append(clean_text(r["passage"], opts))
+        parts.append(clean_text(r["question"], opts))
+        if cfg.index_answers and r["answer"]:
+            parts.append(clean_text(r["answer"], opts))
+        combined.append(" ".join(p for p in parts if p))
+    token_ids = tok.encode_many(combined)
+    seen: set[tuple[str, str]] = set()
+    for r, text, ids in zip(records, combined, token_ids):
+        r["fingerprint"] = fingerprint(r["passage"], r["question"], r["answer"])
+        reason = None
+        if cfg.eval_min_token_length and tok.count_non_space(ids) < cfg.eval_min_token_length:
+            reason = "min_tokens"  # decon rule: fewer than eval_min_token_length tokens
+        elif cfg.eval_min_unique_words and len(set(text.split())) < cfg.eval_min_unique_words:
+            reason = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
+        elif cfg.eval_dedup and (r["suite"], r["fingerprint"]) in seen:
+            reason = "duplicate"  # decon rule: exact duplicates dropped per suite by fingerprint
+        elif not clean_text(r["question"], opts):
+            reason = "empty_question"
+        if cfg.eval_dedup and reason is None:
+            seen.add((r["suite"], r["fingerprint"]))
+        r["indexed"] = reason is None
+        r["skip_reason"] = reason
+
+
+def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig) -> tuple[pl.DataFrame, ReferenceStats]:
+    stats = ReferenceStats()
+    records: list[dict] = []
+    for spec in specs:
+        records.extend(rows_for_task(spec, benchmarks_dir, stats))
+    apply_same_answer_rule(records, stats)
+    apply_decon_filters(records, cfg)
+    for i, r in enumerate(records):
+        r["record_id"] = i
+    df = pl.DataFrame(records, schema=RECORD_SCHEMA) if records else pl.DataFrame(schema=RECORD_SCHEMA)
+    return df, stats

@@ -1,0 +1,129 @@
+"""DuckDB tables of the data side, and the writes that keep re-runs idempotent."""
+
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+
+SCHEMA = {
+    "instances": """
+        record_id INTEGER, task VARCHAR, suite VARCHAR, split VARCHAR, instance_index INTEGER, subject VARCHAR,
+        choice_index INTEGER, is_correct BOOLEAN, kind VARCHAR, language VARCHAR, derived BOOLEAN,
+        question VARCHAR, answer VARCHAR, passage VARCHAR, fingerprint VARCHAR, indexed BOOLEAN,
+        skip_reason VARCHAR, source_file VARCHAR
+    """,
+    "matches": """
+        match_id VARCHAR, shard VARCHAR, line INTEGER, doc_id VARCHAR, source VARCHAR,
+        task VARCHAR, suite VARCHAR, split VARCHAR, instance_index INTEGER, subject VARCHAR,
+        choice_index INTEGER, is_correct BOOLEAN, record_id INTEGER,
+        score DOUBLE, required_score DOUBLE, flagged BOOLEAN, needs_review BOOLEAN,
+        question_overlap DOUBLE, answer_overlap DOUBLE, passage_overlap DOUBLE,
+        question_start INTEGER, question_end INTEGER, answer_start INTEGER, answer_end INTEGER,
+        passage_start INTEGER, passage_end INTEGER, n_matched_ngrams INTEGER, doc_tokens INTEGER, doc_chars BIGINT,
+        training_text VARCHAR, training_segments VARCHAR,
+        eval_question VARCHAR, eval_answer VARCHAR, eval_passage VARCHAR, preset VARCHAR
+    """,
+    "shard_stats": """
+        shard VARCHAR, read BIGINT, scanned BIGINT, too_short BIGINT, rejected BIGINT,
+        flagged BIGINT, pending_review BIGINT, removed BIGINT, kept BIGINT,
+        bytes BIGINT, tokens BIGINT, candidates BIGINT, seconds DOUBLE, shard_fingerprint VARCHAR,
+        reject_reasons VARCHAR, preset VARCHAR, index_digest VARCHAR
+    """,
+    "review_decisions": """
+        decision_id VARCHAR, match_id VARCHAR, suite VARCHAR, split VARCHAR, instance_index INTEGER,
+        subject VARCHAR, decision VARCHAR, reviewer VARCHAR, note VARCHAR, decided_at TIMESTAMP
+    """,
+    "removals": """
+        shard VARCHAR, line INTEGER, doc_id VARCHAR, source VARCHAR, n_chars BIGINT, reason VARCHAR
+    """,
+    "mix_stats": """
+        shard VARCHAR, written BIGINT, dropped BIGINT, rejected BIGINT, path VARCHAR
+    """,
+}
+
+MATCH_COLUMNS = [c.strip().split()[0] for c in SCHEMA["matches"].split(",")]
+STATS_COLUMNS = [c.strip().split()[0] for c in SCHEMA["shard_stats"].split(",")]
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    for name, cols in SCHEMA.items():
+        con.execute(f"create table if not exists {name} ({cols})")
+
+
+def replace_rows(con: duckdb.DuckDBPyConnection, table: str, where: str, params: list, df: pl.DataFrame | None) -> None:
+    """Delete the rows matching `where` and insert `df`, in one transaction (no duplicates on re-run)."""
+    con.execute("begin transaction")
+    try:
+        con.execute(f"delete from {table} where {where}", params)
+        if df is not None and df.height:
+            con.register("_incoming", df.to_arrow())
+            cols = ", ".join(df.columns)
+            con.execute(f"insert into {table} ({cols}) select {cols} from _incoming")
+            con.unregister("_incoming")
+        con.execute("commit")
+    except Exception:
+        con.execute("rollback")
+        raise
+
+
+def replace_table(con: duckdb.DuckDBPyConnection, table: str, df: pl.DataFrame) -> None:
+    replace_rows(con, table, "true", [], df)
+
+
+# Which flagged matches remove their document: primary suites at once, derived
+# suites (needs_review) only once a reviewer accepted the match or its instance.
+REMOVABLE_SQL = """
+    select m.*,
+      coalesce(dm.decision, di.decision) as decision
+    from matches m
+    left join (
+        select match_id, arg_max(decision, decided_at) as decision
+        from review_decisions where match_id is not null group by match_id
+    ) dm using (match_id)
+    left join (
+        select suite, split, instance_index, coalesce(subject, '') as subj, arg_max(decision, decided_at) as decision
+        from review_decisions where match_id is null group by all
+    ) di on di.suite = m.suite and di.split = m.split and di.instance_index = m.instance_index
+            and di.subj = coalesce(m.subject, '')
+"""
+
+
+def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None) -> int:
+    """Rebuild `removals` (all shards or one) from matches + review decisions; update shard_stats."""
+    where = "shard = ?" if shard is not None else "true"
+    params = [shard] if shard is not None else []
+    con.execute("begin transaction")
+    try:
+        con.execute(f"delete from removals where {where}", params)
+        con.execute(
+            f"""
+            insert into removals
+            select shard, line, any_value(doc_id), any_value(source), any_value(doc_chars),
+                   string_agg(distinct case when needs_review then suite || ' (accepted)' else suite end, ', ' order by 1)
+            from ({REMOVABLE_SQL}) r
+            where flagged and ({where.replace('shard', 'r.shard')})
+              and (not needs_review or decision = 'accept')
+              and coalesce(decision, '') <> 'reject'
+            group by shard, line
+            """,
+            params,
+        )
+        con.execute(
+            f"""
+            update shard_stats s set
+              removed = coalesce((select count(*) from removals r where r.shard = s.shard), 0),
+              kept = s.read - s.rejected - coalesce((select count(*) from removals r where r.shard = s.shard), 0),
+              pending_review = coalesce((
+                select count(distinct line) from ({REMOVABLE_SQL}) r
+                where r.shard = s.shard and r.flagged and r.needs_review and r.decision is null
+                  and not exists (select 1 from removals x where x.shard = r.shard and x.line = r.line)), 0)
+            where {where.replace('shard', 's.shard')}
+            """,
+            params,
+        )
+        n = con.execute(f"select count(*) from removals where {where}", params).fetchone()[0]
+        con.execute("commit")
+    except Exception:
+        con.execute("rollback")
+        raise
+    return int(n)
