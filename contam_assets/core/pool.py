@@ -79,9 +79,9 @@ def open_binary(path: Path) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def open_writer(path: Path) -> io.BufferedIOBase:
-    """Binary writer matching the shard's compression (by file name)."""
-    name = path.name
+def open_writer(path: Path, like: Path | None = None) -> io.BufferedIOBase:
+    """Binary writer with the compression the file name (or `like`'s name) implies."""
+    name = (like or path).name
     if name.endswith(".gz"):
         return gzip.open(path, "wb", compresslevel=6)
     if name.endswith(".zst"):

@@ -65,8 +65,16 @@ def _open_with_retry(db_path: Path, read_only: bool, deadline: float) -> duckdb.
 
 
 def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(
-        con.execute(
-            "select count(*) from information_schema.tables where table_name = ?", [name]
-        ).fetchone()[0]
-    )
+    rows = con.execute("select count(*) from information_schema.tables where table_name = ?", [name]).fetchall()
+    return bool(rows[0][0])
+
+
+def query_df(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):
+    """Run a query and return a polars DataFrame (the whole result is consumed)."""
+    import warnings
+
+    import polars as pl
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # duckdb 2 notes the extra copy of a DB-API result
+        return pl.from_arrow(con.execute(sql, params or []).to_arrow_table())

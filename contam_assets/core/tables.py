@@ -6,6 +6,10 @@ import duckdb
 import polars as pl
 
 SCHEMA = {
+    "tasks": """
+        task VARCHAR, kind VARCHAR, language VARCHAR, split VARCHAR, origin VARCHAR, files INTEGER,
+        spec_path VARCHAR, spec_hash VARCHAR
+    """,
     "instances": """
         record_id INTEGER, task VARCHAR, suite VARCHAR, split VARCHAR, instance_index INTEGER, subject VARCHAR,
         choice_index INTEGER, is_correct BOOLEAN, kind VARCHAR, language VARCHAR, derived BOOLEAN,

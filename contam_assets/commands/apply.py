@@ -1,0 +1,37 @@
+"""`contam apply`: re-apply review decisions (removals, report, mix) without rescanning."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("apply", help="apply review decisions: recompute removals, the report and the mix")
+    p.add_argument("out", help="output folder of `contam detect`")
+    p.add_argument("--pool", help="pool folder (default: the one recorded by the last scan)")
+    p.add_argument("--dagster-home")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from contam_assets import runner
+    from contam_assets.cli import CliError
+    from contam_assets.commands.detect import print_summary
+    from contam_assets.commands.review import db_path
+
+    out = Path(args.out).resolve()
+    db_path(out)  # validates the folder
+    settings = runner.recorded_settings(out)
+    if settings is None:
+        raise CliError(f"{out}/run.json missing: run `contam detect` first")
+    if args.pool:
+        settings = settings.model_copy(update={"pool_dir": str(Path(args.pool).resolve())})
+    if not settings.pool_path.is_dir():
+        raise CliError(f"pool folder not found: {settings.pool_path} (pass --pool)")
+    instance = runner.instance_for(out, args.dagster_home)
+    try:
+        print_summary(runner.run_apply(settings, instance))
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise CliError(str(exc)) from exc
+    return 0

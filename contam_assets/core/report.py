@@ -1,0 +1,197 @@
+"""Removal report: one self-contained HTML page a person can review.
+
+Counts per task, split, source and shard; a score histogram; and the top
+matches shown as a review pair: the evaluation instance beside the training
+document, shared passages highlighted, the matched answer marked.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from datetime import datetime, timezone
+
+import duckdb
+
+from contam_assets.core.text import clean_text
+
+SHARED_WINDOW = 3  # words: a run of this many words found on both sides is highlighted
+
+
+def _q(con, sql, params=()):
+    cur = con.execute(sql, list(params))
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+
+def histogram_png(scores: list[float], flagged: list[bool], floor: float = 0.5) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 2.6), dpi=100)
+    bins = [floor + i * (1.0 - floor) / 20 for i in range(21)]
+    ax.hist([s for s, f in zip(scores, flagged) if f], bins=bins, color="#c0392b", label="flagged", alpha=0.85)
+    ax.hist([s for s, f in zip(scores, flagged) if not f], bins=bins, color="#7f8c8d", label="stored, not flagged", alpha=0.85)
+    ax.set_xlabel("contamination score")
+    ax.set_ylabel("matches")
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _shared_words(eval_text: str, train_text: str) -> list[tuple[str, bool]]:
+    """Eval words, each marked True when it sits in a run of SHARED_WINDOW words also in the training text."""
+    words = eval_text.split()
+    cleaned = [clean_text(w) for w in words]
+    train = clean_text(train_text).split()
+    grams = {tuple(train[i : i + SHARED_WINDOW]) for i in range(len(train) - SHARED_WINDOW + 1)}
+    marks = [False] * len(words)
+    flat: list[tuple[int, str]] = []  # (word index, cleaned piece) — a word may clean to several pieces
+    for wi, c in enumerate(cleaned):
+        for piece in c.split():
+            flat.append((wi, piece))
+    for i in range(len(flat) - SHARED_WINDOW + 1):
+        if tuple(p for _, p in flat[i : i + SHARED_WINDOW]) in grams:
+            for wi, _ in flat[i : i + SHARED_WINDOW]:
+                marks[wi] = True
+    return list(zip(words, marks))
+
+
+def _marked(words: list[tuple[str, bool]]) -> str:
+    out, run = [], []
+    for w, m in words:
+        if m:
+            run.append(html.escape(w))
+        else:
+            if run:
+                out.append("<mark>" + " ".join(run) + "</mark>")
+                run = []
+            out.append(html.escape(w))
+    if run:
+        out.append("<mark>" + " ".join(run) + "</mark>")
+    return " ".join(out)
+
+
+def _segments_html(segments_json: str) -> str:
+    parts = []
+    for s in json.loads(segments_json or "[]"):
+        t = html.escape(s["text"])
+        if s["kind"] == "question" or s["kind"] == "passage":
+            parts.append(f'<mark class="{s["kind"]}">{t}</mark>')
+        elif s["kind"] == "answer":
+            parts.append(f'<span class="answer" title="matched answer">{t}</span>')
+        else:
+            parts.append(f'<span class="ctx">{t}</span>')
+    return " ".join(parts)
+
+
+def _table(rows: list[dict], cols: list[str]) -> str:
+    if not rows:
+        return "<p class='muted'>none</p>"
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape('' if r.get(c) is None else str(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _match_card(m: dict, rank: int) -> str:
+    train = " ".join(s["text"] for s in json.loads(m["training_segments"] or "[]") if s["kind"] == "question")
+    eval_q = _marked(_shared_words(m["eval_question"] or "", train))
+    answer_html = ""
+    if m["eval_answer"]:
+        cls = "answer-found" if (m["answer_overlap"] or 0) > 0 else "answer-missing"
+        answer_html = f'<div class="label">answer</div><div class="{cls}">{html.escape(m["eval_answer"])}</div>'
+    passage_html = ""
+    if m["eval_passage"]:
+        passage_html = f'<div class="label">passage</div><div>{html.escape(m["eval_passage"][:1500])}</div>'
+    status = "flagged" if m["flagged"] else "near miss"
+    if m["needs_review"]:
+        status += " · needs review"
+    subj = f" · {html.escape(m['subject'])}" if m["subject"] else ""
+    choice = ""
+    if m["choice_index"] is not None:
+        choice = f" · choice {m['choice_index']}" + (" (correct)" if m["is_correct"] else "")
+    fmt = lambda v: "–" if v is None else f"{v:.3f}"
+    return f"""
+<section class="card {'flag' if m['flagged'] else 'near'}" id="m-{html.escape(m['match_id'])}">
+  <header><span class="rank">#{rank}</span> <b>{html.escape(m['suite'])}</b> · {html.escape(m['split'])} · instance {m['instance_index']}{subj}{choice}
+  <span class="score">score {m['score']:.3f} (needs {m['required_score']:.3f}) · {status}</span></header>
+  <div class="pair">
+    <div class="side"><div class="label">evaluation instance</div><div class="q">{eval_q}</div>{answer_html}{passage_html}</div>
+    <div class="side"><div class="label">training document · {html.escape(m['shard'])} line {m['line']} · {html.escape(str(m['doc_id']))}{' · ' + html.escape(m['source']) if m['source'] else ''}</div>
+      <div class="doc">{_segments_html(m['training_segments'])}</div></div>
+  </div>
+  <footer>overlap: question {fmt(m['question_overlap'])} · answer {fmt(m['answer_overlap'])} · passage {fmt(m['passage_overlap'])} · match id <code>{html.escape(m['match_id'])}</code></footer>
+</section>"""
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
+h1{font-size:1.6rem} h2{margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.3rem}
+.kpis{display:flex;gap:1rem;flex-wrap:wrap}.kpi{background:#f4f6f8;border-radius:8px;padding:.6rem 1rem}
+.kpi b{display:block;font-size:1.4rem}.muted{color:#888}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left}
+th{background:#f4f6f8}.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(260px,1fr));gap:1rem}
+.card{border:1px solid #ddd;border-radius:8px;margin:1rem 0;overflow:hidden}.card.flag{border-left:6px solid #c0392b}
+.card.near{border-left:6px solid #95a5a6}.card header{background:#fafafa;padding:.5rem .8rem;font-size:.95rem}
+.card footer{padding:.4rem .8rem;font-size:.8rem;color:#666;background:#fafafa}
+.score{float:right;color:#444}.rank{color:#999}.pair{display:grid;grid-template-columns:1fr 1fr}
+.side{padding:.6rem .8rem;font-size:.9rem;line-height:1.45;white-space:pre-wrap;word-break:break-word}
+.side+.side{border-left:1px solid #eee}.label{font-size:.75rem;text-transform:uppercase;color:#888;margin:.2rem 0}
+mark{background:#ffe58a;padding:0 1px}mark.passage{background:#d6eaff}
+.answer{background:#c8f7c5;border-bottom:2px solid #27ae60;font-weight:600}
+.answer-found{background:#c8f7c5;padding:.2rem}.answer-missing{color:#555;padding:.2rem;border-left:3px solid #e67e22}
+.ctx{color:#555} code{font-size:.8rem}
+"""
+
+
+def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets removal report", top: int = 50,
+                  settings: dict | None = None) -> str:
+    totals = _q(con, "select coalesce(sum(read),0) read, coalesce(sum(removed),0) removed, coalesce(sum(kept),0) kept, coalesce(sum(rejected),0) rejected, coalesce(sum(pending_review),0) pending, count(*) shards from shard_stats")[0]
+    n_matches = _q(con, "select count(*) n, count(*) filter (where flagged) f from matches")[0]
+    by_task = _q(con, """select task, split, count(*) filter (where flagged) as flagged_matches,
+        count(distinct case when flagged then shard || ':' || line end) as documents,
+        count(*) filter (where not flagged) as near_misses, count(distinct instance_index) filter (where flagged) as instances
+        from matches group by task, split order by flagged_matches desc, task, split""")
+    by_suite = _q(con, """select suite, bool_or(needs_review) as needs_review, count(*) filter (where flagged) as flagged_matches,
+        count(*) filter (where not flagged) as near_misses from matches group by suite order by flagged_matches desc""")
+    by_source = _q(con, "select coalesce(source, '(none)') as source, count(*) as removed_documents from removals group by 1 order by 2 desc")
+    by_shard = _q(con, "select shard, read, removed, kept, rejected, pending_review, flagged, too_short from shard_stats order by shard")
+    rejects = _q(con, "select shard, reject_reasons from shard_stats where rejected > 0 order by shard")
+    scores = _q(con, "select score, flagged from matches")
+    top_rows = _q(con, f"select * from matches order by flagged desc, score desc, shard, line limit {int(top)}")
+    pending = _q(con, """select m.match_id, m.suite, m.split, m.instance_index, m.shard, m.line, m.score from matches m
+        where m.flagged and m.needs_review and m.match_id not in (select match_id from review_decisions where match_id is not null)
+        order by m.score desc limit 200""")
+    img = ""
+    if scores:
+        png = histogram_png([r["score"] for r in scores], [r["flagged"] for r in scores])
+        img = f'<img alt="score histogram" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+    kpi = lambda label, v: f'<div class="kpi"><b>{v:,}</b>{html.escape(label)}</div>'
+    settings_html = _table([{"setting": k, "value": v} for k, v in (settings or {}).items()], ["setting", "value"])
+    cards = "".join(_match_card(m, i + 1) for i, m in enumerate(top_rows))
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head><body>
+<h1>{html.escape(title)}</h1><p class="muted">generated {now}</p>
+<div class="kpis">{kpi('documents read', totals['read'])}{kpi('removed', totals['removed'])}{kpi('kept', totals['kept'])}
+{kpi('rejected (bad input)', totals['rejected'])}{kpi('pending review', totals['pending'])}{kpi('matches stored', n_matches['n'])}{kpi('flagged matches', n_matches['f'])}</div>
+<h2>Settings</h2>{settings_html}
+<h2>Score distribution</h2>{img or "<p class='muted'>no matches</p>"}
+<h2>Counts</h2><div class="grid"><div><h3>per task and split</h3>{_table(by_task, ['task','split','flagged_matches','documents','instances','near_misses'])}</div>
+<div><h3>per suite</h3>{_table(by_suite, ['suite','needs_review','flagged_matches','near_misses'])}</div>
+<div><h3>removed documents per source</h3>{_table(by_source, ['source','removed_documents'])}</div></div>
+<h3>per shard</h3>{_table(by_shard, ['shard','read','removed','kept','rejected','pending_review','flagged','too_short'])}
+<h3>rejected input</h3>{_table(rejects, ['shard','reject_reasons'])}
+<h2>Pending review (derived suites)</h2><p>Matches of derived suites (e.g. <code>humaneval_solution</code>) are not removed until accepted:
+<code>contam review OUT --accept MATCH_ID</code> (or <code>--reject</code>), then <code>contam apply OUT</code>.</p>
+{_table(pending, ['match_id','suite','split','instance_index','shard','line','score'])}
+<h2>Top matches</h2><p class="muted">Left: the evaluation instance, words shared with the training document highlighted. Right: the training document (normalised text), matched question <mark>highlighted</mark>, passage <mark class="passage">in blue</mark>, matched answer <span class="answer">marked</span>.</p>
+{cards or "<p class='muted'>no matches</p>"}
+</body></html>"""

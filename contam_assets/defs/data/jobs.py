@@ -1,0 +1,22 @@
+"""Jobs of the data side."""
+
+import dagster as dg
+
+from contam_assets.defs.partitions import shards_partitions
+
+reference_job = dg.define_asset_job(
+    "build_reference", selection=dg.AssetSelection.assets("task_registry", "reference_set", "ngram_index"),
+    description="Registry -> reference set -> n-gram index.",
+)
+scan_shards_job = dg.define_asset_job(
+    "scan_shards", selection=dg.AssetSelection.assets("shard_matches"), partitions_def=shards_partitions,
+    description="Scan shards (one partition per shard) into the match tables.",
+)
+report_job = dg.define_asset_job(
+    "removal_report", selection=dg.AssetSelection.assets("removals", "removal_report"),
+    description="Apply review decisions and render the removal report.",
+)
+mix_job = dg.define_asset_job(
+    "decontaminated_mix", selection=dg.AssetSelection.assets("decontaminated_mix"), partitions_def=shards_partitions,
+    description="Write the decontaminated mix, shard by shard.",
+)
