@@ -48,4 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m contam_assets.cli`: run the importable module's main so CliError is one class
+    from contam_assets.cli import main as _main
+
+    sys.exit(_main())

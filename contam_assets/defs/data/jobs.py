@@ -2,14 +2,12 @@
 
 import dagster as dg
 
-from contam_assets.defs.partitions import shards_partitions
-
 reference_job = dg.define_asset_job(
     "build_reference", selection=dg.AssetSelection.assets("task_registry", "reference_set", "ngram_index"),
     description="Registry -> reference set -> n-gram index.",
 )
 scan_shards_job = dg.define_asset_job(
-    "scan_shards", selection=dg.AssetSelection.assets("shard_matches"), partitions_def=shards_partitions,
+    "scan_shards", selection=dg.AssetSelection.assets("shard_matches"),
     description="Scan shards (one partition per shard) into the match tables.",
 )
 report_job = dg.define_asset_job(
@@ -17,6 +15,6 @@ report_job = dg.define_asset_job(
     description="Apply review decisions and render the removal report.",
 )
 mix_job = dg.define_asset_job(
-    "decontaminated_mix", selection=dg.AssetSelection.assets("decontaminated_mix"), partitions_def=shards_partitions,
+    "decontaminated_mix", selection=dg.AssetSelection.assets("decontaminated_mix"),
     description="Write the decontaminated mix, shard by shard.",
 )

@@ -1,0 +1,74 @@
+"""`contam detect | review | demo` as a user runs them (subprocesses, real exit codes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def contam(*args, cwd=None, env_extra=None):
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "contam_assets.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=900)
+
+
+def test_bad_arguments_give_clear_errors(tmp_path, shared_data):
+    r = contam("detect", "--pool", tmp_path / "nope", "--out", tmp_path / "out")
+    assert r.returncode == 2 and "pool folder not found" in r.stderr
+    (tmp_path / "empty").mkdir()
+    r = contam("detect", "--pool", tmp_path / "empty", "--out", tmp_path / "out")
+    assert r.returncode == 2 and "no .jsonl" in r.stderr
+    r = contam("detect", "--pool", tmp_path / "empty", "--out", tmp_path / "out", "--preset", "nonsense")
+    assert r.returncode == 2 and "unknown preset" in r.stderr
+    r = contam("detect", "--pool", tmp_path / "empty", "--out", tmp_path / "out", "--benchmarks", tmp_path / "missing")
+    assert r.returncode == 2 and "benchmark folder not found" in r.stderr
+    r = contam("review", tmp_path / "nothing-here")
+    assert r.returncode == 2 and "not found" in r.stderr
+    r = contam("detect", "--pool", tmp_path / "empty")
+    assert r.returncode == 2  # argparse: --out is required
+
+
+def test_unknown_task_is_reported(tmp_path, shared_data):
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "s.jsonl").write_text(json.dumps({"text": "hello world " * 20}) + "\n")
+    r = contam("detect", "--pool", pool, "--out", tmp_path / "out", "--benchmarks", shared_data, "--tasks", "gsm8k,nosuchtask",
+               env_extra={"DAGSTER_HOME": ""})
+    assert r.returncode == 2 and "unknown task" in r.stderr
+
+
+def test_detect_then_review(tmp_path, shared_data):
+    gsm = [json.loads(l) for l in open(shared_data / "gsm8k_test.jsonl")]
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    docs = [{"id": f"d{i}", "text": f"Notes from class.\n{g['question']}\n{g['answer']}\nEnd of notes."} for i, g in enumerate(gsm[:5])]
+    docs += [{"id": f"c{i}", "text": "A clean document about gardening and the weather, nothing more. " * 3} for i in range(5)]
+    (pool / "shard.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    out = tmp_path / "out"
+    r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks", "gsm8k",
+               env_extra={"DAGSTER_HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "removed 5" in r.stdout and (out / "report.html").exists() and (out / "mix" / "shard.jsonl").exists()
+    kept = [json.loads(l)["id"] for l in (out / "mix" / "shard.jsonl").read_text().splitlines()]
+    assert kept == [f"c{i}" for i in range(5)]
+    r = contam("review", out, "--top", "2", "--task", "gsm8k")
+    assert r.returncode == 0 and "FLAGGED" in r.stdout and "EVAL QUESTION" in r.stdout and "[Q:" in r.stdout
+    r = contam("review", out, "--stats")
+    assert r.returncode == 0 and "per task and split" in r.stdout and "gsm8k" in r.stdout
+    r = contam("review", out, "--task", "mmlu")
+    assert r.returncode == 2 and "no matches for task" in r.stderr
+
+
+def test_demo_runs_on_the_embedded_default(tmp_path):
+    out = tmp_path / "demo"
+    r = contam("demo", "--out", out, "--docs", "300", env_extra={"DAGSTER_HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "report" in r.stdout and "dagster dev" in r.stdout
+    truth = [json.loads(l) for l in (out / "demo_truth.jsonl").read_text().splitlines()]
+    assert truth and {t["task"] for t in truth} == {"humaneval"}
+    assert (out / "report.html").stat().st_size > 5000
