@@ -11,6 +11,7 @@ import base64
 import html
 import io
 import json
+import re
 from datetime import datetime, timezone
 
 import duckdb
@@ -46,37 +47,25 @@ def histogram_png(scores: list[float], flagged: list[bool], floor: float = 0.5) 
     return buf.getvalue()
 
 
-def _shared_words(eval_text: str, train_text: str) -> list[tuple[str, bool]]:
-    """Eval words, each marked True when it sits in a run of SHARED_WINDOW words also in the training text."""
-    words = eval_text.split()
-    cleaned = [clean_text(w) for w in words]
+def _marked_eval_text(eval_text: str, train_text: str) -> str:
+    """Eval text as HTML (whitespace kept), words in a run of SHARED_WINDOW words also in the training text marked."""
+    parts = re.split(r"(\s+)", eval_text)
+    word_idx = [i for i, p in enumerate(parts) if p and not p.isspace()]
     train = clean_text(train_text).split()
     grams = {tuple(train[i : i + SHARED_WINDOW]) for i in range(len(train) - SHARED_WINDOW + 1)}
-    marks = [False] * len(words)
-    flat: list[tuple[int, str]] = []  # (word index, cleaned piece) — a word may clean to several pieces
-    for wi, c in enumerate(cleaned):
-        for piece in c.split():
-            flat.append((wi, piece))
+    flat: list[tuple[int, str]] = []  # (part index, cleaned piece): a word may clean to several pieces
+    for pi in word_idx:
+        for piece in clean_text(parts[pi]).split():
+            flat.append((pi, piece))
+    marked: set[int] = set()
     for i in range(len(flat) - SHARED_WINDOW + 1):
         if tuple(p for _, p in flat[i : i + SHARED_WINDOW]) in grams:
-            for wi, _ in flat[i : i + SHARED_WINDOW]:
-                marks[wi] = True
-    return list(zip(words, marks))
-
-
-def _marked(words: list[tuple[str, bool]]) -> str:
-    out, run = [], []
-    for w, m in words:
-        if m:
-            run.append(html.escape(w))
-        else:
-            if run:
-                out.append("<mark>" + " ".join(run) + "</mark>")
-                run = []
-            out.append(html.escape(w))
-    if run:
-        out.append("<mark>" + " ".join(run) + "</mark>")
-    return " ".join(out)
+            marked.update(pi for pi, _ in flat[i : i + SHARED_WINDOW])
+    out = []
+    for i, p in enumerate(parts):
+        esc = html.escape(p)
+        out.append(f"<mark>{esc}</mark>" if i in marked else esc)
+    return "".join(out)
 
 
 def _segments_html(segments_json: str) -> str:
@@ -102,7 +91,7 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 def _match_card(m: dict, rank: int) -> str:
     train = " ".join(s["text"] for s in json.loads(m["training_segments"] or "[]") if s["kind"] == "question")
-    eval_q = _marked(_shared_words(m["eval_question"] or "", train))
+    eval_q = _marked_eval_text(m["eval_question"] or "", train)
     answer_html = ""
     if m["eval_answer"]:
         cls = "answer-found" if (m["answer_overlap"] or 0) > 0 else "answer-missing"
@@ -137,7 +126,7 @@ h1{font-size:1.6rem} h2{margin-top:2rem;border-bottom:1px solid #ddd;padding-bot
 .kpis{display:flex;gap:1rem;flex-wrap:wrap}.kpi{background:#f4f6f8;border-radius:8px;padding:.6rem 1rem}
 .kpi b{display:block;font-size:1.4rem}.muted{color:#888}
 table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left}
-th{background:#f4f6f8}.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(260px,1fr));gap:1rem}
+th{background:#f4f6f8}.grid{display:flex;flex-wrap:wrap;gap:0 2.5rem;align-items:flex-start}
 .card{border:1px solid #ddd;border-radius:8px;margin:1rem 0;overflow:hidden}.card.flag{border-left:6px solid #c0392b}
 .card.near{border-left:6px solid #95a5a6}.card header{background:#fafafa;padding:.5rem .8rem;font-size:.95rem}
 .card footer{padding:.4rem .8rem;font-size:.8rem;color:#666;background:#fafafa}
