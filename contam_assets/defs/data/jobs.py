@@ -11,10 +11,10 @@ scan_shards_job = dg.define_asset_job(
     description="Scan shards (one partition per shard) into the match tables.",
 )
 report_job = dg.define_asset_job(
-    "removal_report", selection=dg.AssetSelection.assets("removals", "removal_report"),
+    "apply_reviews", selection=dg.AssetSelection.assets("removals", "removal_report"),
     description="Apply review decisions and render the removal report.",
 )
 mix_job = dg.define_asset_job(
-    "decontaminated_mix", selection=dg.AssetSelection.assets("decontaminated_mix"),
+    "write_mix", selection=dg.AssetSelection.assets("decontaminated_mix"),
     description="Write the decontaminated mix, shard by shard.",
 )
