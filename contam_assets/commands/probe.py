@@ -1,0 +1,92 @@
+"""``contam probe``: run the model-side probes on one checkpoint folder and write OUT/probe.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "probe",
+        help="probe one checkpoint for benchmark contamination (PPL, bits per byte, Min-K%%, recitation, fresh gap)",
+        description="Load a local Hugging Face checkpoint folder and write OUT/probe.json.",
+    )
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder (config, weights, tokenizer)")
+    p.add_argument("--benchmarks", default=os.environ.get("CONTAM_BENCHMARKS") or None,
+                   help="benchmark folder (default $CONTAM_BENCHMARKS; unset = embedded default, HumanEval only)")
+    p.add_argument("--out", default=os.environ.get("CONTAM_OUT", "contam_out"), help="output folder (default $CONTAM_OUT or contam_out)")
+    p.add_argument("--limit", type=int, default=None, help="score only the first N items of every set")
+    p.add_argument("--fresh", default=None, help="fresh GSM-style JSONL for the GSM8K-vs-fresh accuracy gap (e.g. GSM-Hard)")
+    p.add_argument("--ref", default=None, help="GSM8K reference set (default: Skywork's mock file in the benchmark folder)")
+    p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR") or None, help="task specs folder")
+    p.add_argument("--k", type=float, default=0.2, help="Min-K%% fraction (default 0.2)")
+    p.add_argument("--n-shot", type=int, default=5, help="worked GSM8K examples in the fresh-gap prompt (default 5)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="cap on generated tokens per answer (default 256 for GSM, 384 for code)")
+    p.add_argument("--execute", action="store_true", help="run generated code with its tests (subprocess, limited) for pass@1")
+    p.add_argument("--device", default=os.environ.get("CONTAM_DEVICE", "auto"), help="auto | cpu | cuda")
+    p.add_argument("--dtype", default=os.environ.get("CONTAM_DTYPE", "auto"), help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--token-budget", type=int, default=int(os.environ.get("CONTAM_TOKEN_BUDGET", 16384)),
+                   help="padded tokens per forward batch (default 16384)")
+    p.add_argument("--hub", action="store_true", help="allow --checkpoint to name a Hugging Face Hub model (downloads)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from contam_assets.cli import CliError
+    from contam_assets.model.checkpoint import CheckpointError
+    from contam_assets.model.loader import LoadOptions
+    from contam_assets.model.probe_inputs import ProbeOptions
+    from contam_assets.model.probe_run import run_probes
+
+    benchmarks = Path(args.benchmarks).resolve() if args.benchmarks else None
+    if benchmarks is not None and not benchmarks.is_dir():
+        raise CliError(f"benchmark folder not found: {benchmarks}")
+    if args.limit is not None and args.limit < 1:
+        raise CliError("--limit must be at least 1")
+    if args.fresh and not Path(args.fresh).is_file():
+        raise CliError(f"fresh set not found: {args.fresh}")
+    if not args.hub and not Path(args.checkpoint).is_dir():
+        raise CliError(f"checkpoint folder not found: {args.checkpoint} (use --hub for a Hub model id)")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise CliError("--max-new-tokens must be at least 1")
+    caps = {}
+    if args.max_new_tokens:
+        caps = {"gsm_max_new_tokens": args.max_new_tokens, "code_max_new_tokens": args.max_new_tokens}
+    opts = ProbeOptions(
+        benchmarks_dir=benchmarks,
+        tasks_dir=Path(args.tasks_dir) if args.tasks_dir else None,
+        limit=args.limit,
+        ref_file=args.ref,
+        fresh_file=args.fresh,
+        k=args.k,
+        n_shot=args.n_shot,
+        execute=args.execute,
+        **caps,
+    )
+    load = LoadOptions(device=args.device, dtype=args.dtype, token_budget=args.token_budget, allow_hub=args.hub)
+    try:
+        result = run_probes(args.checkpoint, opts, load, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    except (CheckpointError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "probe.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    _summary(result, path)
+    return 0
+
+
+def _summary(result: dict, path: Path) -> None:
+    keys = ("gsm8k-train-ppl", "gsm8k-test-ppl", "gsm8k-ref-ppl", "delta1", "delta2", "bpb/gsm8k-test", "mink/auc",
+            "minkpp/auc", "recitation/humaneval/exact", "fresh/gap")
+    for k in keys:
+        v = result.get(k)
+        print(f"{k:28s} {'-' if v is None else f'{v:.4f}'}")
+    for name, reason in result["skipped"].items():
+        print(f"skipped {name}: {reason}")
+    print(f"wrote {path}")

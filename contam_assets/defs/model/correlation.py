@@ -1,0 +1,60 @@
+"""`loglik_gap_correlation`: across the checkpoints of each experiment, GSM8K familiarity vs the fresh-set gap."""
+
+import dagster as dg
+
+from contam_assets.core.store import table_exists
+from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.model.correlation import Point, correlate, plot_points
+from contam_assets.model.report import md_table, png_markdown
+from contam_assets.model.tables import ensure_tables
+
+_POINTS_SQL = """
+select c.checkpoint, c.experiment, l.value, g.value
+from checkpoints c
+join probe_metrics l on l.checkpoint = c.checkpoint and l.probe = 'bits_per_byte' and l.metric = 'llpc/gsm8k-test'
+join probe_metrics g on g.checkpoint = c.checkpoint and g.probe = 'fresh_set_gap' and g.metric = 'fresh/gap'
+order by c.experiment, c.step nulls first, c.checkpoint
+"""
+
+
+@dg.asset(
+    group_name="model",
+    deps=["bits_per_byte", "fresh_set_gap"],
+    kinds={"duckdb"},
+    description="Spearman and Kendall correlation between per-character log-likelihood of GSM8K test and the "
+    "GSM8K - fresh accuracy gap across the checkpoints of each experiment (GSM1k Figure 8); table "
+    "`probe_correlations` and a scatter plot.",
+)
+def loglik_gap_correlation(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
+    with contam_db.connect() as con:
+        ensure_tables(con)
+        rows = con.execute(_POINTS_SQL).fetchall() if table_exists(con, "checkpoints") else []
+        points = [Point(*r) for r in rows]
+        results = correlate(points)
+        con.execute("begin transaction")
+        con.execute("delete from probe_correlations")
+        for r in results:
+            con.execute(
+                "insert into probe_correlations values (?, ?, ?, ?, ?, ?, ?, now())",
+                [r.experiment, r.n, r.spearman, r.spearman_p, r.kendall, r.kendall_p, r.note],
+            )
+        con.execute("commit")
+    out_dir = contam_settings.out_path / "probes"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = out_dir / "loglik_gap_correlation.png"
+    plot_points(points, png)
+    table = md_table(
+        ["experiment", "checkpoints", "Spearman", "p", "Kendall", "p", "note"],
+        [(r.experiment, r.n, r.spearman, r.spearman_p, r.kendall, r.kendall_p, r.note) for r in results],
+    )
+    if not points:
+        context.log.warning("no checkpoint has both llpc/gsm8k-test and fresh/gap yet")
+    return dg.MaterializeResult(
+        metadata={
+            "checkpoints": len(points),
+            "experiments": len(results),
+            "correlations": dg.MetadataValue.md(table),
+            "plot": dg.MetadataValue.md(png_markdown(png, "per-character log-likelihood vs gap")),
+            "plot_path": dg.MetadataValue.path(str(png)),
+        }
+    )

@@ -1,0 +1,171 @@
+"""Probe assets, one per probe, partitioned by checkpoint.  Each writes `probe_metrics` (and `probe_items`).
+
+`sequence_scores` runs the one forward pass over every text set; `ppl_probe`,
+`bits_per_byte` and `membership_scores` summarise it.  `recitation_rate` and
+`fresh_set_gap` generate.
+"""
+
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+
+from contam_assets.defs.model.common import load_model, probe_options, resolve_checkpoint, skipped_md, write_rows
+from contam_assets.defs.model.resources import CheckpointLoader, ProbeSettings
+from contam_assets.defs.partitions import checkpoints_partitions
+from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.model import probe_inputs as pin
+from contam_assets.model.report import histogram_png, md_table, metrics_md, png_markdown
+from contam_assets.model.sequences import ScoredSets
+
+_COMMON = dict(partitions_def=checkpoints_partitions, group_name="model")
+
+
+@dg.asset(
+    **_COMMON,
+    deps=["checkpoints"],
+    description="Per item of every text set (GSM8K train/test/ref, HumanEval, MBPP, fresh set): summed NLL, "
+    "token/char/byte counts, Min-K% and Min-K%++. One forward pass shared by the PPL, bits-per-byte and "
+    "membership probes; per-item rows in `probe_items` (probe sequence_scores).",
+)
+def sequence_scores(
+    context: dg.AssetExecutionContext,
+    contam_settings: ContamSettings,
+    contam_db: ContamDB,
+    checkpoint_loader: CheckpointLoader,
+    probe_settings: ProbeSettings,
+) -> dg.Output[ScoredSets]:
+    from contam_assets.model.sequences import score_sets
+
+    info = resolve_checkpoint(context.partition_key, contam_settings, checkpoint_loader, contam_db)
+    opts = probe_options(contam_settings, probe_settings)
+    inputs = pin.scoring_sets(opts)
+    lm = load_model(context, checkpoint_loader, info)
+    items = score_sets(lm, inputs.values, k=opts.k, log=context.log.info)
+    scored = ScoredSets(items, inputs.skipped, {k: len(v) for k, v in inputs.bad.items()}, lm.device, lm.dtype)
+    rows = [
+        (it.dataset, it.item, m, v)
+        for it in items
+        for m, v in (("nll", it.nll), ("tokens", it.n_tokens), ("chars", it.n_chars), ("bytes", it.n_bytes), ("ppl", it.opencompass_ppl))
+    ]
+    write_rows(contam_db, context.partition_key, "sequence_scores", {"items": float(len(items))}, rows)
+    counts = [(name, sum(it.dataset == name for it in items), sum(it.truncated for it in items if it.dataset == name)) for name in scored.datasets()]
+    return dg.Output(
+        scored,
+        metadata={
+            "items": len(items),
+            "sets": dg.MetadataValue.md(md_table(["set", "items", "truncated"], counts)),
+            "skipped": dg.MetadataValue.md(skipped_md(inputs.skipped)),
+            "bad_rows": sum(scored.bad_rows.values()),
+            "device": lm.device,
+            "dtype": lm.dtype,
+        },
+    )
+
+
+def _summary(context, contam_db: ContamDB, probe: str, metrics: dict, items=(), extra: dict | None = None) -> dg.MaterializeResult:
+    n_metrics, n_items = write_rows(contam_db, context.partition_key, probe, metrics, items)
+    meta = {"metrics": dg.MetadataValue.md(metrics_md(metrics)), "rows_written": n_metrics, "item_rows_written": n_items}
+    meta.update({k: v for k, v in metrics.items() if v is not None and "/" not in k})
+    meta.update(extra or {})
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset(**_COMMON, description="OpenCompass gsm8k_contamination_ppl (gsm8k-train/test/ref-ppl) and Skywork's "
+          "delta1 = L_test - L_ref, delta2 = L_test - L_train on token-weighted loss.")
+def ppl_probe(context: dg.AssetExecutionContext, contam_db: ContamDB, sequence_scores: ScoredSets) -> dg.MaterializeResult:
+    from contam_assets.model.ppl_probe import SETS, ppl_metrics
+
+    metrics = ppl_metrics(sequence_scores.items)
+    missing = {s: sequence_scores.skipped.get(s, "not scored") for s in SETS if s not in sequence_scores.datasets()}
+    extra = {"skipped": dg.MetadataValue.md(skipped_md(missing))} if missing else {}
+    return _summary(context, contam_db, "ppl_probe", metrics, extra=extra)
+
+
+@dg.asset(**_COMMON, description="Bits per byte (NLL / ln 2 / UTF-8 bytes) and per-character log-likelihood of every scored set.")
+def bits_per_byte(context: dg.AssetExecutionContext, contam_db: ContamDB, sequence_scores: ScoredSets) -> dg.MaterializeResult:
+    from contam_assets.model.bits_per_byte import bpb_metrics
+
+    metrics = bpb_metrics(sequence_scores.items)
+    sets = sequence_scores.datasets()
+    table = md_table(["set", "bits per byte", "log-lik per char"], [(s, metrics[f"bpb/{s}"], metrics[f"llpc/{s}"]) for s in sets])
+    extra = {"table": dg.MetadataValue.md(table), "skipped": dg.MetadataValue.md(skipped_md(sequence_scores.skipped))}
+    return _summary(context, contam_db, "bits_per_byte", metrics, extra=extra)
+
+
+@dg.asset(**_COMMON, description="Min-K% Prob and Min-K%++ of GSM8K test (members) against the reference set "
+          "(non-members): ROC AUC and per-item scores in `probe_items`.")
+def membership_scores(context: dg.AssetExecutionContext, contam_db: ContamDB, sequence_scores: ScoredSets) -> dg.MaterializeResult:
+    from contam_assets.model.membership import membership_metrics
+
+    items = [it for it in sequence_scores.items if it.dataset in ("gsm8k-test", "gsm8k-ref")]
+    metrics = membership_metrics(items)
+    rows = [(it.dataset, it.item, m, getattr(it, m)) for it in items for m in ("mink", "minkpp")]
+    extra = {}
+    if items:
+        with tempfile.TemporaryDirectory() as tmp:
+            png = Path(tmp) / "mink.png"
+            groups = {d: [it.mink for it in items if it.dataset == d and it.mink is not None] for d in ("gsm8k-test", "gsm8k-ref")}
+            histogram_png(groups, "Min-K% (mean log p of the lowest 20% tokens)", png)
+            extra["histogram"] = dg.MetadataValue.md(png_markdown(png, "Min-K% histogram"))
+    else:
+        extra["skipped"] = dg.MetadataValue.md(skipped_md(sequence_scores.skipped))
+    return _summary(context, contam_db, "membership_scores", metrics, rows, extra)
+
+
+@dg.asset(**_COMMON, deps=["checkpoints"], description="HumanEval and MBPP recitation: greedy completions compared "
+          "with the reference solutions after normalisation (exact and >= 0.9 similar), pass@1 when execution is enabled.")
+def recitation_rate(
+    context: dg.AssetExecutionContext,
+    contam_settings: ContamSettings,
+    contam_db: ContamDB,
+    checkpoint_loader: CheckpointLoader,
+    probe_settings: ProbeSettings,
+) -> dg.MaterializeResult:
+    from contam_assets.model.recitation import recitation_metrics, run_recitation
+
+    info = resolve_checkpoint(context.partition_key, contam_settings, checkpoint_loader, contam_db)
+    opts = probe_options(contam_settings, probe_settings)
+    inputs = pin.code_problems(opts)
+    lm = load_model(context, checkpoint_loader, info)
+    results = run_recitation(lm, pin.all_problems(inputs), opts.code_max_new_tokens, opts.execute,
+                             opts.exec_timeout_s, opts.exec_memory_mb, log=context.log.info)
+    metrics = recitation_metrics(results)
+    rows = [(r.benchmark, r.task_id, "exact", float(r.exact)) for r in results]
+    rows += [(r.benchmark, r.task_id, "similarity", r.similarity) for r in results]
+    rows += [(r.benchmark, r.task_id, "passed", float(r.status == "passed")) for r in results if r.status is not None]
+    recited = [r.task_id for r in results if r.exact]
+    extra = {
+        "recited": dg.MetadataValue.md(", ".join(recited[:50]) + (" …" if len(recited) > 50 else "") or "none"),
+        "execution": "on" if opts.execute else "off (set probe_settings.execute_code for pass@1)",
+        "skipped": dg.MetadataValue.md(skipped_md(inputs.skipped)),
+    }
+    return _summary(context, contam_db, "recitation_rate", metrics, rows, extra)
+
+
+@dg.asset(**_COMMON, deps=["checkpoints"], description="GSM1k-style gap: n-shot GSM8K test accuracy minus accuracy on a "
+          "fresh GSM-style set (probe_settings.fresh_file), last-number answer extraction, greedy decoding.")
+def fresh_set_gap(
+    context: dg.AssetExecutionContext,
+    contam_settings: ContamSettings,
+    contam_db: ContamDB,
+    checkpoint_loader: CheckpointLoader,
+    probe_settings: ProbeSettings,
+) -> dg.MaterializeResult:
+    from contam_assets.model.fresh_gap import fewshot_prefix, gap_metrics, gsm_accuracy
+
+    opts = probe_options(contam_settings, probe_settings)
+    inputs = pin.gsm_sets(opts)
+    if "fresh" not in inputs.values:
+        write_rows(contam_db, context.partition_key, "fresh_set_gap", {})  # drop rows of an earlier run
+        context.log.warning(f"fresh-set gap skipped: {inputs.skipped['fresh']}")
+        return dg.MaterializeResult(metadata={"skipped": inputs.skipped["fresh"]})
+    info = resolve_checkpoint(context.partition_key, contam_settings, checkpoint_loader, contam_db)
+    lm = load_model(context, checkpoint_loader, info)
+    prefix = fewshot_prefix(inputs.values["gsm8k-train"], opts.n_shot)
+    items = gsm_accuracy(lm, inputs.values["gsm8k-test"], prefix, "gsm8k-test", opts.gsm_max_new_tokens, context.log.info)
+    items += gsm_accuracy(lm, inputs.values["fresh"], prefix, "fresh", opts.gsm_max_new_tokens, context.log.info)
+    metrics = gap_metrics(items)
+    rows = [(i.dataset, i.item, "correct", float(i.correct)) for i in items]
+    rows += [(i.dataset, i.item, "predicted", i.predicted) for i in items]
+    return _summary(context, contam_db, "fresh_set_gap", metrics, rows, {"fresh_file": opts.fresh_file or ""})

@@ -1,0 +1,82 @@
+"""Every probe for one checkpoint, as one flat dict (the CLI's probe.json).
+
+Metric keys are the ``probe_metrics`` metric names; ``checkpoint``,
+``skipped``, ``bad_rows`` and ``settings`` are the only other keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from contam_assets.model import probe_inputs as pin
+from contam_assets.model.batching import LogFn
+from contam_assets.model.bits_per_byte import bpb_metrics
+from contam_assets.model.checkpoint import read_info
+from contam_assets.model.fresh_gap import fewshot_prefix, gap_metrics, gsm_accuracy
+from contam_assets.model.loader import LoadedModel, LoadOptions, load_checkpoint
+from contam_assets.model.membership import membership_metrics
+from contam_assets.model.ppl_probe import ppl_metrics
+from contam_assets.model.recitation import recitation_metrics, run_recitation
+from contam_assets.model.sequences import score_sets
+
+
+def run_probes(checkpoint: str | Path, opts: pin.ProbeOptions, load: LoadOptions = LoadOptions(), log: LogFn | None = None) -> dict:
+    started = time.monotonic()
+    info = read_info(checkpoint) if Path(checkpoint).is_dir() else None
+    lm = load_checkpoint(checkpoint, load)
+    result: dict = {
+        "checkpoint": dict(info.as_dict() if info else {"path": str(checkpoint)}, device=lm.device, dtype=lm.dtype),
+        "skipped": {},
+        "bad_rows": {},
+    }
+    result.update(sequence_probes(lm, opts, result, log))
+    result.update(recitation_probe(lm, opts, result, log))
+    result.update(fresh_gap_probe(lm, opts, result, log))
+    result["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(opts).items()}
+    result["settings"]["token_budget"] = lm.token_budget
+    result["seconds"] = round(time.monotonic() - started, 2)
+    return result
+
+
+def _note(result: dict, probe: str, inputs: pin.Inputs) -> None:
+    result["skipped"].update({f"{probe}/{k}": v for k, v in inputs.skipped.items()})
+    result["bad_rows"].update({f"{probe}/{k}": len(v) for k, v in inputs.bad.items()})
+
+
+def sequence_probes(lm: LoadedModel, opts: pin.ProbeOptions, result: dict, log: LogFn | None) -> dict:
+    inputs = pin.scoring_sets(opts)
+    _note(result, "sequences", inputs)
+    items = score_sets(lm, inputs.values, k=opts.k, log=log)
+    metrics = ppl_metrics(items)
+    metrics.update(bpb_metrics(items))
+    metrics.update(membership_metrics(items, k=opts.k))
+    metrics["truncated-items"] = float(sum(it.truncated for it in items))
+    return metrics
+
+
+def recitation_probe(lm: LoadedModel, opts: pin.ProbeOptions, result: dict, log: LogFn | None) -> dict:
+    inputs = pin.code_problems(opts)
+    _note(result, "recitation", inputs)
+    items = run_recitation(
+        lm,
+        pin.all_problems(inputs),
+        opts.code_max_new_tokens,
+        execute=opts.execute,
+        timeout_s=opts.exec_timeout_s,
+        memory_mb=opts.exec_memory_mb,
+        log=log,
+    )
+    return recitation_metrics(items)
+
+
+def fresh_gap_probe(lm: LoadedModel, opts: pin.ProbeOptions, result: dict, log: LogFn | None) -> dict:
+    inputs = pin.gsm_sets(opts)
+    _note(result, "fresh_gap", inputs)
+    if "fresh" not in inputs.values:
+        return {}
+    prefix = fewshot_prefix(inputs.values["gsm8k-train"], opts.n_shot)
+    items = gsm_accuracy(lm, inputs.values["gsm8k-test"], prefix, "gsm8k-test", opts.gsm_max_new_tokens, log)
+    items += gsm_accuracy(lm, inputs.values["fresh"], prefix, "fresh", opts.gsm_max_new_tokens, log)
+    return gap_metrics(items)
