@@ -9,15 +9,18 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+from pydantic import Field
 
-from contam_assets.core import artifacts, store, tables
+from contam_assets.core import artifacts, scan_state, store, tables, token_cache, watch
 from contam_assets.core.config import DetectConfig, preset
-from contam_assets.core.detect import Reference, scan_shard
+from contam_assets.core.detect import Reference
+from contam_assets.core.incremental import (TASK_HASHES_FILE, ShardJob, load_task_hashes, plan_shard, scan_config_digest,
+                                            shard_identity, task_hashes)
 from contam_assets.core.index import build_index
-from contam_assets.core.pool import shard_fingerprint
 from contam_assets.core.reference import build_reference_set
 from contam_assets.core.registry import TaskSpecError, load_registry, locate
 from contam_assets.core.report import histogram_png, render_report
+from contam_assets.defs.data.engine import ScanEngine, engine_from_env
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 
@@ -117,46 +120,48 @@ def ngram_index(context: dg.AssetExecutionContext, contam_settings: ContamSettin
     else:
         index = build_index(records, cfg)
         artifacts.save_index(out, digest, records, index)
+    hashes = task_hashes(records, cfg)
+    artifacts.atomic_write_text(artifacts.index_dir(out, digest) / TASK_HASHES_FILE, json.dumps(hashes, indent=1))
     seconds = time.perf_counter() - t0
     context.log.info(f"index {digest}: {index.n_records} records, {len(index.q_keys)} question n-grams ({'reused' if reused else 'built'} in {seconds:.1f}s)")
     return dg.MaterializeResult(metadata={
         "digest": digest, "reused": reused, "build_seconds": round(seconds, 2), "records_indexed": index.n_records,
-        "question_ngrams": len(index.q_keys), "hot_ngrams": int(index.hot.sum()), "hot_threshold": index.hot_threshold,
+        "tasks": len(hashes), "question_ngrams": len(index.q_keys), "hot_ngrams": int(index.hot.sum()), "hot_threshold": index.hot_threshold,
         "bytes_per_instance": round(index.nbytes() / max(1, index.n_records), 1),
         "path": dg.MetadataValue.path(str(artifacts.index_dir(out, digest))),
     })
 
 
-def scan_one_shard(context, settings: ContamSettings, db: ContamDB, shard: str, cfg: DetectConfig, index, ref, digest: str) -> dict:
-    path = settings.pool_path / shard
-    if not path.is_file():
-        raise dg.Failure(f"shard {shard!r} not found in the pool {settings.pool_path}")
-    result = scan_shard(path, shard, index, ref, cfg, settings.content_key, settings.preset, digest)
-    result.stats["shard_fingerprint"] = shard_fingerprint(path)
-    artifacts.write_rejects(settings.out_path, shard, result.rejects)
-    with db.connect() as con:
-        tables.ensure_schema(con)
-        con.execute("begin transaction")
+class ShardScanConfig(dg.Config):
+    mode: str = Field("auto", description=(
+        "auto: scan what changed (full scan of new or changed shards, incremental scan of added or changed "
+        "tasks, nothing when current); full: rescan every shard of the run in full (from its cached token "
+        "stream when valid)"))
+
+
+def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, digest: str, tasks_now: dict[str, str],
+              cache_root: Path | None, mode: str, states: dict) -> tuple[list[ShardJob], dict[str, tuple[int, int]], list[str]]:
+    """One job per shard (with its plan), the (size, mtime_ns) each plan saw, and the shards missing from the pool."""
+    scan_cfg = scan_config_digest(cfg, settings.content_key)
+    jobs, sigs, missing = [], {}, []
+    for shard in shards:
+        path = settings.pool_path / shard
+        if not path.is_file():
+            missing.append(shard)
+            continue
+        st = path.stat()
+        fp, identity = shard_identity(path)
+        key = token_cache.cache_key(identity, cfg, settings.content_key)
+        stream_ok = cache_root is not None and token_cache.exists(cache_root, shard, key)
         try:
-            con.execute("delete from matches where shard = ?", [shard])
-            if result.matches.height:
-                con.register("_m", result.matches.to_arrow())
-                con.execute(f"insert into matches ({', '.join(result.matches.columns)}) select * from _m")
-                con.unregister("_m")
-            con.execute("delete from shard_stats where shard = ?", [shard])
-            stats_df = pl.DataFrame([result.stats])
-            con.register("_s", stats_df.to_arrow())
-            con.execute(f"insert into shard_stats ({', '.join(stats_df.columns)}) select * from _s")
-            con.unregister("_s")
-            con.execute("commit")
-        except Exception:
-            con.execute("rollback")
-            raise
-        tables.recompute_removals(con, shard)
-        stats = store.query_df(con, "select * from shard_stats where shard = ?", [shard]).to_dicts()[0]
-    context.log.info(f"{shard}: read {stats['read']}, removed {stats['removed']}, rejected {stats['rejected']}, "
-                     f"candidates {stats['candidates']} in {stats['seconds']}s")
-    return {"stats": stats, "matches": result.matches}
+            plan = plan_shard(states.get(shard), identity, scan_cfg, tasks_now, key, stream_ok, mode)
+        except ValueError as exc:
+            raise dg.Failure(str(exc)) from exc
+        jobs.append(ShardJob(shard=shard, path=str(path), plan=plan, cfg=cfg, content_key=settings.content_key,
+                             preset=settings.preset, digest=digest, cache_root=str(cache_root) if cache_root else None,
+                             fingerprint=fp, identity=identity))
+        sigs[shard] = (st.st_size, st.st_mtime_ns)
+    return jobs, sigs, missing
 
 
 @dg.asset(
@@ -166,32 +171,72 @@ def scan_one_shard(context, settings: ContamSettings, db: ContamDB, shard: str, 
     kinds={"python", "duckdb"},
     backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=16),
     pool="contam_scan",
+    # bound here, not in Definitions, so every caller (runner, tests, UI) gets the engine chosen by
+    # CONTAM_SCAN_ENGINE without passing it (defs/data/engine.py)
+    resource_defs={"contam_scan_engine": engine_from_env()},
 )
-def shard_matches(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
-    """Candidate and flagged matches of one training-pool shard (rows replaced on re-run)."""
+def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, contam_settings: ContamSettings,
+                  contam_db: ContamDB, contam_scan_engine: ScanEngine) -> dg.MaterializeResult:
+    """Candidate and flagged matches of one training-pool shard, kept current with the index.
+
+    New or changed shards are scanned in full (the token stream is cached); when only
+    tasks changed, only the changed tasks are scanned, from the cached stream
+    (core/incremental.py).  Rows are replaced on re-run, never duplicated.
+    """
     cfg = detect_config(contam_settings)
     try:
         index, records, digest = artifacts.load_index(contam_settings.out_path)
     except FileNotFoundError as exc:
         raise dg.Failure(str(exc)) from exc
     ref = Reference(records)
+    tasks_now = load_task_hashes(artifacts.index_dir(contam_settings.out_path, digest), records, cfg)
+    scan_cfg = scan_config_digest(cfg, contam_settings.content_key)
+    cache_root = contam_scan_engine.cache_root(contam_settings.out_path)
+    shards = list(context.partition_keys)
+    with contam_db.connect(read_only=True) as con:
+        states = scan_state.load_states(con, shards)
+    jobs, sigs, missing = plan_jobs(contam_settings, shards, cfg, digest, tasks_now, cache_root, config.mode, states)
+    context.log.info(f"{len(jobs)} shard(s) on {contam_scan_engine.describe()}: "
+                     + ", ".join(f"{j.shard}: {j.plan.describe()}" for j in jobs[:20]) + (" …" if len(jobs) > 20 else ""))
     totals = {"read": 0, "removed": 0, "rejected": 0, "pending_review": 0, "candidates": 0, "kept": 0, "bytes": 0}
+    modes = {"full": 0, "incremental": 0, "current": 0}
+    workers: set[str] = set()
     top: list[dict] = []
-    seconds = 0.0
-    for shard in context.partition_keys:
-        res = scan_one_shard(context, contam_settings, contam_db, shard, cfg, index, ref, digest)
-        for k in totals:
-            totals[k] += int(res["stats"][k])
-        seconds += float(res["stats"]["seconds"])
-        m = res["matches"]
-        if m.height:
-            top += m.sort(["flagged", "score"], descending=True).head(10).select(
-                "shard", "line", "suite", "split", "instance_index", "score", "flagged", "needs_review").to_dicts()
+    failed: dict[str, str] = {s: "not found in the pool" for s in missing}
+    scan_seconds = 0.0
+    for job, out in contam_scan_engine.run(jobs, index, ref):
+        if isinstance(out, Exception):
+            failed[job.shard] = f"{type(out).__name__}: {out}"
+            context.log.error(f"{job.shard}: {failed[job.shard]}")
+            continue
+        if out.rejects is not None:
+            artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
+        with contam_db.connect() as con:
+            scan_state.write_outcome(con, out, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
+                                     size=sigs[job.shard][0], mtime_ns=sigs[job.shard][1], records=records)
+            stats = store.query_df(con, "select * from shard_stats where shard = ?", [job.shard]).to_dicts()
+        modes[out.mode] += 1
+        workers.add(out.worker)
+        if stats:
+            for k in totals:
+                totals[k] += int(stats[0][k] or 0)
+        if out.mode != "current":
+            scan_seconds += float(out.stats.get("seconds", 0.0) or 0.0)
+            context.log.info(f"{job.shard}: {job.plan.describe()} -> {out.mode}, {out.matches.height} row(s) "
+                             f"({out.docs_scanned} document(s) scanned)")
+        if out.matches.height:
+            top += out.matches.sort(["flagged", "score"], descending=True).head(10).select(
+                "shard", "line", "task", "split", "instance_index", "score", "flagged", "needs_review").to_dicts()
+    if failed:
+        raise dg.Failure(description=f"{len(failed)} of {len(shards)} shard(s) failed (the others were written): "
+                         + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
+                         metadata={"failed": dg.MetadataValue.json(failed)})
     top = sorted(top, key=lambda r: (r["flagged"], r["score"]), reverse=True)[:10]
-    mb_s = totals["bytes"] / 1e6 / seconds if seconds else 0.0
     return dg.MaterializeResult(metadata={
         **{f"documents_{k}" if k in ("read", "removed", "rejected", "kept") else k: v for k, v in totals.items()},
-        "mb_per_s": round(mb_s, 2), "index_digest": digest,
+        **{f"shards_{k}": v for k, v in modes.items()},
+        "scan_seconds": round(scan_seconds, 2), "engine": contam_scan_engine.describe(), "workers": len(workers),
+        "index_digest": digest,
         "top_matches": dg.MetadataValue.md(_md_table(top)),
     })
 
@@ -205,6 +250,33 @@ def shard_conservation(contam_db: ContamDB) -> dg.AssetCheckResult:
         n = con.execute("select count(*) from shard_stats").fetchone()[0]
     return dg.AssetCheckResult(passed=bad.height == 0, metadata={
         "shards_checked": n, "violations": bad.height, "details": dg.MetadataValue.md(_md_table(bad.to_dicts()))})
+
+
+def consistency(instance: dg.DagsterInstance, settings: ContamSettings) -> watch.Consistency:
+    """How far the match tables are from the pool and the registry (core.watch.check_consistency)."""
+    cfg = detect_config(settings)
+    try:
+        digest = artifacts.current_digest(settings.out_path)
+    except FileNotFoundError:
+        digest, tasks_now = "", {}
+    else:
+        tasks_now = load_task_hashes(artifacts.index_dir(settings.out_path, digest), None, cfg)
+    with store.connect(settings.db_path, read_only=True) as con:
+        states = scan_state.load_states(con)
+        sigs = scan_state.stat_signatures(con)
+    return watch.check_consistency(watch.pool_listing(settings.pool_path), instance.get_dynamic_partitions(shards_partitions.name),
+                                   states, sigs, tasks_now, digest)
+
+
+@dg.asset_check(asset=shard_matches, blocking=False,
+                description="every pool shard is a partition, scanned at its current content, for the current tasks and index")
+def scan_state_current(context: dg.AssetCheckExecutionContext, contam_settings: ContamSettings) -> dg.AssetCheckResult:
+    c = consistency(context.instance, contam_settings)
+    examples = {k: v[:5] for k, v in c.__dict__.items() if v}
+    return dg.AssetCheckResult(passed=c.ok, severity=dg.AssetCheckSeverity.WARN, metadata={
+        **{k: n for k, n in c.counts().items()},
+        "examples": dg.MetadataValue.json(examples),
+    })
 
 
 @dg.asset(group_name=GROUP, deps=[shard_matches], kinds={"duckdb"})

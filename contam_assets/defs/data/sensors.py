@@ -1,35 +1,214 @@
-"""Sensor that turns new or changed pool shards into partitions and scan requests."""
+"""Sensors and the nightly schedule that keep the match tables current (docs/automation.md).
 
+- new_shards_sensor: a new shard file becomes a `shards` partition and its scan is requested;
+  a scanned shard whose file changed is rescanned.
+- new_tasks_sensor: a task spec added, changed or removed (or a benchmark file behind one)
+  launches the rebuild of the registry, reference set and index (`build_reference`).
+- tasks_rescan_sensor: a new `ngram_index` materialization requests the rescans it implies:
+  every scanned shard whose task set differs from the index's, in runs of consecutive
+  partitions (the scans are incremental: only the changed tasks, from cached tokens).
+- nightly_rescan_schedule: the full consistency check (core.watch) and the rescans it implies,
+  including a full rescan of shards whose rows were scored with an older index (IDF drift).
 
-import hashlib
+All are STOPPED by default; CONTAM_AUTOMATION=1 makes them RUNNING when the code location
+loads (production), or turn them on in the UI / with `dagster sensor start`.
+Cursors are small and only advance on a successful tick (Dagster's rule); every request has a
+run_key derived from the change, so a repeated tick never launches a second run for it.
+"""
+
 import json
+import os
 
 import dagster as dg
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from contam_assets.core.pool import list_shards, shard_fingerprint
-from contam_assets.defs.data.jobs import scan_shards_job
+from contam_assets.core import artifacts, scan_state, store, watch
+from contam_assets.core.incremental import load_task_hashes
+from contam_assets.core.registry import TaskSpecError
+from contam_assets.defs.data.jobs import reference_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamSettings
 
 
-@dg.sensor(job=scan_shards_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
+def _on(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "on", "true", "yes")
+
+
+DEFAULT_STATUS = dg.DefaultSensorStatus.RUNNING if _on(os.environ.get("CONTAM_AUTOMATION")) else dg.DefaultSensorStatus.STOPPED
+SCHEDULE_STATUS = (dg.DefaultScheduleStatus.RUNNING if _on(os.environ.get("CONTAM_AUTOMATION"))
+                   else dg.DefaultScheduleStatus.STOPPED)
+# A sensor-launched run covers consecutive shards up to these limits (small shards share a run).
+RUN_MAX_SHARDS = int(os.environ.get("CONTAM_RUN_MAX_SHARDS", "16"))
+RUN_MAX_BYTES = int(os.environ.get("CONTAM_RUN_MAX_BYTES", str(4 << 30)))
+# Task maps up to this many tasks are kept in the cursor (to name what changed); larger ones as a hash only.
+CURSOR_MAP_MAX_TASKS = 256
+
+
+def scan_request(group: list[str], run_key: str, mode: str = "auto", tags: dict | None = None) -> dg.RunRequest:
+    """One run of `scan_shards` over consecutive partitions group[0]..group[-1]."""
+    run_config = {"ops": {"shard_matches": {"config": {"mode": mode}}}}
+    tags = {"contam/scan_mode": mode, "contam/shards": str(len(group)), **(tags or {})}
+    if len(group) == 1:
+        return dg.RunRequest(run_key=run_key, partition_key=group[0], run_config=run_config, tags=tags)
+    return dg.RunRequest(run_key=run_key, run_config=run_config, tags={
+        **tags, ASSET_PARTITION_RANGE_START_TAG: group[0], ASSET_PARTITION_RANGE_END_TAG: group[-1]})
+
+
+@dg.sensor(job=scan_shards_job, minimum_interval_seconds=60, default_status=DEFAULT_STATUS)
 def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
-    """Adds a `shards` partition for every new shard file and requests its scan; a changed shard is rescanned."""
-    pool = contam_settings.pool_path
-    state = json.loads(context.cursor) if context.cursor else {}
-    shards = list_shards(pool)
+    """Adds a `shards` partition for every new shard file and requests its scan; a changed shard is rescanned.
+
+    Cursor: a 16-hex digest of the pool listing (path, size, mtime); an unchanged listing is
+    a cheap no-op.  New shards are the ones without a partition (the partitions are added in
+    the same tick, so they are requested once); changed shards are scanned shards whose
+    (size, mtime) differs from what their last scan read (table shard_scans).
+    """
+    listing = watch.pool_listing(contam_settings.pool_path)
+    cursor = watch.digest(sorted(listing.items()))
+    if context.cursor == cursor:
+        return dg.SensorResult(skip_reason="pool listing unchanged", cursor=cursor)
     known = set(context.instance.get_dynamic_partitions(shards_partitions.name))
-    new_parts = [s for s in shards if s not in known]
+    new = [s for s in listing if s not in known]
+    sigs = {}
+    if contam_settings.db_path.exists():
+        with store.connect(contam_settings.db_path, read_only=True) as con:
+            sigs = scan_state.stat_signatures(con)
+    changed = [s for s in listing if s in known and s in sigs and tuple(sigs[s]) != listing[s]]
     requests = []
-    next_state = {}
-    for s in shards:
-        fp = hashlib.sha1(shard_fingerprint(pool / s).encode()).hexdigest()[:12]
-        next_state[s] = fp
-        if state.get(s) != fp:
-            # run_key makes a repeated tick for the same content a no-op
-            requests.append(dg.RunRequest(run_key=f"{s}@{fp}", partition_key=s))
+    for s in new + changed:
+        size, mtime = listing[s]
+        # run_key: one run per shard content; a repeated tick for the same content is a no-op
+        requests.append(scan_request([s], run_key=f"{s}@{size}-{mtime}", tags={"contam/trigger": "new_shard" if s in new else "changed_shard"}))
+    if requests:
+        context.log.info(f"{len(new)} new shard(s), {len(changed)} changed shard(s)")
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=[shards_partitions.build_add_request(new_parts)] if new_parts else [],
-        cursor=json.dumps(next_state, sort_keys=True),
+        dynamic_partitions_requests=[shards_partitions.build_add_request(new)] if new else [],
+        cursor=cursor,
     )
+
+
+def _tag(names: list[str]) -> str:
+    text = ",".join(names)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+@dg.sensor(job=reference_job, minimum_interval_seconds=60, default_status=DEFAULT_STATUS)
+def new_tasks_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
+    """A task spec added, changed or removed launches the rebuild of the reference set and index.
+
+    Change = content hash of the spec file plus (size, mtime) of the benchmark files it reads.
+    Cursor: {"registry": digest of the task -> hash map, "tasks": the map itself while it has at
+    most 256 tasks (so the run can be tagged with what changed)}.  run_key = "registry:<digest>".
+    A spec that does not parse fails the tick with the parser's message; the cursor stays.
+    """
+    try:
+        snap = watch.spec_snapshot(contam_settings.tasks_path, contam_settings.task_filter, contam_settings.benchmarks_path)
+    except TaskSpecError as exc:
+        raise Exception(f"task registry unreadable, nothing launched: {exc}") from exc
+    registry = watch.digest(snap)
+    prev = json.loads(context.cursor) if context.cursor else {}
+    if prev.get("registry") == registry:
+        return dg.SensorResult(skip_reason="task registry unchanged", cursor=context.cursor)
+    old = prev.get("tasks")
+    tags = {"contam/trigger": "task_change", "contam/registry": registry}
+    if old is not None:
+        added = sorted(set(snap) - set(old))
+        removed = sorted(set(old) - set(snap))
+        changed = sorted(t for t in set(snap) & set(old) if snap[t][:8] != old[t])
+        tags.update({"contam/tasks_added": _tag(added), "contam/tasks_changed": _tag(changed), "contam/tasks_removed": _tag(removed)})
+        context.log.info(f"tasks added {added}, changed {changed}, removed {removed}")
+    else:
+        context.log.info(f"first look at the registry ({len(snap)} tasks)" if not prev else "registry changed")
+    cursor = {"registry": registry}
+    if len(snap) <= CURSOR_MAP_MAX_TASKS:
+        cursor["tasks"] = {k: v[:8] for k, v in snap.items()}
+    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=f"registry:{registry}", tags=tags)],
+                           cursor=json.dumps(cursor, sort_keys=True))
+
+
+def stale_task_groups(instance: dg.DagsterInstance, settings: ContamSettings, digest: str, tasks_now: dict[str, str]) -> list[list[str]]:
+    """Groups of consecutive partitions whose scanned task set differs from `tasks_now`."""
+    with store.connect(settings.db_path, read_only=True) as con:
+        states = scan_state.load_states(con)
+    stale = set(watch.tasks_needing_rescan(states, tasks_now))
+    order = instance.get_dynamic_partitions(shards_partitions.name)
+    sizes = {s: sz for s, (sz, _) in watch.pool_listing(settings.pool_path).items()}
+    return watch.group_runs(order, stale & set(sizes), sizes, RUN_MAX_BYTES, RUN_MAX_SHARDS)
+
+
+@dg.sensor(job=scan_shards_job, minimum_interval_seconds=30, default_status=DEFAULT_STATUS)
+def tasks_rescan_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
+    """A new `ngram_index` materialization requests the rescans its task changes imply.
+
+    Only shards that were scanned already are requested (new ones are new_shards_sensor's), in
+    runs of consecutive partitions; each run scans incrementally (only added or changed tasks,
+    from cached token streams) and deletes the rows of removed tasks.
+    Cursor: storage id of the last ngram_index materialization handled.
+    run_key = "tasks@<index digest>:<first>..<last>".
+    """
+    found = context.instance.fetch_materializations(dg.AssetKey("ngram_index"), limit=1).records
+    if not found:
+        return dg.SensorResult(skip_reason="ngram_index was never materialized")
+    record = found[0]
+    if context.cursor and int(context.cursor) >= record.storage_id:
+        return dg.SensorResult(skip_reason="no new index", cursor=context.cursor)
+    cursor, event = str(record.storage_id), record.event_log_entry
+    out = contam_settings.out_path
+    try:
+        digest = artifacts.current_digest(out)
+    except FileNotFoundError:
+        return dg.SensorResult(skip_reason="no index on disk", cursor=cursor)
+    md = event.asset_materialization.metadata if event.asset_materialization else {}
+    event_digest = md["digest"].value if "digest" in md else digest
+    if event_digest != digest:
+        return dg.SensorResult(skip_reason=f"index {event_digest} was superseded by {digest}", cursor=cursor)
+    if not contam_settings.db_path.exists():
+        return dg.SensorResult(skip_reason="no shard scanned yet", cursor=cursor)
+    tasks_now = load_task_hashes(artifacts.index_dir(out, digest), None, _cfg(contam_settings))
+    groups = stale_task_groups(context.instance, contam_settings, digest, tasks_now)
+    if not groups:
+        return dg.SensorResult(skip_reason=f"every scanned shard is current with index {digest}", cursor=cursor)
+    context.log.info(f"index {digest}: {sum(map(len, groups))} shard(s) to rescan in {len(groups)} run(s)")
+    return dg.SensorResult(cursor=cursor, run_requests=[
+        scan_request(g, run_key=f"tasks@{digest}:{g[0]}..{g[-1]}", tags={"contam/trigger": "task_change", "contam/index": digest})
+        for g in groups])
+
+
+def _cfg(settings: ContamSettings):
+    from contam_assets.defs.data.assets import detect_config
+
+    return detect_config(settings)
+
+
+@dg.schedule(job=scan_shards_job, cron_schedule=os.environ.get("CONTAM_NIGHTLY_CRON", "0 3 * * *"),
+             execution_timezone="UTC", default_status=SCHEDULE_STATUS)
+def nightly_rescan_schedule(context: dg.ScheduleEvaluationContext, contam_settings: ContamSettings):
+    """Nightly consistency check: rescans what is stale, new or changed.
+
+    - scanned with another task set, never scanned, or changed file: `auto` (incremental when it can);
+    - rows scored with an older index (IDF drift after an incremental add): `full`, from the cached
+      token streams (CONTAM_NIGHTLY_IDF_RESCAN=0 only reports them).
+    Shard files without a partition are left to new_shards_sensor and reported.
+    run_key = "nightly:<date>:<mode>:<first>..<last>".
+    """
+    from contam_assets.defs.data.assets import consistency
+
+    if not contam_settings.db_path.exists():
+        return dg.SkipReason("nothing scanned yet")
+    c = consistency(context.instance, contam_settings)
+    day = context.scheduled_execution_time.strftime("%Y-%m-%d") if context.scheduled_execution_time else "now"
+    sizes = {s: sz for s, (sz, _) in watch.pool_listing(contam_settings.pool_path).items()}
+    order = context.instance.get_dynamic_partitions(shards_partitions.name)
+    wanted = {"auto": set(c.unscanned) | set(c.changed) | set(c.task_stale),
+              "full": set(c.idf_stale) if os.environ.get("CONTAM_NIGHTLY_IDF_RESCAN", "1") != "0" else set()}
+    requests = []
+    for mode, shards in wanted.items():
+        for g in watch.group_runs(order, shards, sizes, RUN_MAX_BYTES, RUN_MAX_SHARDS):
+            requests.append(scan_request(g, run_key=f"nightly:{day}:{mode}:{g[0]}..{g[-1]}", mode=mode,
+                                         tags={"contam/trigger": "nightly"}))
+    summary = ", ".join(f"{k} {v}" for k, v in c.counts().items() if v) or "consistent"
+    context.log.info(f"nightly check: {summary}")
+    if not requests:
+        return dg.SkipReason(f"nothing to rescan ({summary})")
+    return requests

@@ -1,0 +1,144 @@
+"""What each shard was scanned with, and the writes that merge a shard scan into the tables.
+
+Two tables beside the data side's (docs/ARCHITECTURE.md):
+
+    shard_scans(shard, shard_fingerprint, size, mtime_ns, scan_config, stream_key,
+                index_digest, mode, scanned_at)
+        one row per shard: the bytes, detector settings and token stream of its last scan
+    shard_task_scans(shard, task, task_hash, index_digest, scanned_at)
+        one row per (shard, task): the task content its rows cover, and the index
+        (IDF) their scores were computed with
+
+A full scan replaces all of a shard's rows; an incremental scan deletes the rows of the
+dropped tasks and inserts the rows of the added ones, leaving every other task's rows
+alone.  Each write is one transaction, taken under core.store's writer lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import polars as pl
+
+from contam_assets.core import store, tables
+from contam_assets.core.incremental import ShardOutcome, ShardState
+
+STATE_SCHEMA = {
+    "shard_scans": """
+        shard VARCHAR, shard_fingerprint VARCHAR, size BIGINT, mtime_ns BIGINT, scan_config VARCHAR,
+        stream_key VARCHAR, index_digest VARCHAR, mode VARCHAR, scanned_at TIMESTAMP
+    """,
+    "shard_task_scans": """
+        shard VARCHAR, task VARCHAR, task_hash VARCHAR, index_digest VARCHAR, scanned_at TIMESTAMP
+    """,
+}
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    tables.ensure_schema(con)
+    for name, cols in STATE_SCHEMA.items():
+        con.execute(f"create table if not exists {name} ({cols})")
+
+
+def has_state(con: duckdb.DuckDBPyConnection) -> bool:
+    return store.table_exists(con, "shard_scans") and store.table_exists(con, "shard_task_scans")
+
+
+def load_states(con: duckdb.DuckDBPyConnection, shards: list[str] | None = None) -> dict[str, ShardState]:
+    if not has_state(con):
+        return {}
+    where, params = ("where shard in (select unnest(?::varchar[]))", [shards]) if shards is not None else ("where true", [])
+    # a state without its shard_stats row is void (e.g. `contam detect` dropped the shard's rows)
+    where += " and shard in (select shard from shard_stats)"
+    out: dict[str, ShardState] = {}
+    for r in store.query_df(con, f"select * from shard_scans {where}", params).to_dicts():
+        out[r["shard"]] = ShardState(identity=f"{r['shard_fingerprint']}@{r['mtime_ns']}", scan_config=r["scan_config"],
+                                     stream_key=r["stream_key"], index_digest=r["index_digest"])
+    for r in store.query_df(con, f"select * from shard_task_scans {where}", params).to_dicts():
+        st = out.get(r["shard"])
+        if st is not None:
+            st.tasks[r["task"]] = r["task_hash"]
+            st.task_digests[r["task"]] = r["index_digest"]
+    return out
+
+
+def stat_signatures(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, int]]:
+    """shard -> (size, mtime_ns) of the file its last scan read (what sensors compare with)."""
+    if not has_state(con):
+        return {}
+    return {r[0]: (r[1], r[2]) for r in con.execute("select shard, size, mtime_ns from shard_scans").fetchall()}
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, df: pl.DataFrame) -> None:
+    if df.height:
+        con.register("_rows", df.to_arrow())
+        con.execute(f"insert into {table} ({', '.join(df.columns)}) select {', '.join(df.columns)} from _rows")
+        con.unregister("_rows")
+
+
+def write_outcome(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_now: dict[str, str], digest: str,
+                  scan_config: str, size: int, mtime_ns: int, records: pl.DataFrame | None = None) -> None:
+    """Merge one shard's outcome into matches / shard_stats / state, then refresh its removals."""
+    if out.mode == "current":
+        return
+    ensure_schema(con)
+    shard, now = out.shard, _now()
+    con.execute("begin transaction")
+    try:
+        if out.mode == "full":
+            con.execute("delete from matches where shard = ?", [shard])
+            _insert(con, "matches", out.matches)
+            con.execute("delete from shard_stats where shard = ?", [shard])
+            _insert(con, "shard_stats", pl.DataFrame([out.stats]))
+            con.execute("delete from shard_task_scans where shard = ?", [shard])
+        elif out.mode == "incremental":
+            gone = sorted(set(out.drop) | set(out.tasks))
+            con.execute("delete from matches where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
+            _insert(con, "matches", out.matches)
+            if records is not None:
+                _rekey(con, shard, records)
+            con.execute("""update shard_stats set
+                    flagged = (select count(distinct line) from matches m where m.shard = ? and m.flagged),
+                    candidates = (select count(*) from matches m where m.shard = ?)
+                where shard = ?""", [shard, shard, shard])
+            con.execute("delete from shard_task_scans where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
+        task_rows = pl.DataFrame(
+            [dict(shard=shard, task=t, task_hash=tasks_now[t], index_digest=digest, scanned_at=now) for t in out.tasks if t in tasks_now],
+            schema={"shard": pl.Utf8, "task": pl.Utf8, "task_hash": pl.Utf8, "index_digest": pl.Utf8, "scanned_at": pl.Datetime("us")})
+        _insert(con, "shard_task_scans", task_rows)
+        prev = con.execute("select shard_fingerprint, scan_config, stream_key, index_digest, mode from shard_scans where shard = ?",
+                           [shard]).fetchall()
+        con.execute("delete from shard_scans where shard = ?", [shard])
+        if out.mode == "full":
+            fp, cfg_digest, key, idx, mode = out.stats["shard_fingerprint"], scan_config, out.stream_key, digest, "full"
+        else:
+            fp, cfg_digest, key, idx, _ = prev[0] if prev else (None, scan_config, None, digest, None)
+            key, mode = out.stream_key or key, "incremental"
+        _insert(con, "shard_scans", pl.DataFrame([dict(shard=shard, shard_fingerprint=fp, size=size, mtime_ns=mtime_ns,
+                                                       scan_config=cfg_digest, stream_key=key, index_digest=idx, mode=mode,
+                                                       scanned_at=now)],
+                                                 schema={"shard": pl.Utf8, "shard_fingerprint": pl.Utf8, "size": pl.Int64,
+                                                         "mtime_ns": pl.Int64, "scan_config": pl.Utf8, "stream_key": pl.Utf8,
+                                                         "index_digest": pl.Utf8, "mode": pl.Utf8, "scanned_at": pl.Datetime("us")}))
+        con.execute("commit")
+    except Exception:
+        con.execute("rollback")
+        raise
+    tables.recompute_removals(con, shard)
+
+
+def _rekey(con: duckdb.DuckDBPyConnection, shard: str, records: pl.DataFrame) -> None:
+    """Point the shard's untouched rows at the record ids of the rebuilt reference set."""
+    ids = records.filter(pl.col("indexed")).select("record_id", "suite", "split", "instance_index", "subject", "choice_index")
+    con.register("_ids", ids.to_arrow())
+    con.execute("""update matches m set record_id = i.record_id from _ids i
+        where m.shard = ? and i.suite = m.suite and i.split = m.split and i.instance_index = m.instance_index
+          and coalesce(i.subject, '') = coalesce(m.subject, '') and coalesce(i.choice_index, -1) = coalesce(m.choice_index, -1)
+          and m.record_id is distinct from i.record_id""", [shard])
+    con.unregister("_ids")
+

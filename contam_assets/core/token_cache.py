@@ -1,0 +1,144 @@
+"""Cached token stream of a shard, so a rescan does not tokenize the pool again.
+
+Adding a task to the registry means every shard has to be scanned again (seed 003).
+Reading, cleaning and BPE-encoding the text is most of a scan's cost, and none of it
+depends on the reference set, so the first scan of a shard keeps its token ids:
+
+    <root>/<shard>/<key>/tokens.bin   token ids of every usable document, back to back
+                                      (uint32 for cl100k, uint64 for the word tokenizer)
+    <root>/<shard>/<key>/docs.npz     lines (int64), offsets (int64, n_docs + 1), meta (JSON)
+
+`key` hashes everything the tokens depend on: the shard's fingerprint (so a changed
+shard never reuses a stale stream), the tokenizer, the cleaning options, the content key
+and the size limit that turns a document into a reject.  A stream is written into a
+temporary folder and renamed into place, so a reader sees a whole stream or none; two
+writers of the same key race harmlessly (both streams are identical, one rename wins).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from contam_assets.core.config import DetectConfig
+
+# Bump when text.clean_text or tokenize.get_tokenizer change their output.
+CACHE_VERSION = 1
+
+
+def cache_key(shard_fingerprint: str, cfg: DetectConfig, content_key: str) -> str:
+    parts = dict(version=CACHE_VERSION, shard=shard_fingerprint, tokenizer=cfg.tokenizer, punctuation=cfg.punctuation,
+                 unescape=cfg.unescape, content_key=content_key, max_doc_bytes=cfg.max_doc_bytes)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def token_dtype(tokenizer: str) -> np.dtype:
+    # cl100k ids are below 2**32; the word tokenizer's ids are 64-bit hashes.
+    return np.dtype(np.uint64) if tokenizer == "word" else np.dtype(np.uint32)
+
+
+@dataclass
+class TokenStream:
+    """Token ids of one shard's usable documents (rejects are not in the stream)."""
+
+    key: str
+    lines: np.ndarray  # int64: 0-based line of each document in the shard
+    offsets: np.ndarray  # int64: document i is tokens[offsets[i]:offsets[i+1]]
+    tokens: np.ndarray  # uint32 / uint64, memory-mapped when loaded from disk
+    meta: dict = field(default_factory=dict)  # read, rejected, bytes, reject_reasons, shard_fingerprint
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.lines)
+
+    def doc(self, i: int) -> np.ndarray:
+        """Token ids of document i as uint64 (what the scanner takes)."""
+        return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]], dtype=np.uint64)
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def stream_dir(root: Path, shard: str, key: str) -> Path:
+    return Path(root) / shard / key
+
+
+def exists(root: Path, shard: str, key: str) -> bool:
+    d = stream_dir(root, shard, key)
+    return (d / "docs.npz").is_file() and (d / "tokens.bin").is_file()
+
+
+def load(root: Path, shard: str, key: str) -> TokenStream | None:
+    """The cached stream for (shard, key), or None when there is none (or it is damaged)."""
+    d = stream_dir(root, shard, key)
+    docs, bin_path = d / "docs.npz", d / "tokens.bin"
+    if not docs.is_file() or not bin_path.is_file():
+        return None
+    try:
+        with np.load(docs, allow_pickle=False) as z:
+            lines, offsets = z["lines"], z["offsets"]
+            meta = json.loads(bytes(z["meta"]).decode())
+        dtype = np.dtype(meta["dtype"])
+        n = int(offsets[-1]) if len(offsets) else 0
+        if bin_path.stat().st_size != n * dtype.itemsize or meta.get("key") != key:
+            return None
+        tokens = np.memmap(bin_path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype)
+    except (OSError, ValueError, KeyError):
+        return None
+    return TokenStream(key=key, lines=lines, offsets=offsets, tokens=tokens, meta=meta)
+
+
+class StreamWriter:
+    """Collects documents' token ids while a shard is tokenized; `commit` publishes them atomically."""
+
+    def __init__(self, root: Path, shard: str, key: str, tokenizer: str):
+        self.root, self.shard, self.key = Path(root), shard, key
+        self.dtype = token_dtype(tokenizer)
+        self.tmp = Path(root) / shard / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.tmp / "tokens.bin", "wb")
+        self._lines: list[int] = []
+        self._lengths: list[int] = []
+
+    def add(self, line: int, tokens: np.ndarray) -> None:
+        self._fh.write(np.asarray(tokens, dtype=self.dtype).tobytes())
+        self._lines.append(line)
+        self._lengths.append(len(tokens))
+
+    def commit(self, meta: dict) -> Path:
+        self._fh.close()
+        offsets = np.zeros(len(self._lengths) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum(self._lengths, dtype=np.int64)
+        meta = dict(meta, key=self.key, dtype=self.dtype.str, version=CACHE_VERSION)
+        np.savez(self.tmp / "docs.npz", lines=np.asarray(self._lines, dtype=np.int64), offsets=offsets,
+                 meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+        final = stream_dir(self.root, self.shard, self.key)
+        try:
+            os.rename(self.tmp, final)
+        except OSError:
+            # another process published the same key first; its stream is identical
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        prune(self.root, self.shard, keep=self.key)
+        return final
+
+    def abort(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def prune(root: Path, shard: str, keep: str) -> None:
+    """Drop streams of older versions of the shard (other keys)."""
+    d = Path(root) / shard
+    if not d.is_dir():
+        return
+    for p in d.iterdir():
+        if p.is_dir() and p.name != keep and not p.name.startswith(".tmp-"):
+            shutil.rmtree(p, ignore_errors=True)

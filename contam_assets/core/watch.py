@@ -1,0 +1,123 @@
+"""Cheap change detection for sensors and the nightly check (no Dagster here).
+
+Sensors run every minute, so nothing here reads file contents: task specs are hashed
+(they are small), benchmark source files and pool shards are identified by
+(size, mtime_ns).  What a scan actually used is recorded by the scan itself
+(core/scan_state.py), with a content fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contam_assets.core.incremental import ShardState
+from contam_assets.core.pool import list_shards
+from contam_assets.core.registry import load_registry, locate
+
+
+def spec_snapshot(tasks_dir: Path, only: list[str] | None, benchmarks_dir: Path | None) -> dict[str, str]:
+    """task -> hash of its spec file and of the (size, mtime) of its source files.
+
+    Raises registry.TaskSpecError for an unreadable spec (the sensor tick fails loudly
+    and keeps its cursor).
+    """
+    out = {}
+    for spec in load_registry(Path(tasks_dir), only or None):
+        h = hashlib.sha256(Path(spec.spec_path).read_bytes())
+        for split in spec.splits:
+            for f in locate(spec, split, benchmarks_dir).files:
+                st = os.stat(f)
+                h.update(f"\x1f{split.name}\x1f{Path(f).name}\x1f{st.st_size}\x1f{st.st_mtime_ns}".encode())
+        out[spec.name] = h.hexdigest()[:16]
+    return dict(sorted(out.items()))
+
+
+def digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def pool_listing(pool_dir: Path) -> dict[str, tuple[int, int]]:
+    """shard -> (size, mtime_ns) for every shard file of the pool."""
+    out = {}
+    for s in list_shards(Path(pool_dir)):
+        try:
+            st = os.stat(Path(pool_dir) / s)
+        except FileNotFoundError:  # removed while listing
+            continue
+        out[s] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def group_runs(order: list[str], wanted: set[str], sizes: dict[str, int], max_bytes: int, max_count: int) -> list[list[str]]:
+    """Consecutive runs of `wanted` keys in partition `order`, cut at `max_bytes` or `max_count`.
+
+    Each group becomes one Dagster run over a partition range, so many small shards
+    share a run while a large shard gets one of its own.
+    """
+    groups: list[list[str]] = []
+    cur: list[str] = []
+    cur_bytes = 0
+    for key in order:
+        if key not in wanted:
+            if cur:
+                groups.append(cur)
+            cur, cur_bytes = [], 0
+            continue
+        b = sizes.get(key, 0)
+        if cur and (len(cur) >= max_count or cur_bytes + b > max_bytes):
+            groups.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(key)
+        cur_bytes += b
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+@dataclass
+class Consistency:
+    """Where the tables disagree with the pool and the registry."""
+
+    unregistered: list[str] = field(default_factory=list)  # shard file without a partition
+    unscanned: list[str] = field(default_factory=list)  # partition with a file, never scanned
+    changed: list[str] = field(default_factory=list)  # file differs from the one scanned
+    task_stale: list[str] = field(default_factory=list)  # scanned with another task set / task content
+    idf_stale: list[str] = field(default_factory=list)  # some rows scored with an older index (IDF drift)
+    missing: list[str] = field(default_factory=list)  # partition whose file is gone from the pool
+
+    def counts(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self.__dict__.items()}
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.__dict__.values())
+
+
+def check_consistency(listing: dict[str, tuple[int, int]], partitions: list[str], states: dict[str, ShardState],
+                      signatures: dict[str, tuple[int, int]], tasks_now: dict[str, str], index_digest: str) -> Consistency:
+    c = Consistency()
+    parts = set(partitions)
+    c.unregistered = sorted(set(listing) - parts)
+    c.missing = sorted(p for p in partitions if p not in listing)
+    for shard in partitions:
+        if shard not in listing:
+            continue
+        st = states.get(shard)
+        if st is None:
+            c.unscanned.append(shard)
+        elif signatures.get(shard) != listing[shard]:
+            c.changed.append(shard)
+        elif st.tasks != tasks_now:
+            c.task_stale.append(shard)
+        elif any(d != index_digest for d in st.task_digests.values()):
+            c.idf_stale.append(shard)
+    return c
+
+
+def tasks_needing_rescan(states: dict[str, ShardState], tasks_now: dict[str, str]) -> list[str]:
+    """Scanned shards whose task set or task content differs from the current index."""
+    return sorted(s for s, st in states.items() if st.tasks != tasks_now)

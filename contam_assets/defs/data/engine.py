@@ -1,0 +1,132 @@
+"""Where the shard scans of a run execute: in the step's own process, or on a Ray cluster.
+
+Resource key `contam_scan_engine` (data domain).  Either way the step process is the
+only one that writes: workers return each shard's rows and counters, and the step
+merges them into DuckDB (core.scan_state) as they arrive, so a Ray worker never needs
+the database file, only the pool and the token cache (shared storage on a cluster).
+
+Chosen by environment at load time (docs/automation.md):
+    CONTAM_SCAN_ENGINE=local|ray     default local
+    CONTAM_RAY_ADDRESS=ray://host:10001   an existing cluster (e.g. KubeRay); empty = start a local one
+    CONTAM_RAY_NUM_CPUS              CPUs of a local Ray cluster (default: all)
+    CONTAM_RAY_TEMP_DIR              session folder of a local Ray cluster (default /tmp/ray)
+    CONTAM_TOKEN_CACHE=DIR|off       where token streams are kept (default <out>/token_cache)
+"""
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+from dagster_ray import LocalRay, RayResource
+from pydantic import Field
+
+from contam_assets.core.detect import Reference
+from contam_assets.core.incremental import ShardJob, ShardOutcome, run_shard_job, run_shard_job_shared
+from contam_assets.core.index import NgramIndex
+
+
+class ScanEngine(dg.ConfigurableResource):
+    """Scans a run's shards in the step's own process, one after another."""
+
+    token_cache_dir: str = Field("", description="token stream cache; '' = <out>/token_cache, 'off' = no cache")
+
+    def cache_root(self, out_path: Path) -> Path | None:
+        if self.token_cache_dir.strip().lower() in ("off", "none", "0", "false"):
+            return None
+        return Path(self.token_cache_dir).resolve() if self.token_cache_dir else Path(out_path) / "token_cache"
+
+    def describe(self) -> str:
+        return "in-process"
+
+    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+        for job in jobs:
+            try:
+                yield job, run_shard_job(job, index, ref)
+            except Exception as exc:  # one bad shard does not lose the others' results
+                yield job, exc
+
+
+class RayScanEngine(ScanEngine):
+    """Fans a run's shard scans out to a Ray cluster; results come back to the step as they finish.
+
+    `ray_cluster` is a dagster-ray resource (LocalRay, RayClusterAddress, or
+    dagster_ray.kuberay.KubeRayCluster), which connects with `ray.init` for the run.
+    The index and the reference records go into Ray's object store once per run;
+    workers on one node share the index's arrays without copies.
+    """
+
+    ray_cluster: RayResource
+    num_cpus_per_shard: float = Field(1.0, description="Ray CPUs reserved per shard task")
+
+    def describe(self) -> str:
+        return f"ray ({self.ray_cluster.name})"
+
+    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+        import ray
+
+        if not jobs:
+            return
+        if not ray.is_initialized():
+            raise dg.Failure("Ray is not connected: the ray_cluster resource did not run ray.init()")
+        index_ref, records_ref = ray.put(index), ray.put(ref.records)
+        task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=1)(run_shard_job_shared)
+        pending = {task.remote(job, index_ref, records_ref): job for job in jobs}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for obj in done:
+                job = pending.pop(obj)
+                try:
+                    yield job, ray.get(obj)
+                except Exception as exc:
+                    yield job, exc
+
+
+class RayClusterAddress(RayResource):
+    """An existing Ray cluster (e.g. a KubeRay RayCluster), reached with Ray Client at `address`."""
+
+    address: str = Field(description="ray://<head-service>:10001")
+
+    @property
+    def host(self) -> str:
+        return self.address.split("://", 1)[-1].rsplit(":", 1)[0]
+
+    @property
+    def ray_address(self) -> str:  # type: ignore[override]
+        return self.address
+
+    @property
+    def name(self) -> str:
+        return f"Ray cluster at {self.address}"
+
+    @property
+    def created(self) -> bool:
+        return True
+
+    @property
+    def ready(self) -> bool:
+        return True
+
+
+def local_ray(num_cpus: int | None = None, temp_dir: str | None = None) -> LocalRay:
+    """A Ray cluster on this machine, started for the run and stopped after it (loopback only)."""
+    opts = {"include_dashboard": False, "_node_ip_address": "127.0.0.1", "log_to_driver": False}
+    if num_cpus:
+        opts["num_cpus"] = num_cpus
+    if temp_dir:
+        opts["_temp_dir"] = temp_dir
+    return LocalRay(ray_init_options=opts)
+
+
+def engine_from_env(env=os.environ) -> ScanEngine:
+    kind = env.get("CONTAM_SCAN_ENGINE", "local").strip().lower() or "local"
+    cache = env.get("CONTAM_TOKEN_CACHE", "")
+    if kind == "local":
+        return ScanEngine(token_cache_dir=cache)
+    if kind == "ray":
+        address = env.get("CONTAM_RAY_ADDRESS", "")
+        cpus = int(env.get("CONTAM_RAY_NUM_CPUS", "0") or 0) or None
+        cluster = RayClusterAddress(address=address) if address else local_ray(cpus, env.get("CONTAM_RAY_TEMP_DIR") or None)
+        return RayScanEngine(token_cache_dir=cache, ray_cluster=cluster,
+                             num_cpus_per_shard=float(env.get("CONTAM_RAY_CPUS_PER_SHARD", "1")))
+    raise ValueError(f"CONTAM_SCAN_ENGINE must be 'local' or 'ray', got {kind!r}")
