@@ -1,5 +1,6 @@
 """Model side in Dagster: the sensor, per-checkpoint partitions that fail alone, the tables, the correlation asset."""
 
+import json
 import os
 import shutil
 import time
@@ -184,3 +185,15 @@ def test_model_definitions_load():
     assert repo.has_sensor_def("new_checkpoints_sensor")
     assert repo.get_job("checkpoint_probes") is not None
     assert {"checkpoint_loader", "probe_settings"} <= set(model_defs.resources)
+
+
+def test_sensor_forgets_deleted_checkpoints_and_starts_stopped(experiments, shared_data):
+    instance = dg.DagsterInstance.get()
+    res = _resources(experiments, shared_data)
+    first = _tick(instance, res)
+    assert len(json.loads(first.cursor)) == 3
+    shutil.rmtree(experiments / "experiments" / "demo" / "checkpoints" / "step-000300")
+    ctx = dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=res)
+    assert isinstance(new_checkpoints_sensor(ctx), dg.SkipReason)
+    assert sorted(json.loads(ctx.cursor)) == ["demo/step-000100", "demo/step-000200"]  # the cursor stays bounded
+    assert new_checkpoints_sensor.default_status == dg.DefaultSensorStatus.STOPPED  # CONTAM_AUTOMATION=1 turns it on

@@ -91,6 +91,15 @@ class ContamDB(dg.ConfigurableResource):
             yield con
 
 
+def automation_on() -> bool:
+    """CONTAM_AUTOMATION=1: sensors and schedules start RUNNING when the code location loads."""
+    return os.environ.get("CONTAM_AUTOMATION", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def sensor_default_status() -> dg.DefaultSensorStatus:
+    return dg.DefaultSensorStatus.RUNNING if automation_on() else dg.DefaultSensorStatus.STOPPED
+
+
 def shared_resources(**settings_overrides) -> dict:
     settings = ContamSettings.from_env(**settings_overrides)
     return {"contam_settings": settings, "contam_db": ContamDB(path=str(settings.db_path))}

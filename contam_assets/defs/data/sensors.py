@@ -27,16 +27,12 @@ from contam_assets.core.incremental import load_task_hashes
 from contam_assets.core.registry import TaskSpecError
 from contam_assets.defs.data.jobs import reference_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions
-from contam_assets.defs.resources import ContamSettings
+from contam_assets.defs.resources import ContamSettings, automation_on, sensor_default_status
 
 
-def _on(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "on", "true", "yes")
 
-
-DEFAULT_STATUS = dg.DefaultSensorStatus.RUNNING if _on(os.environ.get("CONTAM_AUTOMATION")) else dg.DefaultSensorStatus.STOPPED
-SCHEDULE_STATUS = (dg.DefaultScheduleStatus.RUNNING if _on(os.environ.get("CONTAM_AUTOMATION"))
-                   else dg.DefaultScheduleStatus.STOPPED)
+DEFAULT_STATUS = sensor_default_status()
+SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED
 # A sensor-launched run covers consecutive shards up to these limits (small shards share a run).
 RUN_MAX_SHARDS = int(os.environ.get("CONTAM_RUN_MAX_SHARDS", "16"))
 RUN_MAX_BYTES = int(os.environ.get("CONTAM_RUN_MAX_BYTES", str(4 << 30)))

@@ -9,7 +9,7 @@ import dagster as dg
 from contam_assets.defs.model.common import resolve_checkpoint
 from contam_assets.defs.model.resources import CheckpointLoader
 from contam_assets.defs.partitions import checkpoints_partitions
-from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.defs.resources import ContamDB, ContamSettings, sensor_default_status
 from contam_assets.model.checkpoint import CheckpointError, check_complete, discover, newest_mtime
 from contam_assets.model.tables import upsert_checkpoint
 
@@ -56,7 +56,7 @@ checkpoint_probes_job = dg.define_asset_job(
 )
 
 
-@dg.sensor(job=checkpoint_probes_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(job=checkpoint_probes_job, minimum_interval_seconds=60, default_status=sensor_default_status())
 def new_checkpoints_sensor(
     context: dg.SensorEvaluationContext, contam_settings: ContamSettings, checkpoint_loader: CheckpointLoader
 ):
@@ -65,12 +65,21 @@ def new_checkpoints_sensor(
     Watches ``<experiments>/*/checkpoints/*`` and the loader's extra folder.  A
     folder still changing (newer than ``settle_seconds``) waits for a later
     tick; a folder rewritten later (its files changed) is probed again.
-    The cursor maps partition key -> modification time of the probed folder.
+    The cursor maps partition key -> modification time of the probed folder;
+    folders that disappeared are dropped from it, so it tracks what exists.
+    Starts STOPPED unless CONTAM_AUTOMATION=1 (like the data-side sensors).
     """
     seen: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
     now = time.time()
     fresh = []
-    for info in discover(contam_settings.experiments_path, checkpoint_loader.extra_path):
+    found = list(discover(contam_settings.experiments_path, checkpoint_loader.extra_path))
+    present = {i.key for i in found}
+    pruned = {k: v for k, v in seen.items() if k in present}
+    if len(pruned) != len(seen):
+        context.log.info(f"{len(seen) - len(pruned)} checkpoint folder(s) disappeared; forgotten by the cursor")
+        seen = pruned
+        context.update_cursor(json.dumps(seen, sort_keys=True))
+    for info in found:
         mtime = newest_mtime(Path(info.path))
         if info.key in seen and mtime <= seen[info.key]:
             continue
