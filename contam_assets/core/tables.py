@@ -54,20 +54,26 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"create table if not exists {name} ({cols})")
 
 
-def replace_rows(con: duckdb.DuckDBPyConnection, table: str, where: str, params: list, df: pl.DataFrame | None) -> None:
-    """Delete the rows matching `where` and insert `df`, in one transaction (no duplicates on re-run)."""
+def replace_many(con: duckdb.DuckDBPyConnection, changes: list[tuple[str, str, list, pl.DataFrame | None]]) -> None:
+    """For each (table, where, params, df): delete the rows matching `where`, insert `df`; all in one transaction."""
     con.execute("begin transaction")
     try:
-        con.execute(f"delete from {table} where {where}", params)
-        if df is not None and df.height:
-            con.register("_incoming", df.to_arrow())
-            cols = ", ".join(df.columns)
-            con.execute(f"insert into {table} ({cols}) select {cols} from _incoming")
-            con.unregister("_incoming")
+        for table, where, params, df in changes:
+            con.execute(f"delete from {table} where {where}", params)
+            if df is not None and df.height:
+                con.register("_incoming", df.to_arrow())
+                cols = ", ".join(df.columns)
+                con.execute(f"insert into {table} ({cols}) select {cols} from _incoming")
+                con.unregister("_incoming")
         con.execute("commit")
     except Exception:
         con.execute("rollback")
         raise
+
+
+def replace_rows(con: duckdb.DuckDBPyConnection, table: str, where: str, params: list, df: pl.DataFrame | None) -> None:
+    """Delete the rows matching `where` and insert `df`, in one transaction (no duplicates on re-run)."""
+    replace_many(con, [(table, where, params, df)])
 
 
 def replace_table(con: duckdb.DuckDBPyConnection, table: str, df: pl.DataFrame) -> None:

@@ -91,6 +91,16 @@ class ContamDB(dg.ConfigurableResource):
             yield con
 
 
+def load_task_specs(settings: ContamSettings):
+    """The task specs the settings select; a bad spec or unknown task fails the asset with its message."""
+    from contam_assets.core.registry import TaskSpecError, load_registry
+
+    try:
+        return load_registry(settings.tasks_path, settings.task_filter or None)
+    except TaskSpecError as exc:
+        raise dg.Failure(str(exc)) from exc
+
+
 def automation_on() -> bool:
     """CONTAM_AUTOMATION=1: sensors and schedules start RUNNING when the code location loads."""
     return os.environ.get("CONTAM_AUTOMATION", "").strip().lower() in ("1", "true", "yes", "on")

@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 from typing import Mapping, Sequence
 
-
-def fmt(value) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.4g}"
-    return str(value)
-
-
-def md_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+from contam_assets.core.render import fmt, md_table, png_markdown  # noqa: F401  (re-exported for the probes)
 
 
 def metrics_md(metrics: Mapping[str, float | None]) -> str:
     return md_table(["metric", "value"], [(k, v) for k, v in metrics.items()])
-
-
-def png_markdown(path: str | Path, alt: str = "plot") -> str:
-    """The PNG inlined as a data URL, so the plot shows in the Dagster UI without a file server."""
-    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    return f"![{alt}](data:image/png;base64,{data})"
 
 
 def histogram_png(groups: Mapping[str, Sequence[float]], xlabel: str, path: str | Path) -> None:

@@ -21,7 +21,7 @@ import duckdb
 import polars as pl
 
 from contam_assets.core import store
-from contam_assets.core.tables import replace_rows
+from contam_assets.core.tables import replace_many, replace_rows
 from contam_assets.quality.scores import QualityResult, item_split_summary
 
 SCHEMA = {
@@ -73,19 +73,7 @@ def write_result(con: duckdb.DuckDBPyConnection, result: QualityResult, matches:
         "quality_runs": pl.DataFrame([{"preset": p, "suite_digest": suite_digest, "measured_at": datetime.now(timezone.utc).replace(tzinfo=None),
                                        "summary": json.dumps(result.summary, default=str)}]),
     }
-    con.execute("begin transaction")
-    try:
-        for table, df in frames.items():
-            con.execute(f"delete from {table} where preset = ?", [p])
-            if df is not None and df.height:
-                con.register("_q", df.to_arrow())
-                cols = ", ".join(df.columns)
-                con.execute(f"insert into {table} ({cols}) select {cols} from _q")
-                con.unregister("_q")
-        con.execute("commit")
-    except Exception:
-        con.execute("rollback")
-        raise
+    replace_many(con, [(table, "preset = ?", [p], df) for table, df in frames.items()])
 
 
 def load_report(con: duckdb.DuckDBPyConnection, suite_digest: str | None = None) -> dict:

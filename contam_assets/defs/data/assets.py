@@ -1,7 +1,6 @@
 """Data side: registry -> reference set -> n-gram index -> shard scans -> removals -> report -> mix."""
 
 
-import base64
 import hashlib
 import json
 import time
@@ -18,11 +17,12 @@ from contam_assets.core.incremental import (TASK_HASHES_FILE, ShardJob, load_tas
                                             shard_identity, task_hashes)
 from contam_assets.core.index import build_index
 from contam_assets.core.reference import build_reference_set
-from contam_assets.core.registry import TaskSpecError, load_registry, locate
+from contam_assets.core.render import md_table, png_markdown_bytes
+from contam_assets.core.registry import locate
 from contam_assets.core.report import histogram_png, render_report
 from contam_assets.defs.data.engine import ScanEngine, engine_from_env
 from contam_assets.defs.partitions import shards_partitions
-from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
 
 GROUP = "decontamination"
 
@@ -34,27 +34,10 @@ def detect_config(settings: ContamSettings) -> DetectConfig:
         raise dg.Failure(str(exc)) from exc
 
 
-def _md_table(rows: list[dict], cols: list[str] | None = None) -> str:
-    if not rows:
-        return "_none_"
-    cols = cols or list(rows[0])
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append("| " + " | ".join(str(r.get(c, "")).replace("|", "\\|").replace("\n", " ")[:120] for c in cols) + " |")
-    return "\n".join(out)
-
-
-def _specs(settings: ContamSettings):
-    try:
-        return load_registry(settings.tasks_path, settings.task_filter or None)
-    except TaskSpecError as exc:
-        raise dg.Failure(str(exc)) from exc
-
-
 @dg.asset(group_name=GROUP, kinds={"python", "duckdb"})
 def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     """Benchmark tasks from data/tasks/*.toml and where each split's rows come from."""
-    specs = _specs(contam_settings)
+    specs = load_task_specs(contam_settings)
     rows = []
     for spec in specs:
         spec_hash = hashlib.sha256(Path(spec.spec_path).read_bytes()).hexdigest()[:16]
@@ -74,7 +57,7 @@ def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSett
     return dg.MaterializeResult(metadata={
         "tasks": len(specs), "splits_available": available.height, "splits_missing": missing.height,
         "benchmarks_dir": str(contam_settings.benchmarks_path or "(embedded default)"),
-        "splits": dg.MetadataValue.md(_md_table(df.select("task", "kind", "split", "origin", "files").to_dicts())),
+        "splits": dg.MetadataValue.md(md_table(None, df.select("task", "kind", "split", "origin", "files").to_dicts())),
     })
 
 
@@ -83,7 +66,7 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
     """Every benchmark instance of every split as reference records (decon's preprocessing + derived suites)."""
     cfg = detect_config(contam_settings)
     t0 = time.perf_counter()
-    records, stats = build_reference_set(_specs(contam_settings), contam_settings.benchmarks_path, cfg)
+    records, stats = build_reference_set(load_task_specs(contam_settings), contam_settings.benchmarks_path, cfg)
     if records.filter(pl.col("indexed")).height == 0:
         raise dg.Failure("no indexable benchmark instance: check the benchmark folder "
                          f"({contam_settings.benchmarks_path or 'embedded default'}) and the task filter")
@@ -99,8 +82,8 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
         "records": records.height, "indexed": int(records["indexed"].sum()),
         "bad_rows": len(stats.bad_rows), "same_answer_suites": ", ".join(stats.same_answer_suites) or "none",
         "seconds": round(time.perf_counter() - t0, 2),
-        "per_suite": dg.MetadataValue.md(_md_table(per_suite)),
-        "skip_reasons": dg.MetadataValue.md(_md_table([{"reason": r["skip_reason"] or "(indexed)", "records": r["len"]} for r in skipped])),
+        "per_suite": dg.MetadataValue.md(md_table(None, per_suite)),
+        "skip_reasons": dg.MetadataValue.md(md_table(None, [{"reason": r["skip_reason"] or "(indexed)", "records": r["len"]} for r in skipped])),
     })
 
 
@@ -237,7 +220,7 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
         **{f"shards_{k}": v for k, v in modes.items()},
         "scan_seconds": round(scan_seconds, 2), "engine": contam_scan_engine.describe(), "workers": len(workers),
         "index_digest": digest,
-        "top_matches": dg.MetadataValue.md(_md_table(top)),
+        "top_matches": dg.MetadataValue.md(md_table(None, top)),
     })
 
 
@@ -249,7 +232,7 @@ def shard_conservation(contam_db: ContamDB) -> dg.AssetCheckResult:
         bad = store.query_df(con, "select shard, read, kept, removed, rejected from shard_stats where read != kept + removed + rejected")
         n = con.execute("select count(*) from shard_stats").fetchone()[0]
     return dg.AssetCheckResult(passed=bad.height == 0, metadata={
-        "shards_checked": n, "violations": bad.height, "details": dg.MetadataValue.md(_md_table(bad.to_dicts()))})
+        "shards_checked": n, "violations": bad.height, "details": dg.MetadataValue.md(md_table(None, bad.to_dicts()))})
 
 
 def consistency(instance: dg.DagsterInstance, settings: ContamSettings) -> watch.Consistency:
@@ -293,7 +276,7 @@ def removals(context: dg.AssetExecutionContext, contam_db: ContamDB) -> dg.Mater
         decisions = con.execute("select count(*) from review_decisions").fetchone()[0]
     return dg.MaterializeResult(metadata={
         "removed_documents": n, "pending_review_documents": int(pending), "review_decisions": decisions,
-        "per_task": dg.MetadataValue.md(_md_table(by_task)), "per_source": dg.MetadataValue.md(_md_table(by_source)),
+        "per_task": dg.MetadataValue.md(md_table(None, by_task)), "per_source": dg.MetadataValue.md(md_table(None, by_source)),
     })
 
 
@@ -311,7 +294,7 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
     md_img = ""
     if scores:
         png = histogram_png([s for s, _ in scores], [f for _, f in scores])
-        md_img = f"![score histogram](data:image/png;base64,{base64.b64encode(png).decode()})"
+        md_img = png_markdown_bytes(png, "score histogram")
     return dg.MaterializeResult(metadata={
         "path": dg.MetadataValue.path(str(path)), "documents_read": totals[0], "documents_removed": totals[1],
         "documents_rejected": totals[2], "matches": len(scores), "score_histogram": dg.MetadataValue.md(md_img or "_no matches_"),
@@ -360,4 +343,4 @@ def mix_conservation(contam_settings: ContamSettings, contam_db: ContamDB) -> dg
             problems.append({**r, "problem": "file line count"})
     return dg.AssetCheckResult(passed=not problems, metadata={
         "shards_checked": len(rows), "violations": len(problems),
-        "details": dg.MetadataValue.md(_md_table(problems, ["shard", "read", "written", "dropped", "rejected", "problem"]) if problems else "_none_")})
+        "details": dg.MetadataValue.md(md_table(["shard", "read", "written", "dropped", "rejected", "problem"], problems) if problems else "_none_")})

@@ -7,7 +7,6 @@ scores it and writes the ``quality_*`` tables, ``<out>/quality.json`` and the
 page ``<out>/quality.html`` (every preset measured on the current suite).
 """
 
-import base64
 import io
 import json
 import time
@@ -18,33 +17,12 @@ import polars as pl
 from contam_assets.core import artifacts
 from contam_assets.core.config import PRESETS, preset
 from contam_assets.core.reference import build_reference_set
-from contam_assets.core.registry import TaskSpecError, load_registry
+from contam_assets.core.render import md_table, png_markdown_bytes
 from contam_assets.defs.quality.resources import QualitySettings
-from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
 
 GROUP = "quality"
 presets_partitions = dg.StaticPartitionsDefinition(list(PRESETS))
-
-
-def _md_table(rows: list[dict], cols: list[str] | None = None) -> str:
-    if not rows:
-        return "_none_"
-    cols = cols or list(rows[0])
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        cells = []
-        for c in cols:
-            v = r.get(c)
-            cells.append(f"{v:.4g}" if isinstance(v, float) else str("" if v is None else v).replace("|", "\\|"))
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out)
-
-
-def _specs(settings: ContamSettings):
-    try:
-        return load_registry(settings.tasks_path, settings.task_filter or None)
-    except TaskSpecError as exc:
-        raise dg.Failure(str(exc)) from exc
 
 
 def _overrides(settings: ContamSettings) -> dict:
@@ -60,7 +38,7 @@ def planted_suite(context: dg.AssetExecutionContext, contam_settings: ContamSett
 
     t0 = time.perf_counter()
     cfg = preset("default", **_overrides(contam_settings))
-    records, _ = build_reference_set(_specs(contam_settings), contam_settings.benchmarks_path, cfg)
+    records, _ = build_reference_set(load_task_specs(contam_settings), contam_settings.benchmarks_path, cfg)
     if records.filter(pl.col("indexed")).height == 0:
         raise dg.Failure("no indexable benchmark instance: check the benchmark folder and the task filter")
     qs = quality_settings
@@ -80,7 +58,7 @@ def planted_suite(context: dg.AssetExecutionContext, contam_settings: ContamSett
         "planted_documents": meta["documents"].get("planted", 0), "clean_documents": meta["documents"].get("clean", 0),
         "hard_negative_documents": meta["documents"].get("hard_negative", 0), "planted_items": meta["planted_items"],
         "tasks": ", ".join(meta["tasks"]), "seconds": round(time.perf_counter() - t0, 1),
-        "items_per_leak_type_and_task": dg.MetadataValue.md(_md_table(per_type.to_dicts())),
+        "items_per_leak_type_and_task": dg.MetadataValue.md(md_table(None, per_type.to_dicts())),
         "left_out": dg.MetadataValue.json(meta["skipped"]),
         "pool": dg.MetadataValue.path(meta["pool"]),
     })
@@ -125,7 +103,7 @@ def detector_quality(context: dg.AssetExecutionContext, contam_settings: ContamS
     suite_dir = quality_settings.suite_path(contam_settings.out_path)
     try:
         _, _, meta = load_suite_tables(suite_dir)
-        result, matches = measure(name, suite_dir, _specs(contam_settings), contam_settings.benchmarks_path,
+        result, matches = measure(name, suite_dir, load_task_specs(contam_settings), contam_settings.benchmarks_path,
                                   log=context.log.info, **_overrides(contam_settings))
     except (FileNotFoundError, ValueError) as exc:
         raise dg.Failure(str(exc)) from exc
@@ -141,18 +119,18 @@ def detector_quality(context: dg.AssetExecutionContext, contam_settings: ContamS
     fp, hard = s["false_positives"], s["hard_negatives"]
     overall = result.scores.filter(pl.col("task") == "ALL").select(
         "leak_type", "planted", "flagged", "held_for_review", "candidates", "recall", "candidate_recall", "precision")
-    png = base64.b64encode(_recall_png(result.scores)).decode() if result.scores.height else ""
+    png = png_markdown_bytes(_recall_png(result.scores), "recall") if result.scores.height else ""
     targets = s.get("targets") or []
     yield dg.MaterializeResult(metadata={
         "preset": name, "suite_digest": meta["digest"],
-        "recall_per_leak_type": dg.MetadataValue.md(_md_table(overall.to_dicts())),
-        "recall_plot": dg.MetadataValue.md(f"![recall](data:image/png;base64,{png})" if png else "_no scores_"),
+        "recall_per_leak_type": dg.MetadataValue.md(md_table(None, overall.to_dicts())),
+        "recall_plot": dg.MetadataValue.md(png or "_no scores_"),
         "clean_documents": fp["documents"], "false_positive_documents": fp["flagged_documents"],
         "false_positives_per_million": fp["per_million"], "false_positives_upper95_per_million": fp["upper95_per_million"],
         "hard_negative_documents": hard.get("total", {}).get("documents", 0),
         "hard_negative_false_positives": hard.get("total", {}).get("false_positives", 0),
-        "item_split": dg.MetadataValue.md(_md_table(result.item_split_summary.to_dicts())),
-        "targets": dg.MetadataValue.md(_md_table(targets) if targets else "_targets apply to the default preset_"),
+        "item_split": dg.MetadataValue.md(md_table(None, result.item_split_summary.to_dicts())),
+        "targets": dg.MetadataValue.md(md_table(None, targets) if targets else "_targets apply to the default preset_"),
         "quality_page": dg.MetadataValue.path(str(page)), "quality_json": dg.MetadataValue.path(str(qjson)),
         "index_seconds": s.get("index_seconds"), "scan_seconds": s.get("scan_seconds"),
     })
@@ -160,4 +138,4 @@ def detector_quality(context: dg.AssetExecutionContext, contam_settings: ContamS
     yield dg.AssetCheckResult(
         check_name="quality_targets", passed=not failed,
         metadata={"preset": name, "failed": ", ".join(failed) or "none",
-                  "targets": dg.MetadataValue.md(_md_table(targets) if targets else "_targets apply to the default preset_")})
+                  "targets": dg.MetadataValue.md(md_table(None, targets) if targets else "_targets apply to the default preset_")})
