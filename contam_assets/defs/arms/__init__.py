@@ -1,0 +1,18 @@
+"""Proxy ablation arms of seed 003 (issue 3): tokenizer, exposure, arm mixes, trained checkpoints."""
+
+import dagster as dg
+
+from contam_assets.defs.arms import assets
+from contam_assets.defs.arms.resources import ArmsSettings
+
+arms_job = dg.define_asset_job(
+    "arms_job",
+    selection=dg.AssetSelection.assets(assets.arm_mix, assets.arm_checkpoints),
+    description="Build one arm's stream and train it (run per arm partition).",
+)
+
+defs = dg.Definitions(
+    assets=[assets.arms_tokenizer, assets.exposure, assets.arm_mix, assets.arm_checkpoints],
+    jobs=[arms_job],
+    resources={"arms_settings": ArmsSettings.from_env()},
+)
