@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Sequence
 
 from contam_assets.model import probe_inputs as pin
 from contam_assets.model.batching import LogFn
@@ -19,7 +20,7 @@ from contam_assets.model.loader import LoadedModel, LoadOptions, load_checkpoint
 from contam_assets.model.membership import membership_metrics
 from contam_assets.model.ppl_probe import ppl_metrics
 from contam_assets.model.recitation import recitation_metrics, run_recitation
-from contam_assets.model.sequences import score_sets
+from contam_assets.model.sequences import ItemScore, score_sets
 
 
 def run_probes(checkpoint: str | Path, opts: pin.ProbeOptions, load: LoadOptions = LoadOptions(), log: LogFn | None = None) -> dict:
@@ -46,12 +47,29 @@ def _note(result: dict, probe: str, inputs: pin.Inputs) -> None:
 
 
 def sequence_probes(lm: LoadedModel, opts: pin.ProbeOptions, result: dict, log: LogFn | None) -> dict:
-    inputs = pin.scoring_sets(opts)
+    items, inputs = sequence_items(lm, opts, log=log)
     _note(result, "sequences", inputs)
-    items = score_sets(lm, inputs.values, k=opts.k, log=log)
+    return sequence_metrics(items, opts.k)
+
+
+def sequence_items(
+    lm: LoadedModel, opts: pin.ProbeOptions, sets: Sequence[str] | None = None, log: LogFn | None = None
+) -> tuple[list[ItemScore], pin.Inputs]:
+    """Per-item scores of the probe sets (``sets`` = only these names; None = every set found).
+
+    A requested set that could not be read stays in ``inputs.skipped``; the
+    caller decides whether that is fatal.
+    """
+    inputs = pin.scoring_sets(opts)
+    values = inputs.values if sets is None else {name: inputs.values[name] for name in sets if name in inputs.values}
+    return score_sets(lm, values, k=opts.k, log=log), inputs
+
+
+def sequence_metrics(items: Sequence[ItemScore], k: float) -> dict:
+    """The PPL, bits-per-byte and Min-K% metrics of scored items (probe.json keys)."""
     metrics = ppl_metrics(items)
     metrics.update(bpb_metrics(items))
-    metrics.update(membership_metrics(items, k=opts.k))
+    metrics.update(membership_metrics(items, k=k))
     metrics["truncated-items"] = float(sum(it.truncated for it in items))
     return metrics
 
