@@ -46,6 +46,9 @@ class DetectConfig:
     report_floor: float = 0.5  # store every candidate scoring at least this, flagged or not
     candidate_question_floor: float = 0.5  # clusters below this question overlap are not scored at all
     max_doc_bytes: int = 8 * 1024 * 1024  # larger documents are rejected (counted, written to rejected/)
+    # beyond decon: skip, before tokenizing, documents that provably hold no flagged match (prefilter.py).
+    # Flags and removals are unchanged; near misses (stored, not flagged) of skipped documents are not kept.
+    prefilter: bool = False
 
     @property
     def clean_options(self) -> CleanOptions:

@@ -13,11 +13,11 @@ import numpy as np
 import polars as pl
 
 from contam_assets.core.config import DetectConfig
-from contam_assets.core.index import NgramIndex
+from contam_assets.core.index import NgramIndex, ensure_prefilter
 from contam_assets.core.pool import Document, Reject, read_shard
-from contam_assets.core.scan import Candidate, scan_tokens
+from contam_assets.core.scan import Candidate, scan_many
 from contam_assets.core.tables import MATCH_COLUMNS
-from contam_assets.core.text import clean_text
+from contam_assets.core.text import clean_words, join_words
 from contam_assets.core.tokenize import Tokenizer, get_tokenizer
 
 CONTEXT_BEFORE = 30  # tokens of context shown before the first matched span (decon: 30 words)
@@ -46,6 +46,7 @@ class ShardResult:
     matches: pl.DataFrame
     stats: dict
     rejects: list[Reject] = field(default_factory=list)
+    prefiltered: int = 0  # documents the prefilter cleared without tokenizing (cfg.prefilter)
 
 
 def match_id(shard: str, line: int, rec: dict, start: int) -> str:
@@ -135,22 +136,32 @@ assert list(MATCH_SCHEMA) == MATCH_COLUMNS
 
 def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig,
                    preset: str = "default") -> tuple[list[dict], dict]:
-    """Match rows for a batch of documents plus counters (scanned, too_short, tokens)."""
+    """Match rows for a batch of documents plus counters (scanned, too_short, tokens, prefiltered).
+
+    With ``cfg.prefilter``, documents the prefilter clears count as scanned, are not
+    tokenized (their tokens are not in ``tokens``) and are counted in ``prefiltered``.
+    """
     tok = get_tokenizer(cfg.tokenizer)
     opts = cfg.clean_options
-    cleaned = [clean_text(d.text, opts) for d in docs]
-    encoded = tok.encode_many(cleaned)
     rows: list[dict] = []
     counters = Counter()
-    for doc, text, tokens in zip(docs, cleaned, encoded):
-        counters["tokens"] += len(tokens)
-        if len(tokens) < cfg.min_doc_tokens:
-            counters["too_short"] += 1  # decon rule: documents under 10 tokens are not scanned
-            continue
-        counters["scanned"] += 1
-        cands = scan_tokens(index, tokens, cfg)
+    if cfg.prefilter:
+        # documents that provably hold no flagged match are not tokenized (prefilter.py)
+        keep = ensure_prefilter(index, ref.records, cfg).must_scan([d.text for d in docs], opts)
+        skipped = len(docs) - int(keep.sum())
+        counters["prefiltered"] += skipped
+        counters["scanned"] += skipped
+        docs = [d for d, k in zip(docs, keep.tolist()) if k]
+    words = [clean_words(d.text, opts) for d in docs]
+    encoded = tok.encode_words(words)
+    n_tokens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    counters["tokens"] += int(n_tokens.sum())
+    short = int((n_tokens < cfg.min_doc_tokens).sum())  # decon rule: documents under 10 tokens are not scanned
+    counters["too_short"] += short
+    counters["scanned"] += len(docs) - short
+    for doc, ws, tokens, cands in zip(docs, words, encoded, scan_many(index, encoded, cfg)):
         if cands:
-            rows.extend(_rows_for_doc(doc, shard, text, tokens, cands, ref, tok, preset))
+            rows.extend(_rows_for_doc(doc, shard, join_words(ws), tokens, cands, ref, tok, preset))
     return rows, counters
 
 
@@ -189,4 +200,4 @@ def scan_shard(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: D
         reject_reasons=json.dumps(dict(Counter(r.reason.split(" ")[0] for r in rejects)), sort_keys=True),
         preset=preset, index_digest=index_digest,
     )
-    return ShardResult(shard=shard, matches=matches, stats=stats, rejects=rejects)
+    return ShardResult(shard=shard, matches=matches, stats=stats, rejects=rejects, prefiltered=counters["prefiltered"])

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from contam_assets.core.config import DetectConfig
-from contam_assets.core.ngrams import ngram_hash, ngram_hashes
+from contam_assets.core.ngrams import ngram_hash, segment_ngram_hashes, unique_per_segment
 from contam_assets.core.text import clean_text
 from contam_assets.core.tokenize import get_tokenizer
 
@@ -57,10 +57,31 @@ class NgramIndex:
     p_idf_total: np.ndarray
     hot_threshold: int = 0
     config_json: str = "{}"
+    # recall-safe prefilter (prefilter.py), built with the index for the config in pf_params_json
+    pf_keys: np.ndarray | None = None
+    pf_level_off: np.ndarray | None = None
+    pf_offsets: np.ndarray | None = None
+    pf_groups: np.ndarray | None = None
+    pf_need: np.ndarray | None = None
+    pf_tables: np.ndarray | None = None
+    pf_table_off: np.ndarray | None = None
+    pf_params_json: str = ""
+    pf_always_pass: bool = False
 
     @property
     def n_records(self) -> int:
         return len(self.record_ids)
+
+    @property
+    def prefilter(self):
+        """The stored Prefilter, or None (an index saved without one)."""
+        if self.pf_keys is None:
+            return None
+        from contam_assets.core.prefilter import Prefilter
+
+        return Prefilter(keys=self.pf_keys, level_off=self.pf_level_off, offsets=self.pf_offsets, groups=self.pf_groups,
+                         need=self.pf_need, tables=self.pf_tables, table_off=self.pf_table_off,
+                         params_json=self.pf_params_json, always_pass=self.pf_always_pass)
 
     @property
     def has_answer(self) -> np.ndarray:
@@ -78,6 +99,28 @@ class NgramIndex:
         idx = hashes >> np.uint64(64 - self.bloom_bits)
         words = self.bloom[(idx >> np.uint64(6)).astype(np.int64)]
         return ((words >> (idx & np.uint64(63))) & np.uint64(1)).astype(bool)
+
+    def lookup(self, hashes: np.ndarray) -> np.ndarray:
+        """Position in q_keys of every hash, -1 where it is not a question n-gram (int64)."""
+        keys = np.full(len(hashes), -1, dtype=np.int64)
+        maybe = np.flatnonzero(self.bloom_test(hashes))
+        if len(maybe) and len(self.q_keys):
+            h = hashes[maybe]
+            pos = np.minimum(np.searchsorted(self.q_keys, h), len(self.q_keys) - 1)
+            found = self.q_keys[pos] == h
+            keys[maybe[found]] = pos[found]
+        return keys
+
+    def key_min_total(self) -> np.ndarray:
+        """Per question key: the smallest q_idf_sum among the records holding it (cached)."""
+        cached = self.__dict__.get("_key_min_total")
+        if cached is None:
+            if len(self.q_docs):
+                cached = np.minimum.reduceat(self.q_idf_sum[self.q_docs], self.q_offsets[:-1])
+            else:
+                cached = np.zeros(0)
+            self.__dict__["_key_min_total"] = cached
+        return cached
 
     def key_of(self, h) -> int:
         """Position of hash ``h`` in q_keys, or -1."""
@@ -106,7 +149,7 @@ class NgramIndex:
         path.parent.mkdir(parents=True, exist_ok=True)
         arrays = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
         meta = dict(version=FORMAT_VERSION, bloom_bits=self.bloom_bits, hot_threshold=self.hot_threshold,
-                    config_json=self.config_json)
+                    config_json=self.config_json, pf_params_json=self.pf_params_json, pf_always_pass=self.pf_always_pass)
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
         tmp.replace(path)
@@ -119,7 +162,8 @@ class NgramIndex:
                 raise ValueError(f"{path}: index format {meta.get('version')} != {FORMAT_VERSION}; rebuild it")
             arrays = {k: z[k] for k in z.files if k != "__meta__"}
         return cls(**arrays, bloom_bits=meta["bloom_bits"], hot_threshold=meta["hot_threshold"],
-                   config_json=meta["config_json"])
+                   config_json=meta["config_json"], pf_params_json=meta.get("pf_params_json", ""),
+                   pf_always_pass=meta.get("pf_always_pass", False))
 
     def nbytes(self) -> int:
         return sum(getattr(self, f.name).nbytes for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray))
@@ -133,16 +177,32 @@ def _csr(chunks: list[np.ndarray], dtype) -> tuple[np.ndarray, np.ndarray]:
     return offsets, flat
 
 
+def _per_record(values: np.ndarray, seg: np.ndarray, n_rec: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (offsets, values) of values grouped by record (seg ascending)."""
+    offsets = np.zeros(n_rec + 1, dtype=np.int64)
+    np.cumsum(np.bincount(seg, minlength=n_rec), out=offsets[1:])
+    return offsets, values.astype(np.uint64)
+
+
+def _unique_tokens(tokens: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct tokens of each record (sorted) and their record ids."""
+    lens = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    flat = np.concatenate(tokens).astype(np.uint64) if lens.sum() else np.zeros(0, dtype=np.uint64)
+    return unique_per_segment(flat, np.repeat(np.arange(len(tokens)), lens))
+
+
 def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     cs = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=np.float64))])
     return cs[offsets[1:]] - cs[offsets[:-1]]
 
 
-def _encode_cached(texts: list[str], cfg: DetectConfig) -> list[np.ndarray]:
+def _encode_cached(texts: list[str], cfg: DetectConfig, cleaned_out: list | None = None) -> list[np.ndarray]:
     """Clean and tokenize texts, encoding each distinct text once (MMLU repeats questions per choice)."""
     tok = get_tokenizer(cfg.tokenizer)
     opts = cfg.clean_options
     cleaned = [clean_text(t, opts) if t else "" for t in texts]
+    if cleaned_out is not None:
+        cleaned_out.extend(cleaned)
     distinct = list(dict.fromkeys(cleaned))
     enc = dict(zip(distinct, tok.encode_many(distinct)))
     return [enc[c] for c in cleaned]
@@ -157,7 +217,8 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
     N = float(n_rec)
     n, an, pn = cfg.ngram_size, cfg.answer_ngram_size, cfg.passage_ngram_size
 
-    q_tokens = _encode_cached(recs["question"].to_list(), cfg)
+    q_cleaned: list[str] = []
+    q_tokens = _encode_cached(recs["question"].to_list(), cfg, q_cleaned)
     answers = recs["answer"].to_list() if cfg.index_answers else [None] * n_rec
     passages = recs["passage"].to_list() if cfg.index_passages else [None] * n_rec
     a_tokens = _encode_cached([a or "" for a in answers], cfg)
@@ -165,18 +226,14 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
 
     # -- question postings: unique n-grams per record --------------------------
     q_len = np.array([len(t) for t in q_tokens], dtype=np.int32)
-    per_rec = []
-    for t in q_tokens:
-        if len(t) >= n:
-            per_rec.append(np.unique(ngram_hashes(t, n)))
-        elif len(t) > 0:
-            # decon rule: a question shorter than n tokens is one n-gram of all its tokens
-            per_rec.append(np.array([ngram_hash(t)], dtype=np.uint64))
-        else:
-            per_rec.append(np.zeros(0, dtype=np.uint64))
-    q_unique = np.array([len(u) for u in per_rec], dtype=np.int32)
-    all_h = np.concatenate(per_rec) if per_rec else np.zeros(0, dtype=np.uint64)
-    all_d = np.repeat(np.arange(n_rec, dtype=np.int32), q_unique)
+    h, seg = segment_ngram_hashes(q_tokens, n)
+    # decon rule: a question shorter than n tokens is one n-gram of all its tokens
+    short = [i for i, t in enumerate(q_tokens) if 0 < len(t) < n]
+    h = np.concatenate([h, np.array([ngram_hash(q_tokens[i]) for i in short], dtype=np.uint64)])
+    seg = np.concatenate([seg, np.array(short, dtype=np.int64)])
+    all_h, seg = unique_per_segment(h, seg)  # per record, in record order: what np.unique per record gives
+    q_unique = np.bincount(seg, minlength=n_rec).astype(np.int32)
+    all_d = seg.astype(np.int32)
     order = np.lexsort((all_d, all_h))
     all_h, all_d = all_h[order], all_d[order]
     q_keys, first, df = np.unique(all_h, return_index=True, return_counts=True)
@@ -196,23 +253,17 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
     np.bitwise_or.at(bloom, (bidx >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), bidx & np.uint64(63)))
 
     # -- token frequencies (decon: per field, unique tokens per record) ---------
-    tok_lists = [np.unique(t) for t in q_tokens] + [np.unique(t) for t in a_tokens] + [np.unique(t) for t in p_tokens]
-    all_tok = np.concatenate(tok_lists) if tok_lists else np.zeros(0, dtype=np.uint64)
-    vocab, tok_df = np.unique(all_tok, return_counts=True)
+    uniq = [_unique_tokens(f) for f in (q_tokens, a_tokens, p_tokens)]
+    vocab, tok_df = np.unique(np.concatenate([u for u, _ in uniq]), return_counts=True)
 
     # -- answers --------------------------------------------------------------
     a_len = np.array([len(t) for t in a_tokens], dtype=np.int32)
-    a_unique = np.array([len(np.unique(t)) for t in a_tokens], dtype=np.int32)
-    a_short_ok = np.zeros(n_rec, dtype=bool)
-    for i, t in enumerate(a_tokens):
-        if len(t):
-            u = np.unique(t)
-            a_short_ok[i] = np.log(N / tok_df[np.searchsorted(vocab, u)]).sum() > 0
-    a_ng = [
-        np.unique(ngram_hashes(t, an)) if (len(t) > cfg.short_answer_token_threshold and len(t) >= an) else np.zeros(0, dtype=np.uint64)
-        for t in a_tokens
-    ]
-    a_ng_off, a_ng_keys = _csr(a_ng, np.uint64)
+    a_vals, a_seg = uniq[1]
+    a_unique = np.bincount(a_seg, minlength=n_rec).astype(np.int32)
+    # the idf sum of an answer's distinct tokens is > 0 exactly when one of them has idf > 0
+    a_short_ok = np.bincount(a_seg, weights=np.log(N / tok_df[np.searchsorted(vocab, a_vals)]) > 0, minlength=n_rec) > 0
+    long_answer = a_len > cfg.short_answer_token_threshold
+    a_ng_off, a_ng_keys = _per_record(*unique_per_segment(*segment_ngram_hashes(a_tokens, an, long_answer)), n_rec)
     a_vocab, a_df = np.unique(a_ng_keys, return_counts=True)  # df over records (keys unique per record)
     a_ng_idf = np.log(N / a_df[np.searchsorted(a_vocab, a_ng_keys)]) if len(a_ng_keys) else np.zeros(0)
     a_idf_total = _segment_sums(a_ng_idf, a_ng_off)
@@ -220,13 +271,12 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
 
     # -- passages -------------------------------------------------------------
     p_len = np.array([len(t) for t in p_tokens], dtype=np.int32)
-    p_ng = [np.unique(ngram_hashes(t, pn)) if len(t) >= pn else np.zeros(0, dtype=np.uint64) for t in p_tokens]
-    p_ng_off, p_ng_keys = _csr(p_ng, np.uint64)
+    p_ng_off, p_ng_keys = _per_record(*unique_per_segment(*segment_ngram_hashes(p_tokens, pn)), n_rec)
     p_vocab, p_df = np.unique(p_ng_keys, return_counts=True)
     p_ng_idf = np.log(N / p_df[np.searchsorted(p_vocab, p_ng_keys)]) if len(p_ng_keys) else np.zeros(0)
     p_idf_total = _segment_sums(p_ng_idf, p_ng_off)
 
-    return NgramIndex(
+    index = NgramIndex(
         record_ids=recs["record_id"].to_numpy().astype(np.int32),
         q_keys=q_keys, q_offsets=q_offsets, q_docs=all_d, q_idf=q_idf, hot=hot,
         q_len=q_len, q_unique=q_unique, q_idf_sum=q_idf_sum, bloom=bloom, bloom_bits=bloom_bits,
@@ -236,3 +286,30 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
         p_idf_total=p_idf_total, hot_threshold=hot_threshold,
         config_json=json.dumps(cfg.reference_key(), sort_keys=True),
     )
+    if cfg.prefilter:  # otherwise built on first use (ensure_prefilter)
+        attach_prefilter(index, q_tokens, q_cleaned, cfg)
+    return index
+
+
+def ensure_prefilter(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig):
+    """The index's prefilter for ``cfg``, rebuilt from the records when the stored one is for another config."""
+    pf = index.prefilter
+    if pf is not None and pf.matches(cfg):
+        return pf
+    recs = records.filter(pl.col("indexed")).sort("record_id")
+    if not np.array_equal(recs["record_id"].to_numpy(), index.record_ids):
+        raise ValueError("records do not match the index (rebuild the index)")
+    q_cleaned: list[str] = []
+    q_tokens = _encode_cached(recs["question"].to_list(), cfg, q_cleaned)
+    attach_prefilter(index, q_tokens, q_cleaned, cfg)
+    return index.prefilter
+
+
+def attach_prefilter(index: NgramIndex, q_tokens: list[np.ndarray], q_cleaned: list[str], cfg: DetectConfig) -> None:
+    """Build the recall-safe prefilter for ``cfg`` and store it in the index."""
+    from contam_assets.core.prefilter import build_prefilter
+
+    pf = build_prefilter(q_tokens, q_cleaned, index.lookup, index.hot, index.q_idf, index.q_idf_sum, index.q_len, cfg)
+    index.pf_keys, index.pf_level_off, index.pf_offsets, index.pf_groups = pf.keys, pf.level_off, pf.offsets, pf.groups
+    index.pf_need, index.pf_tables, index.pf_table_off = pf.need, pf.tables, pf.table_off
+    index.pf_params_json, index.pf_always_pass = pf.params_json, pf.always_pass

@@ -69,3 +69,37 @@ def ngram_hashes_reference(tokens: list[int], n: int) -> list[int]:
 def word_ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
     """Word n-grams of a word list (texts shorter than n give no n-gram)."""
     return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+
+
+# -- many arrays at once (index build) ---------------------------------------------
+
+def segment_ngram_hashes(arrays: list[np.ndarray], n: int, use: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes of the n-grams inside each array (never across two) and the array each came from.
+
+    Equals ``concatenate([ngram_hashes(a, n) for a in arrays])`` with the matching array
+    indices; ``use`` (bool per array) leaves arrays out.  One numpy pass over all tokens.
+    """
+    lens = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+    take = lens >= n if use is None else (lens >= n) & use
+    idx = np.flatnonzero(take)
+    if not len(idx):
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    flat = np.concatenate([np.asarray(arrays[i], dtype=np.uint64) for i in idx.tolist()])
+    L = lens[idx]
+    starts = np.concatenate(([0], np.cumsum(L)[:-1]))
+    count = L - n + 1
+    ends = np.cumsum(count)
+    pos = np.repeat(starts - (ends - count), count) + np.arange(int(ends[-1]))
+    return ngram_hashes(flat, n)[pos], np.repeat(idx, count)
+
+
+def unique_per_segment(values: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values of each segment, segments in ascending order, and their segment ids.
+
+    Equals concatenating ``np.unique(values[seg == s])`` over the segments s in order.
+    """
+    order = np.lexsort((values, seg))
+    v, s = values[order], seg[order]
+    keep = np.ones(len(v), dtype=bool)
+    keep[1:] = (v[1:] != v[:-1]) | (s[1:] != s[:-1])
+    return v[keep], s[keep]

@@ -100,14 +100,23 @@ def passes_threshold(score: float, required: float, threshold: float) -> bool:
 # -- cluster discovery (detection.rs / cluster.rs) ----------------------------
 
 class _DocLookup:
-    """Per-document lookups of question n-grams, with a cache of posting sets."""
+    """Per-document lookups of question n-grams, with a cache of posting sets.
 
-    def __init__(self, index: NgramIndex, hashes: np.ndarray):
+    Without ``keys`` a position is tested against the bit filter and searched on
+    demand; with ``keys`` (the exact key of every position, -1 for none, from
+    NgramIndex.lookup) the answers are read off.
+    """
+
+    def __init__(self, index: NgramIndex, hashes: np.ndarray, keys: np.ndarray | None = None):
         self.index = index
         self.hashes = hashes
-        self.maybe = index.bloom_test(hashes)
         self._keys: dict[int, int] = {}
         self._sets: dict[int, frozenset] = {}
+        if keys is None:
+            self.maybe = index.bloom_test(hashes)
+        else:
+            self.maybe = keys >= 0
+            self._keys = dict(zip(np.flatnonzero(self.maybe).tolist(), keys[self.maybe].tolist()))
 
     def key_at(self, pos: int) -> int:
         if not self.maybe[pos]:
@@ -175,13 +184,14 @@ def expand_cluster(lk: _DocLookup, hit: int, key: int, cfg: DetectConfig) -> Clu
     return Cluster(matches=matches, bounds=bounds, end=end)
 
 
-def find_clusters(index: NgramIndex, tokens: np.ndarray, cfg: DetectConfig, hashes: np.ndarray | None = None) -> tuple[list[Cluster], _DocLookup | None]:
+def find_clusters(index: NgramIndex, tokens: np.ndarray, cfg: DetectConfig, hashes: np.ndarray | None = None,
+                  keys: np.ndarray | None = None) -> tuple[list[Cluster], _DocLookup | None]:
     n = cfg.ngram_size
     if len(tokens) < n:
         return [], None
     if hashes is None:
         hashes = ngram_hashes(tokens, n)
-    lk = _DocLookup(index, hashes)
+    lk = _DocLookup(index, hashes, keys)
     m = len(hashes)
     cand = np.flatnonzero(lk.maybe)  # positions that may hit; every other position is a sure miss
     clusters: list[Cluster] = []
@@ -355,10 +365,95 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
 
 
 def scan_tokens(index: NgramIndex, tokens: np.ndarray, cfg: DetectConfig) -> list[Candidate]:
-    """All candidates in one document (empty when the document is under `min_doc_tokens`)."""
+    """All candidates in one document (empty when the document is under `min_doc_tokens`).
+
+    The plain per-document path; :func:`scan_many` gives the same result for many documents.
+    """
     if len(tokens) < cfg.min_doc_tokens:
         return []
     clusters, _ = find_clusters(index, tokens, cfg)
     if not clusters:
         return []
     return score_clusters(index, tokens, clusters, cfg)
+
+
+# -- many documents at once --------------------------------------------------------
+
+def question_floor(cfg: DetectConfig) -> float:
+    """Question overlap below which score_clusters drops a cluster without scoring it."""
+    return min(cfg.min_question_overlap, cfg.candidate_question_floor)
+
+
+def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float) -> bool:
+    """False only when no record can reach question overlap ``floor`` with these n-gram keys.
+
+    ``keys`` are the index keys found anywhere in a document.  A cluster starts at a
+    non-hot key and only collects records in that key's postings, and a record's
+    overlap counts matched keys of the document only, so a record's overlap is at
+    most (idf of the document's non-hot keys it holds + idf of all the document's hot
+    keys) / its idf total.  If that bound is under ``floor`` for every record of every
+    non-hot key, score_clusters would drop every cluster of the document.
+    """
+    if floor <= 0:
+        return True
+    u = np.unique(keys)
+    hot = index.hot[u]
+    cold = u[~hot]
+    if len(cold) == 0:
+        return False  # decon rule: a hot n-gram starts no cluster
+    hot_idf = float(index.q_idf[u[hot]].sum())
+    first, count = index.q_offsets[cold], index.q_offsets[cold + 1] - index.q_offsets[cold]
+    ends = np.cumsum(count)
+    recs = index.q_docs[np.repeat(first - (ends - count), count) + np.arange(int(ends[-1]))]
+    records, inverse = np.unique(recs, return_inverse=True)
+    idf = np.bincount(inverse, weights=np.repeat(index.q_idf[cold], count))
+    # a relative slack of 1e-9 keeps the bound on the safe side of float rounding
+    return bool(np.any(idf + hot_idf >= floor * index.q_idf_sum[records] * (1 - 1e-9)))
+
+
+def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig) -> list[list[Candidate]]:
+    """``[scan_tokens(index, t, cfg) for t in docs]``, with the per-document numpy work batched.
+
+    The n-gram hashes of all documents are computed in one pass over their
+    concatenation (a window that crosses two documents is never read) and looked
+    up exactly in one pass; a document is walked only when it holds a non-hot index
+    key and can reach the question floor (a coarse bound for all documents at once,
+    then :func:`can_reach_floor`).
+    """
+    n = cfg.ngram_size
+    out: list[list[Candidate]] = [[] for _ in docs]
+    lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+    if not len(docs) or lens.max(initial=0) < max(cfg.min_doc_tokens, n):
+        return out
+    starts = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum(lens, out=starts[1:])
+    flat = np.concatenate(docs)
+    hashes = ngram_hashes(flat, n)
+    keys = index.lookup(hashes)
+    hit = np.flatnonzero(keys >= 0)
+    doc_of = np.searchsorted(starts, hit, side="right") - 1
+    inside = hit + n <= starts[doc_of + 1]  # the window ends inside its document
+    floor = question_floor(cfg)
+    # a cheaper bound first, for all documents at once: the idf of every hit (repeats included) must
+    # reach floor * the smallest idf total of any record a non-hot hit could start a cluster for
+    hk, hd = keys[hit[inside]], doc_of[inside]
+    total = np.bincount(hd, weights=index.q_idf[hk], minlength=len(docs))
+    smallest = np.full(len(docs), np.inf)
+    cold = ~index.hot[hk]
+    np.minimum.at(smallest, hd[cold], index.key_min_total()[hk[cold]])
+    has_cold = np.isfinite(smallest)  # decon rule: only a non-hot n-gram starts a cluster
+    if floor > 0:
+        has_cold &= total * (1 + 1e-9) >= floor * np.where(has_cold, smallest, 0.0) * (1 - 1e-9)
+    maybe = np.flatnonzero(has_cold)
+    for i in maybe.tolist():
+        L = int(lens[i])
+        if L < cfg.min_doc_tokens:
+            continue
+        s, m = int(starts[i]), L - n + 1
+        doc_keys = keys[s : s + m]
+        if not can_reach_floor(index, doc_keys[doc_keys >= 0], floor):
+            continue
+        clusters, _ = find_clusters(index, docs[i], cfg, hashes=hashes[s : s + m], keys=doc_keys)
+        if clusters:
+            out[i] = score_clusters(index, docs[i], clusters, cfg)
+    return out

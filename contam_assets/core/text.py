@@ -67,8 +67,8 @@ def _split_long_words(text: str) -> str:
     )
 
 
-def clean_text(text: str, options: CleanOptions = CleanOptions()) -> str:
-    """decon clean: lowercase, punctuation to spaces, collapse whitespace, trim."""
+def clean_text_reference(text: str, options: CleanOptions = CleanOptions()) -> str:
+    """Plain definition of :func:`clean_text` (tests compare the two on random input)."""
     if options.unescape:
         text = unescape(text)
     # decon rule: lowercase, then replace each punctuation char with a space
@@ -78,6 +78,81 @@ def clean_text(text: str, options: CleanOptions = CleanOptions()) -> str:
     if len(text) > MAX_WORD_CHARS and _LONG_WORD.search(text):
         text = _split_long_words(text)
     return text
+
+
+# -- fast path ------------------------------------------------------------------
+# Same result as clean_text_reference, computed with C-level string operations on
+# the UTF-8 bytes:
+# * lowercase + ASCII punctuation + ASCII whitespace in one bytes.translate
+#   (ASCII text: byte lowercasing is str.lower; other text is lowercased with
+#   str.lower first, and UTF-8 multi-byte sequences never contain ASCII bytes);
+# * non-ASCII punctuation and whitespace with one character-class substitution;
+# * bytes.split() collapses and trims the spaces, which are then the only
+#   whitespace left (the reference's re "\s+" and strip() use Python's isspace).
+_FAST_CACHE: dict[str, tuple[bytes, bytes, re.Pattern]] = {}
+_WIDE_SPACE = "".join(chr(c) for c in range(128, 0x3001) if chr(c).isspace())
+
+
+def _fast_tables(punctuation: str) -> tuple[bytes, bytes, re.Pattern]:
+    """(table for ASCII text, table for lowercased UTF-8 text, pattern of non-ASCII punctuation and space)."""
+    t = _FAST_CACHE.get(punctuation)
+    if t is None:
+        punct = set(punctuation)
+        # byte b of lowercased UTF-8 text -> space if punctuation or whitespace; multi-byte sequences untouched
+        utf8 = bytes(32 if (chr(b) in punct or chr(b).isspace()) else b for b in range(128)) + bytes(range(128, 256))
+        # byte b of ASCII text -> translate(lower(b)) in one step
+        ascii_ = bytes(32 if (chr(b).lower() in punct or chr(b).isspace()) else ord(chr(b).lower()) for b in range(128)) + bytes(range(128, 256))
+        wide = sorted({c for c in punctuation if ord(c) >= 128} | set(_WIDE_SPACE))
+        pattern = re.compile("[" + "".join(re.escape(c) for c in wide) + "]")
+        t = _FAST_CACHE[punctuation] = (ascii_, utf8, pattern)
+    return t
+
+
+def _split_long(words: list[bytes]) -> list[bytes]:
+    out = []
+    for w in words:
+        if len(w) > MAX_WORD_CHARS:
+            s = w.decode("utf-8", "surrogatepass")  # the limit counts characters, not bytes
+            if len(s) > MAX_WORD_CHARS:
+                out.extend(s[i : i + MAX_WORD_CHARS].encode("utf-8", "surrogatepass") for i in range(0, len(s), MAX_WORD_CHARS))
+                continue
+        out.append(w)
+    return out
+
+
+def translate_bytes(text: str, options: CleanOptions = CleanOptions(), errors: str = "surrogatepass") -> bytes:
+    """UTF-8 bytes of ``text`` unescaped, lowercased, with punctuation and all whitespace as spaces.
+
+    Splitting the result on spaces gives the cleaned words (before long words are cut);
+    ``errors="strict"`` raises UnicodeEncodeError on lone surrogates.
+    """
+    if options.unescape and "\\" in text:
+        text = _ESCAPE.sub(_unescape_one, text)
+    ascii_table, utf8_table, wide = _fast_tables(options.punctuation)
+    if text.isascii():
+        return text.encode("ascii").translate(ascii_table)
+    return wide.sub(" ", text.lower()).encode("utf-8", errors).translate(utf8_table)
+
+
+def clean_words(text: str, options: CleanOptions = CleanOptions()) -> list[bytes]:
+    """Words of the cleaned text as UTF-8 bytes: ``b" ".join(clean_words(t))`` is clean_text(t) encoded."""
+    words = translate_bytes(text, options).split()
+    if words and max(map(len, words)) > MAX_WORD_CHARS:
+        words = _split_long(words)
+    return words
+
+
+def join_words(words: list[bytes]) -> str:
+    """The cleaned text of :func:`clean_words`' output."""
+    return b" ".join(words).decode("utf-8", "surrogatepass")
+
+
+def clean_text(text: str, options: CleanOptions = CleanOptions()) -> str:
+    """decon clean: lowercase, punctuation to spaces, collapse whitespace, trim.
+
+    Equal to :func:`clean_text_reference` for every input.
+    """
+    return join_words(clean_words(text, options))
 
 
 def normalize_ws_case(text: str) -> str:

