@@ -85,6 +85,12 @@ def segments(tok: Tokenizer, cleaned: str, tokens: np.ndarray, c: Candidate) -> 
     return [s for s in out if s["text"]]
 
 
+def _rank(c: Candidate, rec: dict) -> tuple:
+    """Which expanded choice of a multiple-choice item a row reports: flagged first, then the
+    higher score, then the choice whose answer is found, then the correct choice, then the first."""
+    return (c.flagged, c.score, c.a_overlap or 0.0, rec["is_correct"] is True, -(rec["choice_index"] or 0))
+
+
 def _rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, cands: list[Candidate],
                   ref: Reference, tok: Tokenizer, preset: str) -> list[dict]:
     # One row per (instance, span): of a multiple-choice item's expanded records, keep the best choice.
@@ -93,7 +99,7 @@ def _rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, c
         rec = ref.get(c.record_id)
         key = (rec["suite"], rec["split"], rec["instance_index"], rec["subject"], c.cluster_start)
         prev = best.get(key)
-        if prev is None or (c.flagged, c.score) > (prev[0].flagged, prev[0].score):
+        if prev is None or _rank(c, rec) > _rank(*prev):
             best[key] = (c, rec)
     rows = []
     for c, rec in best.values():

@@ -124,6 +124,8 @@ def parse_line_plain(body: bytes, line: int, shard: str, content_key: str) -> Do
         return Reject(line, f"not_utf8 (byte {exc.start})", body)
     try:
         obj = json.loads(s)
+    except RecursionError:
+        return Reject(line, "malformed_json (nested too deeply)", body)
     except json.JSONDecodeError as exc:
         return Reject(line, f"malformed_json ({exc.msg} at {exc.pos})", body)
     if not isinstance(obj, dict):

@@ -85,7 +85,22 @@ def combined_score(q: float, q_unique: int, a: float | None, a_len: int | None, 
             base = q * W_QP[0] + p * W_QP[1]
     else:
         base = q
-    return min(base, 1.0)
+    return _unit(base)
+
+
+# Sums of the same IDF values added in another order differ in the last bits (the index sums
+# with np.add.at, the scan in key order), so a complete match can come out as 0.9999999999999998.
+# decon sums in one fixed order and gets exactly 1.0; treat anything within 1e-9 of 1 as 1.
+EPS = 1e-9
+
+
+def _unit(x: float) -> float:
+    return 1.0 if x >= 1.0 - EPS else x
+
+
+def overlap_ratio(matched: float, total: float) -> float:
+    """matched / total in [0, 1], exactly 1.0 for a complete match."""
+    return _unit(matched / total) if total > 0 else 0.0
 
 
 def passes_threshold(score: float, required: float, threshold: float) -> bool:
@@ -260,7 +275,7 @@ def _long_answer(index: NgramIndex, local: int, tokens: np.ndarray, q_end: int, 
     if not hit.any():
         return None, 0.0
     matched = np.unique(pos[hit])
-    overlap = float(idf[matched].sum()) / total  # decon rule: answer n-gram IDF overlap in the window
+    overlap = overlap_ratio(float(idf[matched].sum()), total)  # decon rule: answer n-gram IDF overlap in the window
     starts = ws + np.flatnonzero(hit)
     spans: list[tuple[int, int]] = []
     cs, ce = int(starts[0]), int(starts[0]) + an - 1
@@ -310,8 +325,8 @@ def _passage(index: NgramIndex, local: int, tokens: np.ndarray, q_start: int, cf
             if misses > cfg.passage_max_consecutive_misses:
                 break
     if first is None:
-        return None, total_idf / total
-    return (first, last), total_idf / total
+        return None, overlap_ratio(total_idf, total)
+    return (first, last), overlap_ratio(total_idf, total)
 
 
 # -- candidate scoring (contamination_entry.rs) ---------------------------------
@@ -323,7 +338,7 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
     for cl in clusters:
         for local, keys in cl.matches.items():
             q_idf_sum = float(index.q_idf_sum[local])
-            q = float(index.q_idf[list(keys)].sum()) / q_idf_sum if q_idf_sum > 0 else 0.0
+            q = overlap_ratio(float(index.q_idf[list(keys)].sum()), q_idf_sum)
             # decon rule: Σ idf(matched unique n-grams) / Σ idf(all unique n-grams)
             if q < min(min_q, cfg.candidate_question_floor):
                 continue

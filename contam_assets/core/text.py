@@ -14,9 +14,13 @@ from dataclasses import dataclass
 DEFAULT_PUNCTUATION = "!'\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~\u201c\u201d\u2018\u2019\u2014"
 
 _WS = re.compile(r"\s+")
-# JSON / Python string escapes: \n \r \t \" \' \\ \/ and \uXXXX.
-_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[nrtbf\"'\\/])")
-_ESCAPE_MAP = {"n": "\n", "r": "\r", "t": "\t", "b": " ", "f": " ", '"': '"', "'": "'", "\\": "\\", "/": "/"}
+# JSON / Python string escapes: \n \r \t \" \' \/ and \uXXXX, behind ANY number of backslashes, so
+# every escaping level of a text (verbatim, escaped once, escaped twice) cleans to the same words.
+# (A text with a literal backslash, such as LaTeX "\norm", then cleans the same way in the
+# benchmark and in a JSON-escaped copy of it.)  A run of backslashes before anything else is
+# punctuation, i.e. a space, at every level.
+_ESCAPE = re.compile(r"\\+(u[0-9a-fA-F]{4}|[nrtbf\"'/])")
+_ESCAPE_MAP = {"n": "\n", "r": "\r", "t": "\t", "b": " ", "f": " ", '"': '"', "'": "'", "/": "/"}
 # A "word" longer than this is cut into pieces before BPE encoding; BPE on a
 # multi-megabyte run of letters is quadratic and would stall a shard.
 MAX_WORD_CHARS = 256
@@ -43,7 +47,7 @@ def _unescape_one(m: re.Match) -> str:
 
 
 def unescape(text: str) -> str:
-    """Undo JSON and Python string escapes (``\\n``, ``\\"``, ``\\\\``, ``\\uXXXX``)."""
+    """Undo JSON and Python string escapes (``\\n``, ``\\"``, ``\\uXXXX``) at any escaping depth."""
     if "\\" not in text:
         return text
     return _ESCAPE.sub(_unescape_one, text)
