@@ -4,9 +4,11 @@
            [--per-type 100] [--clean-docs 100000] [--seed 0]
 
 Runs `contam quality` (the same Dagster assets), then writes OUT/quality_full.md:
-the tables recorded in docs/quality.md, plus why verbatim-like copies were missed
-(no candidate and a question under 14 tokens: decon's every-10th-5-gram sampling;
-a stored score that rounds to 1.0 but is not flagged; anything else).
+the tables recorded in docs/quality.md, plus why each verbatim-like or
+option-changed copy was missed on the default preset, found by replaying the
+detector's n-gram walk on the document (decon's every-10th-5-gram sampling
+skipping a short question, a question inside another instance's cluster, a
+question under 5 tokens, a stored score below the bar, anything else).
 """
 
 from __future__ import annotations
@@ -32,36 +34,115 @@ def pct(v) -> str:
     return "–" if v is None else f"{100 * v:.1f}"
 
 
-def miss_causes(out: Path, benchmarks: Path) -> list[dict]:
+def _replay_walk(index, tokens, cfg) -> tuple[list[int], list[tuple[int, int]]]:
+    """Run core.scan.find_clusters on one document and record what its walk did.
+
+    Returns the positions the every-`sample_every`-th lookup tested (outside cluster
+    expansion) and the (start n-gram, end) of every cluster.  The scan module's own
+    functions are wrapped for the duration of the call: this observes the shipped
+    code path rather than re-implementing it.
+    """
+    from contam_assets.core import scan
+
+    sampled: list[int] = []
+    clusters: list[tuple[int, int]] = []
+    depth = [0]
+    key_at, expand = scan._DocLookup.key_at, scan.expand_cluster
+
+    def spy_key_at(self, pos):
+        if not depth[0]:
+            sampled.append(int(pos))
+        return key_at(self, pos)
+
+    def spy_expand(lk, hit, key, c):
+        depth[0] += 1
+        try:
+            cl = expand(lk, hit, key, c)
+        finally:
+            depth[0] -= 1
+        clusters.append((int(hit), int(cl.end)))
+        return cl
+
+    scan._DocLookup.key_at, scan.expand_cluster = spy_key_at, spy_expand
+    try:
+        scan.find_clusters(index, tokens, cfg)
+    finally:
+        scan._DocLookup.key_at, scan.expand_cluster = key_at, expand
+    return sampled, clusters
+
+
+def miss_causes(out: Path, benchmarks: Path) -> tuple[list[dict], list[dict]]:
+    """Why verbatim-like and option-changed copies were missed on the default preset.
+
+    Each missed document is tokenized as `contam detect` does, the question's
+    tokens are located in it, and the cluster walk is replayed (_replay_walk).
+    Also returns, per task, how many such copies had a question under
+    ngram_size + sample_every - 1 tokens and how many of those were missed.
+    """
     from contam_assets.core import store
-    from contam_assets.core.config import preset
-    from contam_assets.core.reference import build_reference_set
-    from contam_assets.core.registry import load_registry
-    from contam_assets.core.text import clean_text
+    from contam_assets.core.index import _encode_cached
+    from contam_assets.core.text import clean_words
     from contam_assets.core.tokenize import get_tokenizer
     from contam_assets.quality.items import items_from_records
     from contam_assets.quality.leaks import VERBATIM_LIKE
+    from contam_assets.quality.measure import build_detector, read_texts
 
+    types = VERBATIM_LIKE + ("mc_options_changed",)
     with store.connect(out / "contam.duckdb", read_only=True) as con:
-        misses = store.query_df(con, f"""select * from quality_outcomes where preset = 'default' and not caught
-                                         and leak_type in ({', '.join(repr(x) for x in VERBATIM_LIKE)})""")
-    if misses.height == 0:
-        return []
-    recs, _ = build_reference_set(load_registry(PROJECT / "data" / "tasks", sorted(set(misses["task"].to_list()))), benchmarks, preset("default"))
-    items = {it.key: it for it in items_from_records(recs)}
-    tok = get_tokenizer("cl100k")
+        rows = store.query_df(con, f"""select * from quality_outcomes where preset = 'default'
+                                       and leak_type in ({', '.join(repr(x) for x in types)})""")
+    if rows.height == 0:
+        return [], []
+    from contam_assets.core.registry import load_registry
+
+    det = build_detector("default", load_registry(PROJECT / "data" / "tasks", sorted(set(rows["task"].to_list()))), benchmarks)
+    cfg = det.cfg
+    n, short_below = cfg.ngram_size, cfg.ngram_size + cfg.sample_every - 1
+    tok = get_tokenizer(cfg.tokenizer)
+    items = {it.key: it for it in items_from_records(det.records)}
+    misses = rows.filter(~pl.col("caught")).to_dicts()
+    texts = read_texts(out / "quality_suite" / "pool", {(r["shard"], r["line"]) for r in misses})
     counts: dict[tuple[str, str], int] = {}
-    for r in misses.to_dicts():
+    by_task: dict[str, list[int]] = {}
+    for r in rows.to_dicts():
         it = items[(r["task"], r["split"], r["instance_index"], r["subject"] or "")]
-        q_tokens = len(tok.encode(clean_text(it.question)))
-        if not r["candidate"]:
-            cause = "no candidate, question < 14 tokens (sampling)" if q_tokens < 14 else "no candidate, question >= 14 tokens"
-        elif r["best_score"] is not None and r["best_score"] >= 0.999999:
-            cause = "stored score 1.0 but not flagged (float rounding)"
+        q = _encode_cached([it.question], cfg)[0]
+        T = len(q)
+        bt = by_task.setdefault(r["task"], [0, 0, 0, 0])  # copies, short, missed, short and missed
+        bt[0] += 1
+        bt[1] += T < short_below
+        if r["caught"]:
+            continue
+        bt[2] += 1
+        bt[3] += T < short_below
+        doc = tok.encode_words([clean_words(texts[(r["shard"], r["line"])], cfg.clean_options)])[0]
+        starts = [s for s in range(len(doc) - T + 1) if T and (doc[s:s + T] == q).all()]
+        if r["candidate"]:
+            cause = f"stored below the bar (best score {r['best_score']:.3f})"
+        elif not starts:
+            cause = "question tokens not found in the document"
+        elif T < n:
+            cause = f"question under {n} tokens: indexed as one shorter n-gram, which no document {n}-gram equals"
         else:
-            cause = "stored below the bar"
+            sampled, clusters = _replay_walk(det.index, doc, cfg)
+            s = starts[0]
+            grams = range(s, s + T - n + 1)
+            if any(p in grams for p in sampled):
+                cause = f"other: a sampled lookup landed in the question ({T} tokens)"
+            elif any(h < s and e >= grams[-1] for h, e in clusters):
+                cause = (f"question under {short_below} tokens, inside another instance's cluster (started before it); "
+                         "the walk resumes after that cluster's end")
+            elif T < short_below:
+                cause = f"question under {short_below} tokens (< {cfg.sample_every} {n}-grams): no every-{cfg.sample_every}th lookup landed in it"
+            else:
+                cause = f"other: no lookup landed in a {T}-token question"
         counts[(r["task"], cause)] = counts.get((r["task"], cause), 0) + 1
-    return [{"task": t, "cause": c, "missed": n} for (t, c), n in sorted(counts.items())]
+    causes = [{"task": t, "cause": c, "missed": k} for (t, c), k in sorted(counts.items())]
+    short = [{"task": t, "copies": v[0], f"question < {short_below} tokens": v[1], "missed": v[2],
+              f"missed, question < {short_below} tokens": v[3],
+              f"recall, question >= {short_below} tokens": round(1 - (v[2] - v[3]) / max(1, v[0] - v[1]), 4)}
+             for t, v in sorted(by_task.items())]
+    return causes, short
 
 
 def main() -> None:
@@ -123,9 +204,12 @@ def main() -> None:
                          "recall given presence": r["recall_given_presence"]})
     lines += ["### Item split (seed 003)", "", md(rows, list(rows[0])), ""]
 
-    causes = miss_causes(out, Path(args.benchmarks))
+    causes, short = miss_causes(out, Path(args.benchmarks))
     if causes:
-        lines += ["### Why verbatim-like copies were missed (default preset)", "", md(causes, ["task", "cause", "missed"]), ""]
+        lines += ["### Why verbatim-like and option-changed copies were missed (default preset)", "",
+                  md(causes, ["task", "cause", "missed"]), ""]
+    if short:
+        lines += ["### Verbatim-like and option-changed copies by question length (default preset)", "", md(short, list(short[0])), ""]
     if "default" in report["presets"]:
         t = report["presets"]["default"]["targets"]
         lines += ["### Targets (default preset)", "", md([{**x, "passed": "yes" if x["passed"] else "NO"} for x in t], ["name", "value", "target", "passed"]), ""]

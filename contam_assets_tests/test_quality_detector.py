@@ -1,21 +1,48 @@
-"""The quality assets on a small slice (GSM8K + HumanEval, default preset), checked against the targets.
+"""The quality assets on a CI slice (GSM8K, HumanEval, ARC-Easy, MMLU; default preset), checked against the targets.
 
-The false-positive bound is loose at this size: 2,000 clean documents with no
-false positive only say the rate is below ~1,500 per million (95 %); the
-100-per-million target is really measured by benchmarks/quality_full.py.
+Targets (issue 7, default preset): recall >= 0.99 for verbatim, formatting-changed and
+escaped question+answer; >= 0.95 for solution-only code through the derived suites;
+<= 100 false positives per million clean documents; none on the hard negatives.
+
+- Verbatim-like recall: decon looks up every 10th question 5-gram, so a question
+  under ngram_size + sample_every - 1 = 14 tokens (fewer than ten 5-grams) can be
+  stepped over, depending on where it sits in the document (docs/quality.md: every
+  verbatim-like miss of the full run is such a question; ARC and MMLU have them,
+  GSM8K and HumanEval do not).  The slice checks >= 0.99 per task on GSM8K and
+  HumanEval, >= 0.99 on every copy whose question has at least 14 tokens, that every
+  miss is a short question with no stored candidate, and that the report's target
+  rows and the `quality_targets` check say exactly what the figures say (so a short
+  question the sampling stepped over shows as a failed target, as in the full run).
+- The false-positive bound is loose at this size: 2,300 clean and hard-negative
+  documents with no false positive only bound the rate below ~1,300 per million
+  (95 %); at this size "<= 100 per million" means none at all.  The 100-per-million
+  target is really measured by benchmarks/quality_full.py (102,125 documents).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from contam_assets.core import store
+from contam_assets.core.config import preset
+from contam_assets.core.reference import build_reference_set
+from contam_assets.core.registry import load_registry
+from contam_assets.core.text import clean_text
+from contam_assets.core.tokenize import get_tokenizer
 from contam_assets.defs.quality.assets import detector_quality, planted_suite
 from contam_assets.defs.quality.resources import QualitySettings
 from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.quality.items import items_from_records, item_key
+from contam_assets.quality.leaks import VERBATIM_LIKE
+
+TASKS = ("gsm8k", "humaneval", "arc_easy", "mmlu")
+TASKS_DIR = Path(__file__).resolve().parents[1] / "data" / "tasks"
+PER_TYPE = 8
+CLEAN_DOCS, HARD_NEGATIVES = 2000, 300
 
 
 @pytest.fixture(scope="module")
@@ -24,30 +51,90 @@ def run(shared_data, tmp_path_factory):
     home = tmp_path_factory.mktemp("dagster_home")
     (home / "dagster.yaml").touch()
     instance = dg.DagsterInstance.local_temp(str(home))
-    settings = ContamSettings(out_dir=str(out), benchmarks_dir=str(shared_data), tasks="gsm8k,humaneval")
+    settings = ContamSettings(out_dir=str(out), benchmarks_dir=str(shared_data), tasks=",".join(TASKS))
     resources = {"contam_settings": settings, "contam_db": ContamDB(path=str(settings.db_path)),
-                 "quality_settings": QualitySettings(seed=11, per_type=5, clean_docs=2000, hard_negatives=300)}
+                 "quality_settings": QualitySettings(seed=11, per_type=PER_TYPE, clean_docs=CLEAN_DOCS,
+                                                     hard_negatives=HARD_NEGATIVES)}
     suite = dg.materialize([planted_suite], resources=resources, instance=instance)
     scored = dg.materialize([detector_quality], resources=resources, instance=instance, partition_key="default")
     report = json.loads((out / "quality.json").read_text())
     return dict(out=out, settings=settings, resources=resources, instance=instance, suite=suite, scored=scored, report=report)
 
 
-def test_targets_hold_on_the_default_preset(run):
+@pytest.fixture(scope="module")
+def records(shared_data):
+    recs, _ = build_reference_set(load_registry(TASKS_DIR, list(TASKS)), shared_data, preset("default"))
+    return recs
+
+
+@pytest.fixture(scope="module")
+def verbatim_like(run, records):
+    """Default-preset outcomes of verbatim-like and option-changed copies, with each question's length in tokens
+    as the detector indexes it (its cleaning, its tokenizer)."""
+    cfg = preset("default")
+    tok = get_tokenizer(cfg.tokenizer)
+    items = {it.key: it for it in items_from_records(records)}
+    types = VERBATIM_LIKE + ("mc_options_changed",)
+    with store.connect(run["settings"].db_path, read_only=True) as con:
+        rows = store.query_df(con, f"""select * from quality_outcomes where preset = 'default'
+                                       and leak_type in ({', '.join('?' for _ in types)})""", list(types)).to_dicts()
+    for r in rows:
+        q = items[item_key(r["task"], r["split"], r["instance_index"], r["subject"])].question
+        r["q_tokens"] = len(tok.encode(clean_text(q, cfg.clean_options)))
+    return rows, cfg.ngram_size + cfg.sample_every - 1
+
+
+def test_verbatim_like_recall_where_decon_samples_the_question(run, verbatim_like):
+    rows, short_below = verbatim_like
+    leaks = run["report"]["presets"]["default"]["leak_types"]
+    for leak in VERBATIM_LIKE:
+        assert leaks[leak]["planted"] == len(TASKS) * PER_TYPE
+        for task in ("gsm8k", "humaneval"):  # no question under 14 tokens: the target holds per task
+            assert leaks[leak]["tasks"][task]["recall"] >= 0.99, (leak, task, leaks[leak]["tasks"][task])
+        assert leaks[leak]["precision"] >= 0.95, (leak, leaks[leak])
+    assert leaks["mc_options_changed"]["planted"] == 2 * PER_TYPE
+    long = [r for r in rows if r["q_tokens"] >= short_below]
+    assert len(long) >= 0.8 * len(rows) and {r["task"] for r in long} == set(TASKS)
+    assert sum(r["caught"] for r in long) / len(long) >= 0.99
+    for r in rows:
+        if not r["caught"]:  # decon's every-10th lookup stepped over a short question: nothing is stored
+            assert r["q_tokens"] < short_below and not r["candidate"], r
+
+
+def test_targets_are_checked_on_the_default_preset(run):
     d = run["report"]["presets"]["default"]
-    leaks = d["leak_types"]
-    for leak in ("verbatim", "case", "whitespace", "line_breaks", "punctuation", "json_escaped", "python_escaped"):
-        assert leaks[leak]["planted"] >= 10
-        assert leaks[leak]["recall"] >= 0.99, (leak, leaks[leak])
-        assert leaks[leak]["precision"] == 1.0, (leak, leaks[leak])
+    leaks, targets = d["leak_types"], {t["name"]: t for t in d["targets"]}
+    for leak in VERBATIM_LIKE:  # the target rows report the figures as measured
+        t = targets[f"recall {leak}"]
+        assert t["value"] == leaks[leak]["recall"] and t["passed"] == (leaks[leak]["recall"] >= 0.99)
     sol = leaks["solution_only"]
-    assert sol["planted"] == 5 and sol["recall"] >= 0.95
+    assert sol["planted"] == PER_TYPE and sol["recall"] >= 0.95
     assert sol["held_for_review"] == sol["flagged"]  # derived-suite matches wait for a reviewer
-    assert d["clean"]["documents"] >= 2000 and d["clean"]["per_million"] <= 100
-    assert d["clean"]["upper95_per_million"] > 1000  # the bound is loose at this size
-    assert d["hard_negatives"]["total"]["documents"] >= 300
-    assert d["hard_negatives"]["total"]["false_positives"] == 0
-    assert all(t["passed"] for t in d["targets"]), d["targets"]
+    assert targets["recall solution_only (held for review counts)"]["passed"]
+    clean, hard = d["clean"], d["hard_negatives"]["total"]
+    assert clean["documents"] == CLEAN_DOCS + HARD_NEGATIVES and hard["documents"] == HARD_NEGATIVES
+    assert clean["per_million"] <= 100 and targets["false positives per million clean documents"]["passed"]
+    assert clean["upper95_per_million"] > 1000  # the bound is loose at this size (see the module docstring)
+    assert hard["false_positives"] == 0 and targets["false positives on hard negatives"]["passed"]
+    checks = run["scored"].get_asset_check_evaluations()
+    assert [c.check_name for c in checks] == ["quality_targets"]
+    assert checks[0].passed == all(t["passed"] for t in d["targets"])
+
+
+def test_multiple_choice_rows_report_the_gold_option(run, records):
+    """ARC-Easy verbatim-like copies hold every option and the answer: all options tie, so the row reports the
+    correct one (when its record is indexed: decon skips a choice record under 20 tokens)."""
+    indexed = {(r["instance_index"], r["choice_index"]) for r in records.filter(records["task"] == "arc_easy")
+               .select("instance_index", "choice_index", "indexed").to_dicts() if r["indexed"]}
+    with store.connect(run["settings"].db_path, read_only=True) as con:
+        rows = con.execute(f"""select t.instance_index, t.choice_index, m.choice_index from quality_truth t
+                               join quality_matches m on m.preset = 'default' and m.shard = t.shard and m.line = t.line
+                                and m.task = t.task and m.instance_index = t.instance_index and m.flagged
+                               where t.task = 'arc_easy' and t.role = 'planted'
+                                and t.leak_type in ({', '.join('?' for _ in VERBATIM_LIKE)})""", list(VERBATIM_LIKE)).fetchall()
+    checked = [(gold, got) for i, gold, got in rows if (i, gold) in indexed]
+    assert len(checked) >= 0.8 * len(VERBATIM_LIKE) * PER_TYPE
+    assert all(gold == got for gold, got in checked), checked
 
 
 def test_known_blind_spots_are_reported_not_hidden(run):
@@ -61,7 +148,7 @@ def test_known_blind_spots_are_reported_not_hidden(run):
 
 def test_item_split_and_tables(run):
     split = run["report"]["presets"]["default"]["item_split"]["tasks"]
-    assert set(split) == {"gsm8k", "humaneval"}
+    assert set(split) == set(TASKS)
     for row in split.values():
         assert row["flagged_and_present"] <= min(row["flagged"], row["present"])
         assert row["present"] >= row["flagged_and_present"] > 0
@@ -72,7 +159,7 @@ def test_item_split_and_tables(run):
         outcomes = con.execute("select count(*) from quality_outcomes where preset = 'default'").fetchone()[0]
     assert all(v > 0 for v in n.values()), n
     assert outcomes == planted
-    assert n["quality_item_split"] == 8792 + 164  # every instance of the two tasks
+    assert n["quality_item_split"] == 8792 + 164 + 2376 + 14042  # every instance of the four tasks
 
 
 def test_metadata_page_and_check(run):
@@ -83,8 +170,9 @@ def test_metadata_page_and_check(run):
     page = (run["out"] / "quality.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "Detector quality" in page and "<script" not in page
     assert "Item split" in page and "question_only" in page
-    checks = run["scored"].get_asset_check_evaluations()
-    assert [c.check_name for c in checks] == ["quality_targets"] and checks[0].passed
+    check = run["scored"].get_asset_check_evaluations()[0]
+    failed = [t["name"] for t in run["report"]["presets"]["default"]["targets"] if not t["passed"]]
+    assert check.metadata["failed"].value == (", ".join(failed) or "none")
 
 
 def test_rerun_replaces_rows(run):
