@@ -6,9 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
 
 
 def contam(*args, cwd=None, env_extra=None):

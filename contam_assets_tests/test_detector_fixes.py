@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import polars as pl
-import pytest
 
 from contam_assets.core.config import preset
 from contam_assets.core.detect import Reference, scan_documents

@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from contam_assets.core.config import DetectConfig
+from contam_assets.core.files import atomic_write_text  # noqa: F401  (part of this module's API)
 from contam_assets.core.index import NgramIndex
 from contam_assets.core.pool import Reject, open_binary, open_writer
 
@@ -57,13 +58,6 @@ def load_index(out_dir: Path, digest: str | None = None) -> tuple[NgramIndex, pl
     digest = digest or current_digest(out_dir)
     d = index_dir(out_dir, digest)
     return NgramIndex.load(d / "index.npz"), pl.read_parquet(d / "records.parquet"), digest
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def write_rejects(out_dir: Path, shard: str, rejects: list[Reject]) -> Path | None:

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import polars as pl
@@ -171,26 +172,31 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
     return rows, counters
 
 
-def scan_shard(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig, content_key: str = "text",
-               preset: str = "default", index_digest: str = "") -> ShardResult:
-    t0 = time.perf_counter()
-    rows: list[dict] = []
-    rejects: list[Reject] = []
-    counters = Counter()
+def read_batches(path: Path, shard: str, content_key: str, max_doc_bytes: int, counters: Counter,
+                 rejects: list[Reject], size: int = BATCH) -> Iterator[list[Document]]:
+    """Documents of a shard in batches; counts `read` and `bytes` and collects rejects on the way."""
     batch: list[Document] = []
-    for item in read_shard(path, shard, content_key, cfg.max_doc_bytes):
+    for item in read_shard(path, shard, content_key, max_doc_bytes):
         counters["read"] += 1
         if isinstance(item, Reject):
             rejects.append(item)
             continue
         counters["bytes"] += item.n_bytes
         batch.append(item)
-        if len(batch) >= BATCH:
-            r, c = scan_documents(batch, shard, index, ref, cfg, preset)
-            rows.extend(r)
-            counters.update(c)
+        if len(batch) >= size:
+            yield batch
             batch = []
     if batch:
+        yield batch
+
+
+def scan_shard(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig, content_key: str = "text",
+               preset: str = "default", index_digest: str = "") -> ShardResult:
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+    rejects: list[Reject] = []
+    counters = Counter()
+    for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects):
         r, c = scan_documents(batch, shard, index, ref, cfg, preset)
         rows.extend(r)
         counters.update(c)

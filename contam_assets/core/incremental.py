@@ -39,17 +39,17 @@ import polars as pl
 
 from contam_assets.core import token_cache
 from contam_assets.core.config import DetectConfig
-from contam_assets.core.detect import MATCH_SCHEMA, Reference, _rows_for_doc
+from contam_assets.core.detect import BATCH, MATCH_SCHEMA, Reference, _rows_for_doc, read_batches
 from contam_assets.core.index import NgramIndex
 from contam_assets.core.ngrams import ngram_hashes
-from contam_assets.core.pool import Document, Reject, open_binary, parse_line, read_shard, shard_fingerprint
+from contam_assets.core.pool import Document, Reject, open_binary, parse_line, shard_fingerprint
 from contam_assets.core import scan as _scan
 from contam_assets.core import text as _text
 from contam_assets.core.scan import scan_tokens
 from contam_assets.core.text import clean_text
 from contam_assets.core.tokenize import Tokenizer, get_tokenizer
 
-BATCH = 256  # documents encoded per tokenizer call (as core.detect)
+
 PREFILTER_TOKENS = 1 << 22  # tokens hashed at once by the n-gram prefilter
 
 TASK_HASH_COLUMNS = ["suite", "split", "instance_index", "subject", "choice_index", "is_correct", "derived",
@@ -294,35 +294,21 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
     rows: list[dict] = []
     rejects: list[Reject] = []
     counters = Counter()
-    batch: list[Document] = []
-
-    def flush():
-        encoded, cleaned = clean_and_encode(batch, cfg, tok)
-        for doc, tokens in zip(batch, encoded):
-            if writer:
-                writer.add(doc.line, tokens)
-            counters["tokens"] += len(tokens)
-            if len(tokens) < cfg.min_doc_tokens:
-                counters["too_short"] += 1  # decon rule: documents under 10 tokens are not scanned
-            else:
-                counters["scanned"] += 1
-        for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, scan_all(index, encoded, cfg))):
-            if cands:
-                rows.extend(_rows_for_doc(doc, shard, cleaned(i), tokens, cands, ref, tok, preset))
-        batch.clear()
 
     try:
-        for item in read_shard(path, shard, content_key, cfg.max_doc_bytes):
-            counters["read"] += 1
-            if isinstance(item, Reject):
-                rejects.append(item)
-                continue
-            counters["bytes"] += item.n_bytes
-            batch.append(item)
-            if len(batch) >= BATCH:
-                flush()
-        if batch:
-            flush()
+        for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects):
+            encoded, cleaned = clean_and_encode(batch, cfg, tok)
+            for doc, tokens in zip(batch, encoded):
+                if writer:
+                    writer.add(doc.line, tokens)
+                counters["tokens"] += len(tokens)
+                if len(tokens) < cfg.min_doc_tokens:
+                    counters["too_short"] += 1  # decon rule: documents under 10 tokens are not scanned
+                else:
+                    counters["scanned"] += 1
+            for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, scan_all(index, encoded, cfg))):
+                if cands:
+                    rows.extend(_rows_for_doc(doc, shard, cleaned(i), tokens, cands, ref, tok, preset))
     except BaseException:
         if writer:
             writer.abort()

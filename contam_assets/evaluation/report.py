@@ -22,11 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from contam_assets.core.files import atomic_write_text
 from contam_assets.evaluation import contamination as contam
 from contam_assets.evaluation.config import EvaluationConfig
 from contam_assets.evaluation.items import Benchmark, default_specs, load_benchmark
@@ -178,7 +178,7 @@ def contamination_section(experiment_dir: Path, benchmarks: list[Benchmark], con
     result["benchmarks"] = {b.spec.name: per.get(b.spec.name) for b in benchmarks}  # mteb -> null
     result["train"] = {"file": str(train.relative_to(experiment_dir)), "bytes": st.st_size} | stats.as_dict()
     if use_cache:
-        atomic_write(cache, json.dumps(result, indent=2))
+        atomic_write_text(cache, json.dumps(result, indent=2))
     return result
 
 
@@ -207,19 +207,12 @@ def dumps(report: dict) -> str:
     return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_report(path: Path, report: dict) -> bool:
     """Write ``report`` atomically; returns False when the file already held these bytes."""
     text = dumps(report)
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
-    atomic_write(path, text)
+    atomic_write_text(path, text)
     return True
 
 

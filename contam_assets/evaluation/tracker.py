@@ -33,8 +33,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from contam_assets.core.files import atomic_write_text
 from contam_assets.evaluation.config import TrackerConfig
-from contam_assets.evaluation.report import atomic_write, dumps, flatten_numbers
+from contam_assets.evaluation.report import dumps, flatten_numbers
 
 MARKER_FILE = "tracker.json"
 TABLE_KEY = "report"
@@ -134,5 +135,5 @@ def send_report(report_path: Path, report: dict, tracker: TrackerConfig, default
         "report_sha256": hashlib.sha256(dumps(report).encode()).hexdigest(),
     }
     marker.setdefault("wandb", {})[project] = entry
-    atomic_write(marker_path(report_path), json.dumps(marker, indent=2) + "\n")
+    atomic_write_text(marker_path(report_path), json.dumps(marker, indent=2) + "\n")
     return SendResult(True, "sent", project, run_id, run_dir, len(flat))

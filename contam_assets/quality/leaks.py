@@ -317,7 +317,7 @@ def benchmark_dump(item: Item, rng: random.Random, ctx: Context) -> Block | None
     spans: list[tuple[Key, int, int]] = []
     if fmt == "quiz_key":
         # a quiz page: questions (with options) first, the answers as a key at the end
-        parts, key_lines = [], []
+        key_lines = []
         text = f"{item.task} practice set\n\n"
         for i, it in enumerate(items, 1):
             if it.kind == "multiple-choice":

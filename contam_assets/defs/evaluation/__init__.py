@@ -10,6 +10,7 @@ import os
 
 import dagster as dg
 
+from contam_assets.core.files import atomic_write_text
 from contam_assets.defs.partitions import checkpoints_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 
@@ -104,12 +105,11 @@ def evaluation_report(
     "experiment the latest report's contamination; written to <out_dir>/evaluation/comparison.json.",
 )
 def evaluation_comparison(context: dg.AssetExecutionContext, contam_settings: ContamSettings) -> dg.MaterializeResult:
-    from contam_assets.evaluation.report import atomic_write
     from contam_assets.evaluation.reports import comparison, markdown_table
 
     comp = comparison(contam_settings.experiments_path)
     out = contam_settings.out_path / "evaluation" / "comparison.json"
-    atomic_write(out, json.dumps(comp, indent=2) + "\n")
+    atomic_write_text(out, json.dumps(comp, indent=2) + "\n")
     runs = [{"experiment": e} | r for e, r in comp["runs"].items()]
     for e in comp["errors"]:
         context.log.warning(f"unreadable report {e['path']}: {e['error']}")
