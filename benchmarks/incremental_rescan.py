@@ -38,13 +38,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from contam_assets.core import token_cache  # noqa: E402
-from contam_assets.core.config import preset  # noqa: E402
+from contam_assets.detector.config import preset  # noqa: E402
 from contam_assets.core.demo import HostText  # noqa: E402
-from contam_assets.core.detect import Reference, scan_shard  # noqa: E402
+from contam_assets.core.detect import scan_shard  # noqa: E402
+from contam_assets.detector.matches import Reference
 from contam_assets.core.incremental import scan_stream, shard_identity, tokenize_and_scan  # noqa: E402
-from contam_assets.core.index import build_index  # noqa: E402
-from contam_assets.core.reference import build_reference_set  # noqa: E402
-from contam_assets.core.registry import load_registry  # noqa: E402
+from contam_assets.detector.index import build_index  # noqa: E402
+from contam_assets.detector.reference import build_reference_set  # noqa: E402
+from contam_assets.detector.registry import load_registry  # noqa: E402
 
 
 def jsonl(path: Path) -> list[dict]:

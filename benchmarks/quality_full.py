@@ -42,7 +42,7 @@ def _replay_walk(index, tokens, cfg) -> tuple[list[int], list[tuple[int, int]]]:
     functions are wrapped for the duration of the call: this observes the shipped
     code path rather than re-implementing it.
     """
-    from contam_assets.core import scan
+    from contam_assets.detector import scan
 
     sampled: list[int] = []
     clusters: list[tuple[int, int]] = []
@@ -80,9 +80,9 @@ def miss_causes(out: Path, benchmarks: Path) -> tuple[list[dict], list[dict]]:
     ngram_size + sample_every - 1 tokens and how many of those were missed.
     """
     from contam_assets.core import store
-    from contam_assets.core.index import _encode_cached
-    from contam_assets.core.text import clean_words
-    from contam_assets.core.tokenize import get_tokenizer
+    from contam_assets.detector.index import encode_texts
+    from contam_assets.detector.text import clean_words
+    from contam_assets.detector.tokenize import get_tokenizer
     from contam_assets.quality.items import items_from_records
     from contam_assets.quality.leaks import VERBATIM_LIKE
     from contam_assets.quality.measure import build_detector, read_texts
@@ -93,7 +93,7 @@ def miss_causes(out: Path, benchmarks: Path) -> tuple[list[dict], list[dict]]:
                                        and leak_type in ({', '.join(repr(x) for x in types)})""")
     if rows.height == 0:
         return [], []
-    from contam_assets.core.registry import load_registry
+    from contam_assets.detector.registry import load_registry
 
     det = build_detector("default", load_registry(PROJECT / "data" / "tasks", sorted(set(rows["task"].to_list()))), benchmarks)
     cfg = det.cfg
@@ -106,7 +106,7 @@ def miss_causes(out: Path, benchmarks: Path) -> tuple[list[dict], list[dict]]:
     by_task: dict[str, list[int]] = {}
     for r in rows.to_dicts():
         it = items[(r["task"], r["split"], r["instance_index"], r["subject"] or "")]
-        q = _encode_cached([it.question], cfg)[0]
+        q = encode_texts([it.question], cfg)[0]
         T = len(q)
         bt = by_task.setdefault(r["task"], [0, 0, 0, 0])  # copies, short, missed, short and missed
         bt[0] += 1

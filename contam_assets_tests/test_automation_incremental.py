@@ -10,8 +10,9 @@ import polars as pl
 import pytest
 
 from contam_assets.core import artifacts, token_cache
-from contam_assets.core.config import preset
-from contam_assets.core.detect import Reference, scan_shard
+from contam_assets.detector.config import preset
+from contam_assets.core.detect import scan_shard
+from contam_assets.detector.matches import Reference
 from contam_assets.core.incremental import plan_shard, scan_stream, shard_identity, task_hashes, tokenize_and_scan
 from contam_assets_tests.automation_helpers import (add_mbpp, build_reference, instance, make_tasks_dir, matches, scan, settings, stats,
                                                     table, write_pool)

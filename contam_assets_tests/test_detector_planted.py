@@ -9,14 +9,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from contam_assets.core.config import preset
+from contam_assets.detector.config import preset
 from contam_assets.core.demo import HostText
-from contam_assets.core.detect import Reference, scan_documents
-from contam_assets.core.index import build_index
+from contam_assets.detector.matches import Reference, scan_documents
+from contam_assets.detector.index import build_index
 from contam_assets.core.pool import Document
-from contam_assets.core.reference import build_reference_set
-from contam_assets.core.registry import load_registry
-from contam_assets.core.scan import interpolate_threshold, passes_threshold
+from contam_assets.detector.reference import build_reference_set
+from contam_assets.detector.registry import load_registry
+from contam_assets.detector.scoring import interpolate_threshold, passes_threshold
 from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 
 TASKS = ["gsm8k", "humaneval", "mmlu", "gsm_hard"]

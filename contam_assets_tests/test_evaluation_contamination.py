@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from contam_assets.core.ngrams import word_ngrams
+from contam_assets.detector.ngrams import word_ngrams
 from contam_assets.evaluation.contamination import NGRAM, ItemSet, Measurement, measure, words_of
 from contam_assets.evaluation.items import BenchmarkSpec, default_specs, load_benchmark
 from contam_assets.evaluation.rows import RowStats, iter_training_texts, row_text

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from contam_assets.core.config import DetectConfig
-from contam_assets.core.index import _encode_cached
-from contam_assets.core.ngrams import ngram_hashes, ngram_hashes_reference, segment_ngram_hashes, unique_per_segment
+from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.index import encode_texts
+from contam_assets.detector.ngrams import ngram_hashes, ngram_hashes_reference, segment_ngram_hashes, unique_per_segment
 from contam_assets_tests.throughput_planted import build_detector
 
 
@@ -52,8 +52,8 @@ def test_index_postings_equal_the_per_record_construction(shared_data):
     cfg = DetectConfig()
     records, index, _ = build_detector(shared_data, cfg)
     recs = records.filter(pl.col("indexed")).sort("record_id")
-    q_tokens = _encode_cached(recs["question"].to_list(), cfg)
-    a_tokens = _encode_cached([a or "" for a in recs["answer"].to_list()], cfg)
+    q_tokens = encode_texts(recs["question"].to_list(), cfg)
+    a_tokens = encode_texts([a or "" for a in recs["answer"].to_list()], cfg)
     rng = np.random.default_rng(2)
     for i in rng.choice(index.n_records, size=400, replace=False).tolist():
         t = q_tokens[i]

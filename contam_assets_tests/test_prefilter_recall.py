@@ -17,13 +17,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from contam_assets.core.config import DetectConfig, preset
+from contam_assets.detector.config import DetectConfig, preset
 from contam_assets.core.demo import HostText
-from contam_assets.core.index import ensure_prefilter
-from contam_assets.core.ngrams import ngram_hashes
-from contam_assets.core.prefilter import flag_bar
-from contam_assets.core.text import clean_text
-from contam_assets.core.tokenize import get_tokenizer
+from contam_assets.detector.prefilter import ensure_prefilter
+from contam_assets.detector.ngrams import ngram_hashes
+from contam_assets.detector.prefilter import flag_bar
+from contam_assets.detector.text import clean_text
+from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets_tests.throughput_planted import as_documents, build_detector, planted_documents, scan_rows
 
 CFG = DetectConfig()

@@ -28,11 +28,11 @@ import dagster as dg
 import pytest
 
 from contam_assets.core import store
-from contam_assets.core.config import preset
-from contam_assets.core.reference import build_reference_set
-from contam_assets.core.registry import load_registry
-from contam_assets.core.text import clean_text
-from contam_assets.core.tokenize import get_tokenizer
+from contam_assets.detector.config import preset
+from contam_assets.detector.reference import build_reference_set
+from contam_assets.detector.registry import load_registry
+from contam_assets.detector.text import clean_text
+from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.defs.quality.assets import detector_quality, planted_suite
 from contam_assets.defs.quality.resources import QualitySettings
 from contam_assets.defs.resources import ContamDB, ContamSettings

@@ -12,9 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from contam_assets.core.text import (
-    DEFAULT_PUNCTUATION, MAX_WORD_CHARS, CleanOptions, clean_text, clean_text_reference, clean_words,
-)
+from contam_assets.detector.text import CleanOptions, DEFAULT_PUNCTUATION, MAX_WORD_CHARS, clean_text, clean_text_reference, clean_words
 
 WHITESPACE = [chr(c) for c in range(0x3001) if chr(c).isspace()]
 PIECES = (
@@ -72,9 +70,9 @@ def test_clean_text_fast_path_equals_reference_on_edge_cases(text):
 
 
 def test_cl100k_word_cache_equals_tiktoken_on_random_and_real_text(shared_data):
-    from contam_assets.core.tokenize import _WordCache, get_tokenizer
+    from contam_assets.detector.tokenize import _WordCache, get_tokenizer
     from contam_assets_tests.throughput_planted import planted_documents, build_detector
-    from contam_assets.core.config import DetectConfig
+    from contam_assets.detector.config import DetectConfig
 
     tok = get_tokenizer("cl100k")
     rng = random.Random(7)
@@ -101,7 +99,7 @@ def test_cl100k_word_cache_equals_tiktoken_on_random_and_real_text(shared_data):
 
 
 def test_count_non_space_lookup_table_equals_isin():
-    from contam_assets.core.tokenize import get_tokenizer
+    from contam_assets.detector.tokenize import get_tokenizer
 
     tok = get_tokenizer("cl100k")
     spaces = tok._spaces()
@@ -114,9 +112,9 @@ def test_count_non_space_lookup_table_equals_isin():
 
 
 def test_batched_scan_equals_per_document_scan(shared_data):
-    from contam_assets.core.config import DetectConfig
-    from contam_assets.core.scan import scan_many, scan_tokens
-    from contam_assets.core.tokenize import get_tokenizer
+    from contam_assets.detector.config import DetectConfig
+    from contam_assets.detector.scan import scan_many, scan_tokens
+    from contam_assets.detector.tokenize import get_tokenizer
     from contam_assets_tests.test_prefilter_recall import adversarial_documents
     from contam_assets_tests.throughput_planted import build_detector, planted_documents
 
@@ -170,7 +168,7 @@ def test_parse_line_fast_path_equals_the_json_module():
 
 
 def test_word_batch_encoding_equals_one_call_per_word():
-    from contam_assets.core.tokenize import get_tokenizer
+    from contam_assets.detector.tokenize import get_tokenizer
 
     tok = get_tokenizer("cl100k")
     rng = random.Random(8)

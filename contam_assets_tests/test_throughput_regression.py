@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from contam_assets.core.config import DetectConfig
+from contam_assets.detector.config import DetectConfig
 from contam_assets_tests.throughput_planted import as_documents, build_detector, planted_documents, scan_rows
 
 GOLDEN = Path(__file__).with_name("throughput_golden.json")

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import polars as pl
 
-from contam_assets.core.config import DetectConfig
+from contam_assets.detector.config import DetectConfig
 from contam_assets.core.demo import HostText
-from contam_assets.core.detect import Reference, scan_documents
-from contam_assets.core.index import NgramIndex, build_index
+from contam_assets.detector.matches import Reference, scan_documents
+from contam_assets.detector.index import NgramIndex, build_index
 from contam_assets.core.pool import Document
-from contam_assets.core.reference import build_reference_set
-from contam_assets.core.registry import TaskSpec, load_registry
+from contam_assets.detector.reference import build_reference_set
+from contam_assets.detector.registry import TaskSpec, load_registry
 from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 
 

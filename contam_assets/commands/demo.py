@@ -23,10 +23,10 @@ def run(args) -> int:
     from contam_assets.cli import CliError
     from contam_assets.commands.detect import print_summary
     from contam_assets.core import artifacts
-    from contam_assets.core.config import preset
+    from contam_assets.detector.config import preset
     from contam_assets.core.demo import build_demo_pool
-    from contam_assets.core.reference import build_reference_set
-    from contam_assets.core.registry import load_registry
+    from contam_assets.detector.reference import build_reference_set
+    from contam_assets.detector.registry import load_registry
     from contam_assets.defs.resources import DEFAULT_TASKS_DIR, ContamSettings
 
     out = Path(args.out).resolve()

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def settings_from_args(args, pool: Path):
     from contam_assets.cli import CliError
-    from contam_assets.core.config import PRESETS
+    from contam_assets.detector.config import PRESETS
     from contam_assets.defs.resources import ContamSettings
 
     if args.preset not in PRESETS:

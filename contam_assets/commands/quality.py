@@ -42,7 +42,7 @@ def _materialize(assets, resources, instance, partition_key=None) -> None:
 
 def run(args) -> int:
     from contam_assets.cli import CliError
-    from contam_assets.core.config import PRESETS
+    from contam_assets.detector.config import PRESETS
 
     presets = args.preset or list(PRESETS)
     unknown = [p for p in presets if p not in PRESETS]

@@ -1,8 +1,7 @@
-"""Scan one shard: read documents, tokenize, find candidates, build match rows."""
+"""Scan one shard: read documents, run the detector, collect match rows and counters."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import Counter
@@ -10,35 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import polars as pl
 
-from contam_assets.core.config import DetectConfig
-from contam_assets.core.index import NgramIndex, ensure_prefilter
 from contam_assets.core.pool import Document, Reject, read_shard
-from contam_assets.core.scan import Candidate, scan_many
-from contam_assets.core.tables import MATCH_COLUMNS
-from contam_assets.core.text import clean_words, join_words
-from contam_assets.core.tokenize import Tokenizer, get_tokenizer
+from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.index import NgramIndex
+from contam_assets.detector.matches import MATCH_SCHEMA, Reference, scan_documents
 
-CONTEXT_BEFORE = 30  # tokens of context shown before the first matched span (decon: 30 words)
-CONTEXT_AFTER = 60  # and after the last one (decon: 60)
-MAX_GAP = 40  # gaps between spans longer than this are shortened with an ellipsis
-BATCH = 256
-
-
-@dataclass
-class Reference:
-    """Reference records by record_id (what a match row says about the eval instance)."""
-
-    records: pl.DataFrame
-
-    def __post_init__(self):
-        df = self.records.sort("record_id")
-        self._rows = {r["record_id"]: r for r in df.iter_rows(named=True)}
-
-    def get(self, record_id: int) -> dict:
-        return self._rows[record_id]
+BATCH = 256  # documents read, tokenized and scanned together
 
 
 @dataclass
@@ -48,128 +26,6 @@ class ShardResult:
     stats: dict
     rejects: list[Reject] = field(default_factory=list)
     prefiltered: int = 0  # documents the prefilter cleared without tokenizing (cfg.prefilter)
-
-
-def match_id(shard: str, line: int, rec: dict, start: int) -> str:
-    key = f"{shard}\x1f{line}\x1f{rec['suite']}\x1f{rec['split']}\x1f{rec['instance_index']}\x1f{rec['subject'] or ''}\x1f{start}"
-    return hashlib.sha1(key.encode()).hexdigest()[:16]
-
-
-def segments(tok: Tokenizer, cleaned: str, tokens: np.ndarray, c: Candidate) -> list[dict]:
-    """The matched training text in document order: context, passage, question, answer spans."""
-    spans = [("question", c.cluster_start, c.question_end)]
-    if c.passage_span:
-        spans.append(("passage", *c.passage_span))
-    spans += [("answer", s, e) for s, e in c.answer_spans]
-    spans.sort(key=lambda x: (x[1], x[2]))
-    out = []
-    pos = max(0, spans[0][1] - CONTEXT_BEFORE)
-    if pos < spans[0][1]:
-        out.append({"kind": "context", "text": ("… " if pos > 0 else "") + tok.span_text(cleaned, tokens, pos, spans[0][1])})
-    pos = spans[0][1]
-    for kind, s, e in spans:
-        s = max(s, pos)
-        if e < s:
-            continue
-        if s > pos:
-            gap = s - pos
-            if gap > MAX_GAP:
-                text = tok.span_text(cleaned, tokens, pos, pos + MAX_GAP // 2) + " … " + tok.span_text(cleaned, tokens, s - MAX_GAP // 2, s)
-            else:
-                text = tok.span_text(cleaned, tokens, pos, s)
-            out.append({"kind": "context", "text": text})
-        out.append({"kind": kind, "text": tok.span_text(cleaned, tokens, s, e + 1)})
-        pos = e + 1
-    end = min(len(tokens), pos + CONTEXT_AFTER)
-    if end > pos:
-        out.append({"kind": "context", "text": tok.span_text(cleaned, tokens, pos, end) + (" …" if end < len(tokens) else "")})
-    return [s for s in out if s["text"]]
-
-
-def _rank(c: Candidate, rec: dict) -> tuple:
-    """Which expanded choice of a multiple-choice item a row reports: flagged first, then the
-    higher score, then the choice whose answer is found, then the correct choice, then the first."""
-    return (c.flagged, c.score, c.a_overlap or 0.0, rec["is_correct"] is True, -(rec["choice_index"] or 0))
-
-
-def _rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, cands: list[Candidate],
-                  ref: Reference, tok: Tokenizer, preset: str) -> list[dict]:
-    # One row per (instance, span): of a multiple-choice item's expanded records, keep the best choice.
-    best: dict[tuple, tuple[Candidate, dict]] = {}
-    for c in cands:
-        rec = ref.get(c.record_id)
-        key = (rec["suite"], rec["split"], rec["instance_index"], rec["subject"], c.cluster_start)
-        prev = best.get(key)
-        if prev is None or _rank(c, rec) > _rank(*prev):
-            best[key] = (c, rec)
-    rows = []
-    for c, rec in best.values():
-        segs = segments(tok, cleaned, tokens, c)
-        rows.append(dict(
-            match_id=match_id(shard, doc.line, rec, c.cluster_start), shard=shard, line=doc.line, doc_id=doc.doc_id,
-            source=doc.source, task=rec["task"], suite=rec["suite"], split=rec["split"],
-            instance_index=rec["instance_index"], subject=rec["subject"], choice_index=rec["choice_index"],
-            is_correct=rec["is_correct"], record_id=c.record_id, score=round(c.score, 6),
-            required_score=round(c.required, 6), flagged=bool(c.flagged), needs_review=bool(rec["derived"]),
-            question_overlap=round(c.q_overlap, 6),
-            answer_overlap=None if c.a_overlap is None else round(c.a_overlap, 6),
-            passage_overlap=None if c.p_overlap is None else round(c.p_overlap, 6),
-            question_start=c.cluster_start, question_end=c.question_end,
-            answer_start=c.answer_spans[0][0] if c.answer_spans else None,
-            answer_end=c.answer_spans[-1][1] if c.answer_spans else None,
-            passage_start=c.passage_span[0] if c.passage_span else None,
-            passage_end=c.passage_span[1] if c.passage_span else None,
-            n_matched_ngrams=c.n_matched, doc_tokens=len(tokens), doc_chars=len(doc.text),
-            training_text="".join((" " if i else "") + s["text"] for i, s in enumerate(segs)),
-            training_segments=json.dumps(segs, ensure_ascii=False),
-            eval_question=rec["question"], eval_answer=rec["answer"], eval_passage=rec["passage"], preset=preset,
-        ))
-    return rows
-
-
-MATCH_SCHEMA = {
-    "match_id": pl.Utf8, "shard": pl.Utf8, "line": pl.Int32, "doc_id": pl.Utf8, "source": pl.Utf8,
-    "task": pl.Utf8, "suite": pl.Utf8, "split": pl.Utf8, "instance_index": pl.Int32, "subject": pl.Utf8,
-    "choice_index": pl.Int32, "is_correct": pl.Boolean, "record_id": pl.Int32, "score": pl.Float64,
-    "required_score": pl.Float64, "flagged": pl.Boolean, "needs_review": pl.Boolean,
-    "question_overlap": pl.Float64, "answer_overlap": pl.Float64, "passage_overlap": pl.Float64,
-    "question_start": pl.Int32, "question_end": pl.Int32, "answer_start": pl.Int32, "answer_end": pl.Int32,
-    "passage_start": pl.Int32, "passage_end": pl.Int32, "n_matched_ngrams": pl.Int32, "doc_tokens": pl.Int32,
-    "doc_chars": pl.Int64, "training_text": pl.Utf8, "training_segments": pl.Utf8, "eval_question": pl.Utf8,
-    "eval_answer": pl.Utf8, "eval_passage": pl.Utf8, "preset": pl.Utf8,
-}
-assert list(MATCH_SCHEMA) == MATCH_COLUMNS
-
-
-def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig,
-                   preset: str = "default") -> tuple[list[dict], dict]:
-    """Match rows for a batch of documents plus counters (scanned, too_short, tokens, prefiltered).
-
-    With ``cfg.prefilter``, documents the prefilter clears count as scanned, are not
-    tokenized (their tokens are not in ``tokens``) and are counted in ``prefiltered``.
-    """
-    tok = get_tokenizer(cfg.tokenizer)
-    opts = cfg.clean_options
-    rows: list[dict] = []
-    counters = Counter()
-    if cfg.prefilter:
-        # documents that provably hold no flagged match are not tokenized (prefilter.py)
-        keep = ensure_prefilter(index, ref.records, cfg).must_scan([d.text for d in docs], opts)
-        skipped = len(docs) - int(keep.sum())
-        counters["prefiltered"] += skipped
-        counters["scanned"] += skipped
-        docs = [d for d, k in zip(docs, keep.tolist()) if k]
-    words = [clean_words(d.text, opts) for d in docs]
-    encoded = tok.encode_words(words)
-    n_tokens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    counters["tokens"] += int(n_tokens.sum())
-    short = int((n_tokens < cfg.min_doc_tokens).sum())  # decon rule: documents under 10 tokens are not scanned
-    counters["too_short"] += short
-    counters["scanned"] += len(docs) - short
-    for doc, ws, tokens, cands in zip(docs, words, encoded, scan_many(index, encoded, cfg)):
-        if cands:
-            rows.extend(_rows_for_doc(doc, shard, join_words(ws), tokens, cands, ref, tok, preset))
-    return rows, counters
 
 
 def read_batches(path: Path, shard: str, content_key: str, max_doc_bytes: int, counters: Counter,

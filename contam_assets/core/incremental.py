@@ -38,16 +38,17 @@ import numpy as np
 import polars as pl
 
 from contam_assets.core import token_cache
-from contam_assets.core.config import DetectConfig
-from contam_assets.core.detect import BATCH, MATCH_SCHEMA, Reference, _rows_for_doc, read_batches
-from contam_assets.core.index import NgramIndex
-from contam_assets.core.ngrams import ngram_hashes
+from contam_assets.detector.config import DetectConfig
+from contam_assets.core.detect import BATCH, read_batches
+from contam_assets.detector.matches import MATCH_SCHEMA, Reference, rows_for_doc
+from contam_assets.detector.index import NgramIndex
+from contam_assets.detector.ngrams import ngram_hashes
 from contam_assets.core.pool import Document, Reject, open_binary, parse_line, shard_fingerprint
-from contam_assets.core import scan as _scan
-from contam_assets.core import text as _text
-from contam_assets.core.scan import scan_tokens
-from contam_assets.core.text import clean_text
-from contam_assets.core.tokenize import Tokenizer, get_tokenizer
+from contam_assets.detector import scan as _scan
+from contam_assets.detector import text as _text
+from contam_assets.detector.scan import scan_tokens
+from contam_assets.detector.text import clean_text
+from contam_assets.detector.tokenize import Tokenizer, get_tokenizer
 
 
 PREFILTER_TOKENS = 1 << 22  # tokens hashed at once by the n-gram prefilter
@@ -308,7 +309,7 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                     counters["scanned"] += 1
             for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, scan_all(index, encoded, cfg))):
                 if cands:
-                    rows.extend(_rows_for_doc(doc, shard, cleaned(i), tokens, cands, ref, tok, preset))
+                    rows.extend(rows_for_doc(doc, shard, cleaned(i), tokens, cands, ref, tok, preset))
     except BaseException:
         if writer:
             writer.abort()
@@ -374,7 +375,7 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
         cleaned = clean_text(doc.text, cfg.clean_options) if doc else ""
         if doc is None or len(tok.encode(cleaned)) != len(tokens):
             raise StaleStream(f"{shard}: line {line} no longer matches the cached token stream")
-        rows.extend(_rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset))
+        rows.extend(rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset))
     matches = _frame(rows)
     lengths = stream.lengths()
     scanned = int((lengths >= cfg.min_doc_tokens).sum())

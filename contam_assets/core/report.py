@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from contam_assets.core.text import clean_text
+from contam_assets.detector.text import clean_text
 
 SHARED_WINDOW = 3  # words: a run of this many words found on both sides is highlighted
 

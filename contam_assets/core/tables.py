@@ -137,3 +137,13 @@ def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None)
         con.execute("rollback")
         raise
     return int(n)
+
+
+def _check_match_schema() -> None:
+    # the detector's match rows and the matches table agree column for column
+    from contam_assets.detector.matches import MATCH_SCHEMA
+
+    assert list(MATCH_SCHEMA) == MATCH_COLUMNS, "detector.matches.MATCH_SCHEMA and the matches table differ"
+
+
+_check_match_schema()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contam_assets.core.config import DetectConfig
+from contam_assets.detector.config import DetectConfig
 
 # Bump when text.clean_text or tokenize.get_tokenizer change their output.
 CACHE_VERSION = 1

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from contam_assets.core.incremental import ShardState
 from contam_assets.core.pool import list_shards
-from contam_assets.core.registry import load_registry, locate
+from contam_assets.detector.registry import load_registry, locate
 
 
 def spec_snapshot(tasks_dir: Path, only: list[str] | None, benchmarks_dir: Path | None) -> dict[str, str]:

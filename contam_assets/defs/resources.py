@@ -93,7 +93,7 @@ class ContamDB(dg.ConfigurableResource):
 
 def load_task_specs(settings: ContamSettings):
     """The task specs the settings select; a bad spec or unknown task fails the asset with its message."""
-    from contam_assets.core.registry import TaskSpecError, load_registry
+    from contam_assets.detector.registry import TaskSpecError, load_registry
 
     try:
         return load_registry(settings.tasks_path, settings.task_filter or None)

@@ -51,9 +51,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from contam_assets.core.ngrams import ngram_hashes
-from contam_assets.core.text import CleanOptions, clean_text, normalize_ws_case
-from contam_assets.core.tokenize import get_tokenizer
+from contam_assets.detector.ngrams import ngram_hashes
+from contam_assets.detector.text import CleanOptions, clean_text, normalize_ws_case
+from contam_assets.detector.tokenize import get_tokenizer
 
 NGRAM = 8
 MAX_FLAGGED = 20

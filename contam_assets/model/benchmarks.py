@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contam_assets.core import registry
+from contam_assets.detector import registry
 
 DEFAULT_TASKS_DIR = Path(__file__).resolve().parents[2] / "data" / "tasks"
 # Where OpenCompass expects the mock set, then the two Skywork files (see shared/data/SOURCES.md).

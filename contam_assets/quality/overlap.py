@@ -16,9 +16,9 @@ from typing import Iterable
 
 import numpy as np
 
-from contam_assets.core.ngrams import ngram_hashes
-from contam_assets.core.text import CleanOptions, clean_text
-from contam_assets.core.tokenize import get_tokenizer
+from contam_assets.detector.ngrams import ngram_hashes
+from contam_assets.detector.text import CleanOptions, clean_text
+from contam_assets.detector.tokenize import get_tokenizer
 
 SHINGLE = 8  # words
 CONTAINS = 0.5  # share of an instance's shingles that makes a document "contain" it

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from contam_assets.core.text import clean_text
+from contam_assets.detector.text import clean_text
 from contam_assets.quality.items import Item, Key, item_key
 from contam_assets.quality.leaks import FORMATTING
 from contam_assets.quality.overlap import PresenceIndex

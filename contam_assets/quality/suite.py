@@ -25,7 +25,7 @@ import polars as pl
 
 from contam_assets.core.artifacts import atomic_write_text
 from contam_assets.core.pool import open_writer
-from contam_assets.core.text import clean_text
+from contam_assets.detector.text import clean_text
 from contam_assets.quality.hosts import Hosts
 from contam_assets.quality.items import Item, Key, items_from_records
 from contam_assets.quality.leaks import LEAK_TYPES, Block, Context, qa_text

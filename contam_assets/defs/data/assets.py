@@ -11,14 +11,14 @@ import polars as pl
 from pydantic import Field
 
 from contam_assets.core import artifacts, scan_state, store, tables, token_cache, watch
-from contam_assets.core.config import DetectConfig, preset
-from contam_assets.core.detect import Reference
+from contam_assets.detector.config import DetectConfig, preset
+from contam_assets.detector.matches import Reference
 from contam_assets.core.incremental import (TASK_HASHES_FILE, ShardJob, load_task_hashes, plan_shard, scan_config_digest,
                                             shard_identity, task_hashes)
-from contam_assets.core.index import build_index
-from contam_assets.core.reference import build_reference_set
+from contam_assets.detector.index import build_index
+from contam_assets.detector.reference import build_reference_set
 from contam_assets.core.render import md_table, png_markdown_bytes
-from contam_assets.core.registry import locate
+from contam_assets.detector.registry import locate
 from contam_assets.core.report import histogram_png, render_report
 from contam_assets.defs.data.engine import ScanEngine, engine_from_env
 from contam_assets.defs.partitions import shards_partitions

@@ -21,9 +21,9 @@ import dagster as dg
 from dagster_ray import LocalRay, RayResource
 from pydantic import Field
 
-from contam_assets.core.detect import Reference
+from contam_assets.detector.matches import Reference
 from contam_assets.core.incremental import ShardJob, ShardOutcome, run_shard_job, run_shard_job_shared
-from contam_assets.core.index import NgramIndex
+from contam_assets.detector.index import NgramIndex
 
 
 class ScanEngine(dg.ConfigurableResource):

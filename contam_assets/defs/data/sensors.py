@@ -24,7 +24,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from contam_assets.core import artifacts, scan_state, store, watch
 from contam_assets.core.incremental import load_task_hashes
-from contam_assets.core.registry import TaskSpecError
+from contam_assets.detector.registry import TaskSpecError
 from contam_assets.defs.data.jobs import reference_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamSettings, automation_on, sensor_default_status

@@ -15,8 +15,8 @@ import dagster as dg
 import polars as pl
 
 from contam_assets.core import artifacts
-from contam_assets.core.config import PRESETS, preset
-from contam_assets.core.reference import build_reference_set
+from contam_assets.detector.config import PRESETS, preset
+from contam_assets.detector.reference import build_reference_set
 from contam_assets.core.render import md_table, png_markdown_bytes
 from contam_assets.defs.quality.resources import QualitySettings
 from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs

@@ -29,7 +29,7 @@ from itertools import repeat
 import numpy as np
 import xxhash
 
-from contam_assets.core.text import join_words
+from contam_assets.detector.text import join_words
 
 TOKENIZERS = ("cl100k", "word")
 # Distinct words a process keeps (about 150 bytes each); the cache starts over when full.

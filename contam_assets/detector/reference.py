@@ -17,10 +17,10 @@ from pathlib import Path
 
 import polars as pl
 
-from contam_assets.core.config import DetectConfig
-from contam_assets.core.registry import TaskSpec, iter_split, locate
-from contam_assets.core.text import clean_text
-from contam_assets.core.tokenize import get_tokenizer
+from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.registry import TaskSpec, iter_split, locate
+from contam_assets.detector.text import clean_text
+from contam_assets.detector.tokenize import get_tokenizer
 
 RECORD_SCHEMA = {
     "record_id": pl.Int32,

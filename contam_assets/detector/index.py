@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from contam_assets.core.config import DetectConfig
-from contam_assets.core.ngrams import ngram_hash, segment_ngram_hashes, unique_per_segment
-from contam_assets.core.text import clean_text
-from contam_assets.core.tokenize import get_tokenizer
+from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.ngrams import ngram_hash, segment_ngram_hashes, unique_per_segment
+from contam_assets.detector.text import clean_text
+from contam_assets.detector.tokenize import get_tokenizer
 
 FORMAT_VERSION = 1
 
@@ -57,31 +57,10 @@ class NgramIndex:
     p_idf_total: np.ndarray
     hot_threshold: int = 0
     config_json: str = "{}"
-    # recall-safe prefilter (prefilter.py), built with the index for the config in pf_params_json
-    pf_keys: np.ndarray | None = None
-    pf_level_off: np.ndarray | None = None
-    pf_offsets: np.ndarray | None = None
-    pf_groups: np.ndarray | None = None
-    pf_need: np.ndarray | None = None
-    pf_tables: np.ndarray | None = None
-    pf_table_off: np.ndarray | None = None
-    pf_params_json: str = ""
-    pf_always_pass: bool = False
 
     @property
     def n_records(self) -> int:
         return len(self.record_ids)
-
-    @property
-    def prefilter(self):
-        """The stored Prefilter, or None (an index saved without one)."""
-        if self.pf_keys is None:
-            return None
-        from contam_assets.core.prefilter import Prefilter
-
-        return Prefilter(keys=self.pf_keys, level_off=self.pf_level_off, offsets=self.pf_offsets, groups=self.pf_groups,
-                         need=self.pf_need, tables=self.pf_tables, table_off=self.pf_table_off,
-                         params_json=self.pf_params_json, always_pass=self.pf_always_pass)
 
     @property
     def has_answer(self) -> np.ndarray:
@@ -149,7 +128,7 @@ class NgramIndex:
         path.parent.mkdir(parents=True, exist_ok=True)
         arrays = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
         meta = dict(version=FORMAT_VERSION, bloom_bits=self.bloom_bits, hot_threshold=self.hot_threshold,
-                    config_json=self.config_json, pf_params_json=self.pf_params_json, pf_always_pass=self.pf_always_pass)
+                    config_json=self.config_json)
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
         tmp.replace(path)
@@ -160,10 +139,10 @@ class NgramIndex:
             meta = json.loads(bytes(z["__meta__"]).decode())
             if meta.get("version") != FORMAT_VERSION:
                 raise ValueError(f"{path}: index format {meta.get('version')} != {FORMAT_VERSION}; rebuild it")
-            arrays = {k: z[k] for k in z.files if k != "__meta__"}
+            known = {f.name for f in fields(cls)}
+            arrays = {k: z[k] for k in z.files if k in known}  # arrays of other (older) fields are ignored
         return cls(**arrays, bloom_bits=meta["bloom_bits"], hot_threshold=meta["hot_threshold"],
-                   config_json=meta["config_json"], pf_params_json=meta.get("pf_params_json", ""),
-                   pf_always_pass=meta.get("pf_always_pass", False))
+                   config_json=meta["config_json"])
 
     def nbytes(self) -> int:
         return sum(getattr(self, f.name).nbytes for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray))
@@ -196,7 +175,7 @@ def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return cs[offsets[1:]] - cs[offsets[:-1]]
 
 
-def _encode_cached(texts: list[str], cfg: DetectConfig, cleaned_out: list | None = None) -> list[np.ndarray]:
+def encode_texts(texts: list[str], cfg: DetectConfig, cleaned_out: list | None = None) -> list[np.ndarray]:
     """Clean and tokenize texts, encoding each distinct text once (MMLU repeats questions per choice)."""
     tok = get_tokenizer(cfg.tokenizer)
     opts = cfg.clean_options
@@ -217,12 +196,11 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
     N = float(n_rec)
     n, an, pn = cfg.ngram_size, cfg.answer_ngram_size, cfg.passage_ngram_size
 
-    q_cleaned: list[str] = []
-    q_tokens = _encode_cached(recs["question"].to_list(), cfg, q_cleaned)
+    q_tokens = encode_texts(recs["question"].to_list(), cfg)
     answers = recs["answer"].to_list() if cfg.index_answers else [None] * n_rec
     passages = recs["passage"].to_list() if cfg.index_passages else [None] * n_rec
-    a_tokens = _encode_cached([a or "" for a in answers], cfg)
-    p_tokens = _encode_cached([p or "" for p in passages], cfg)
+    a_tokens = encode_texts([a or "" for a in answers], cfg)
+    p_tokens = encode_texts([p or "" for p in passages], cfg)
 
     # -- question postings: unique n-grams per record --------------------------
     q_len = np.array([len(t) for t in q_tokens], dtype=np.int32)
@@ -286,30 +264,4 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
         p_idf_total=p_idf_total, hot_threshold=hot_threshold,
         config_json=json.dumps(cfg.reference_key(), sort_keys=True),
     )
-    if cfg.prefilter:  # otherwise built on first use (ensure_prefilter)
-        attach_prefilter(index, q_tokens, q_cleaned, cfg)
     return index
-
-
-def ensure_prefilter(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig):
-    """The index's prefilter for ``cfg``, rebuilt from the records when the stored one is for another config."""
-    pf = index.prefilter
-    if pf is not None and pf.matches(cfg):
-        return pf
-    recs = records.filter(pl.col("indexed")).sort("record_id")
-    if not np.array_equal(recs["record_id"].to_numpy(), index.record_ids):
-        raise ValueError("records do not match the index (rebuild the index)")
-    q_cleaned: list[str] = []
-    q_tokens = _encode_cached(recs["question"].to_list(), cfg, q_cleaned)
-    attach_prefilter(index, q_tokens, q_cleaned, cfg)
-    return index.prefilter
-
-
-def attach_prefilter(index: NgramIndex, q_tokens: list[np.ndarray], q_cleaned: list[str], cfg: DetectConfig) -> None:
-    """Build the recall-safe prefilter for ``cfg`` and store it in the index."""
-    from contam_assets.core.prefilter import build_prefilter
-
-    pf = build_prefilter(q_tokens, q_cleaned, index.lookup, index.hot, index.q_idf, index.q_idf_sum, index.q_len, cfg)
-    index.pf_keys, index.pf_level_off, index.pf_offsets, index.pf_groups = pf.keys, pf.level_off, pf.offsets, pf.groups
-    index.pf_need, index.pf_tables, index.pf_table_off = pf.need, pf.tables, pf.table_off
-    index.pf_params_json, index.pf_always_pass = pf.params_json, pf.always_pass

@@ -59,9 +59,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contam_assets.core.config import DetectConfig
-from contam_assets.core.ngrams import ngram_hashes
-from contam_assets.core.text import CleanOptions, translate_bytes
+import polars as pl
+
+from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.index import NgramIndex, encode_texts
+from contam_assets.detector.ngrams import ngram_hashes
+from contam_assets.detector.scoring import interpolate_threshold
+from contam_assets.detector.text import CleanOptions, translate_bytes
+from contam_assets.detector.tokenize import get_tokenizer
 
 LEVELS = (24, 16, 8)  # anchor window lengths in bytes, longest (most specific) first
 MAX_M = 3  # distinct anchors a document must show for one group (_cover tracks the two largest units)
@@ -92,8 +97,6 @@ def window_hashes(view: np.ndarray, starts: np.ndarray) -> dict[int, np.ndarray]
 
 def flag_bar(cfg: DetectConfig, q_len: np.ndarray) -> np.ndarray:
     """max(min_q, q_required(q_len)): the question overlap every flagged candidate reaches (scan.score_clusters)."""
-    from contam_assets.core.scan import interpolate_threshold
-
     min_q = cfg.min_question_overlap
     return np.array([max(min_q, interpolate_threshold(int(L), cfg.decay_start, cfg.decay_end, min_q)) for L in q_len])
 
@@ -195,6 +198,24 @@ class Prefilter:
 
 # -- the index side ---------------------------------------------------------------
 
+def ensure_prefilter(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig) -> Prefilter:
+    """The prefilter of ``index`` for ``cfg``: built beside the index on first use and kept with it
+    (one per index object and config; a config with other flag bars builds another)."""
+    cache = index.__dict__.setdefault("_prefilters", {})
+    key = json.dumps(params_of(cfg), sort_keys=True)
+    pf = cache.get(key)
+    if pf is not None:
+        return pf
+    recs = records.filter(pl.col("indexed")).sort("record_id")
+    if not np.array_equal(recs["record_id"].to_numpy(), index.record_ids):
+        raise ValueError("records do not match the index (rebuild the index)")
+    q_cleaned: list[str] = []
+    q_tokens = encode_texts(recs["question"].to_list(), cfg, q_cleaned)
+    pf = cache[key] = build_prefilter(q_tokens, q_cleaned, index.lookup, index.hot, index.q_idf, index.q_idf_sum,
+                                      index.q_len, cfg)
+    return pf
+
+
 def build_prefilter(q_tokens: list[np.ndarray], q_cleaned: list[str], keys_of: callable, hot: np.ndarray,
                     idf: np.ndarray, q_idf_sum: np.ndarray, q_len: np.ndarray, cfg: DetectConfig) -> Prefilter:
     """Anchors of every indexed record's question.
@@ -203,8 +224,6 @@ def build_prefilter(q_tokens: list[np.ndarray], q_cleaned: list[str], keys_of: c
     (index order); ``keys_of(hashes)``: NgramIndex.lookup; ``hot``, ``idf``: per key;
     ``q_idf_sum``, ``q_len``: per record.
     """
-    from contam_assets.core.tokenize import get_tokenizer
-
     tok = get_tokenizer(cfg.tokenizer)
     n = cfg.ngram_size
     bar = flag_bar(cfg, q_len)

