@@ -246,7 +246,7 @@ def contam(args: list[str], log_path: Path) -> float:
 
 def check_removals(db_path: Path, planted_docs: set[tuple[str, int]], planted_ids: set[int]) -> dict:
     """Compare what `contam detect` removed / flagged with what was planted."""
-    from contam_assets.core import store
+    from contam_assets import store
 
     with store.connect(db_path, read_only=True) as con:
         removed = {(str(s), int(l)) for s, l in con.execute("select distinct shard, line from removals").fetchall()}

@@ -79,7 +79,7 @@ def miss_causes(out: Path, benchmarks: Path) -> tuple[list[dict], list[dict]]:
     Also returns, per task, how many such copies had a question under
     ngram_size + sample_every - 1 tokens and how many of those were missed.
     """
-    from contam_assets.core import store
+    from contam_assets import store
     from contam_assets.detector.index import encode_texts
     from contam_assets.detector.text import clean_words
     from contam_assets.detector.tokenize import get_tokenizer

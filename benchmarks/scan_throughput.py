@@ -64,14 +64,14 @@ from pathlib import Path
 
 import polars as pl
 
-from contam_assets.core import artifacts
+from contam_assets.store import artifacts
 from contam_assets.detector.config import DetectConfig
 from contam_assets.core.demo import HostText
 from contam_assets.core.detect import BATCH, scan_shard
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.index import build_index
 from contam_assets.detector.prefilter import ensure_prefilter
-from contam_assets.core.pool import read_shard
+from contam_assets.store.pool import read_shard
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry
 from contam_assets.detector.text import clean_text, clean_words

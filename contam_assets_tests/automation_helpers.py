@@ -9,7 +9,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from contam_assets.core import store
+from contam_assets import store
 from contam_assets.core.demo import HostText
 from contam_assets.defs.data import assets as A
 from contam_assets.defs.resources import PROJECT_ROOT, ContamDB, ContamSettings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contam_assets.core import store
+from contam_assets import store
 
 
 def write_jsonl(path: Path, rows) -> Path:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import httpx
 import pytest
 
-from contam_assets.core import store
+from contam_assets import store
 from contam_assets.evaluation.config import parse_config
 from contam_assets.evaluation.report import evaluate
 from contam_assets_tests.evaluation_helpers import add_checkpoint, gsm8k_rows, write_jsonl, write_probe_metrics

@@ -30,7 +30,7 @@ def test_inputs_follow_the_contract(contract):
 
 
 def test_removal_missing_from_the_pool_is_counted(contract):
-    from contam_assets.core import store
+    from contam_assets import store
 
     with store.connect(contract["db"]) as con:
         con.execute("insert into removals values ('math/part-0000.jsonl', 99999, 'x', 'math', 1, 'flagged')")
@@ -45,7 +45,7 @@ def test_missing_inputs_are_clear_errors(contract, tmp_path):
         read_removals(tmp_path / "nowhere.duckdb")
     with pytest.raises(FileNotFoundError, match="no decontaminated mix"):
         load_arm_inputs(contract["pool"], tmp_path / "no_mix", contract["db"])
-    from contam_assets.core import store
+    from contam_assets import store
 
     with store.connect(tmp_path / "empty.duckdb") as con:
         con.execute("create table other (x int)")

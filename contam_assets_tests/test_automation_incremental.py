@@ -9,7 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from contam_assets.core import artifacts, token_cache
+from contam_assets.core import token_cache
+from contam_assets.store import artifacts
 from contam_assets.detector.config import preset
 from contam_assets.core.detect import scan_shard
 from contam_assets.detector.matches import Reference

@@ -13,8 +13,8 @@ import dagster as dg
 import pytest
 import zstandard
 
-from contam_assets.core import store
-from contam_assets.core.artifacts import count_lines
+from contam_assets import store
+from contam_assets.store.artifacts import count_lines
 from contam_assets.core.demo import HostText
 from contam_assets.defs.data import assets as A
 from contam_assets.defs.partitions import shards_partitions

@@ -13,7 +13,7 @@ from contam_assets.detector.config import preset
 from contam_assets.core.demo import HostText
 from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.index import build_index
-from contam_assets.core.pool import Document
+from contam_assets.store.pool import Document
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry
 from contam_assets.detector.scoring import interpolate_threshold, passes_threshold

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from contam_assets.core import store
+from contam_assets import store
 from contam_assets.evaluation.config import TrackerConfig, parse_config
 from contam_assets.evaluation.report import evaluate, flatten_numbers
 from contam_assets.evaluation.tracker import MARKER_FILE, read_marker, send_report

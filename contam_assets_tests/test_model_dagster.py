@@ -8,7 +8,7 @@ import time
 import dagster as dg
 import pytest
 
-from contam_assets.core.store import connect
+from contam_assets.store import connect
 from contam_assets.defs.model import defs as model_defs
 from contam_assets.defs.model.checkpoints import checkpoints, new_checkpoints_sensor
 from contam_assets.defs.model.correlation import loglik_gap_correlation

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from contam_assets.cli import main
-from contam_assets.core import store
+from contam_assets import store
 
 
 @pytest.fixture(scope="module")

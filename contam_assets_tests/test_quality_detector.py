@@ -27,7 +27,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from contam_assets.core import store
+from contam_assets import store
 from contam_assets.detector.config import preset
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry

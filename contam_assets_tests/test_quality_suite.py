@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from contam_assets.detector.config import preset
-from contam_assets.core.pool import Document, list_shards, read_shard
+from contam_assets.store.pool import Document, list_shards, read_shard
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry
 from contam_assets.detector.text import clean_text

@@ -130,7 +130,7 @@ def test_batched_scan_equals_per_document_scan(shared_data):
 
 
 def _parse_line_reference(raw: bytes, line: int, shard: str, content_key: str, max_doc_bytes: int):
-    from contam_assets.core.pool import Reject, parse_line_plain
+    from contam_assets.store.pool import Reject, parse_line_plain
 
     body = raw.rstrip(b"\r\n")
     if len(body) > max_doc_bytes:
@@ -143,7 +143,7 @@ def _parse_line_reference(raw: bytes, line: int, shard: str, content_key: str, m
 def test_parse_line_fast_path_equals_the_json_module():
     import json
 
-    from contam_assets.core.pool import parse_line
+    from contam_assets.store.pool import parse_line
 
     rng = random.Random(5)
     values = ["plain text", "", "   ", "\u3000\u00a0", "caf\u00e9 \\n", 7, 2**70, -2**63, 1.5, 1e300, True, None,

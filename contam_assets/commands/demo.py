@@ -22,7 +22,7 @@ def run(args) -> int:
     from contam_assets import runner
     from contam_assets.cli import CliError
     from contam_assets.commands.detect import print_summary
-    from contam_assets.core import artifacts
+    from contam_assets.store.files import atomic_write_text
     from contam_assets.detector.config import preset
     from contam_assets.core.demo import build_demo_pool
     from contam_assets.detector.reference import build_reference_set
@@ -38,7 +38,7 @@ def run(args) -> int:
     records, _ = build_reference_set(load_registry(DEFAULT_TASKS_DIR), bench, cfg)
     pool = out / "demo_pool"
     planted = build_demo_pool(pool, records, n_docs=args.docs, seed=args.seed)
-    artifacts.atomic_write_text(out / "demo_truth.jsonl", "".join(json.dumps(p.__dict__) + "\n" for p in planted))
+    atomic_write_text(out / "demo_truth.jsonl", "".join(json.dumps(p.__dict__) + "\n" for p in planted))
     settings = ContamSettings(out_dir=str(out), pool_dir=str(pool), benchmarks_dir=str(bench) if bench else "", preset=args.preset)
     instance = runner.instance_for(out, args.dagster_home)
     try:

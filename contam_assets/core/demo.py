@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from contam_assets.core.pool import open_writer
+from contam_assets.store.pool import open_writer
 
 HOST_TEXT = Path(__file__).resolve().parents[2] / "data" / "demo" / "host_text.md"
 SOURCES = ("web", "code", "math", "instruct", "other")

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import polars as pl
 
-from contam_assets.core.pool import Document, Reject, read_shard
+from contam_assets.store.pool import Document, Reject, read_shard
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import MATCH_SCHEMA, Reference, scan_documents

@@ -43,7 +43,7 @@ from contam_assets.core.detect import BATCH, read_batches
 from contam_assets.detector.matches import MATCH_SCHEMA, Reference, rows_for_doc
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.ngrams import ngram_hashes
-from contam_assets.core.pool import Document, Reject, open_binary, parse_line, shard_fingerprint
+from contam_assets.store.pool import Document, Reject, open_binary, parse_line, shard_fingerprint
 from contam_assets.detector import scan as _scan
 from contam_assets.detector import text as _text
 from contam_assets.detector.scan import scan_tokens

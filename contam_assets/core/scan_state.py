@@ -11,7 +11,7 @@ Two tables beside the data side's (docs/ARCHITECTURE.md):
 
 A full scan replaces all of a shard's rows; an incremental scan deletes the rows of the
 dropped tasks and inserts the rows of the added ones, leaving every other task's rows
-alone.  Each write is one transaction, taken under core.store's writer lock.
+alone.  Each write is one transaction, taken under contam_assets.store's writer lock.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import datetime as dt
 import duckdb
 import polars as pl
 
-from contam_assets.core import store, tables
+from contam_assets import store
+from contam_assets.store import tables
 from contam_assets.core.incremental import ShardOutcome, ShardState
 
 STATE_SCHEMA = {

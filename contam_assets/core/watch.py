@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contam_assets.core.incremental import ShardState
-from contam_assets.core.pool import list_shards
+from contam_assets.store.pool import list_shards
 from contam_assets.detector.registry import load_registry, locate
 
 

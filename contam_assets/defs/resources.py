@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from contam_assets.core import store
+from contam_assets import store
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TASKS_DIR = PROJECT_ROOT / "data" / "tasks"
@@ -76,7 +76,7 @@ class ContamSettings(dg.ConfigurableResource):
 
 
 class ContamDB(dg.ConfigurableResource):
-    """The DuckDB file; connections are taken under a cross-process lock (core.store)."""
+    """The DuckDB file; connections are taken under a cross-process lock (contam_assets.store)."""
 
     path: str = ""  # "" = <CONTAM_OUT>/contam.duckdb
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from contam_assets.core.files import atomic_write_text
+from contam_assets.store.files import atomic_write_text
 from contam_assets.evaluation import contamination as contam
 from contam_assets.evaluation.config import EvaluationConfig
 from contam_assets.evaluation.items import Benchmark, default_specs, load_benchmark
@@ -81,7 +81,7 @@ def _number(v) -> float | None:
 
 def read_db(con, experiment: str, stage: str) -> tuple[dict | None, list[tuple[str, str, float | None]]]:
     """The checkpoints row (or None) and (probe, metric, value) rows of ``<experiment>/<stage>``."""
-    from contam_assets.core.store import table_exists
+    from contam_assets.store import table_exists
 
     key = f"{experiment}/{stage}"
     row = None
@@ -222,7 +222,7 @@ def evaluate(experiments_dir: Path, experiment: str, stage: str, *, config: Eval
     """Build and write the report of ``<experiment>/<stage>``.
 
     ``connect`` is a context-manager factory for a read-only DuckDB
-    connection (``contam_db.connect`` or ``core.store.connect``); None means
+    connection (``contam_db.connect`` or ``contam_assets.store.connect``); None means
     no database (no scores).
     """
     experiments_dir = Path(experiments_dir)

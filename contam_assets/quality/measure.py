@@ -17,7 +17,7 @@ from contam_assets.detector.config import DetectConfig, preset as preset_config
 from contam_assets.core.detect import scan_shard
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.index import build_index
-from contam_assets.core.pool import Document, list_shards, read_shard
+from contam_assets.store.pool import Document, list_shards, read_shard
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import TaskSpec
 from contam_assets.quality.items import items_from_records

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import polars as pl
 
-from contam_assets.core.artifacts import atomic_write_text
-from contam_assets.core.pool import open_writer
+from contam_assets.store.files import atomic_write_text
+from contam_assets.store.pool import open_writer
 from contam_assets.detector.text import clean_text
 from contam_assets.quality.hosts import Hosts
 from contam_assets.quality.items import Item, Key, items_from_records

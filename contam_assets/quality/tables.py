@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 import duckdb
 import polars as pl
 
-from contam_assets.core import store
-from contam_assets.core.tables import replace_many, replace_rows
+from contam_assets import store
+from contam_assets.store.tables import replace_many, replace_rows
 from contam_assets.quality.scores import QualityResult, item_split_summary
 
 SCHEMA = {

@@ -10,7 +10,10 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from contam_assets.core import artifacts, scan_state, store, tables, token_cache, watch
+from contam_assets.store.files import atomic_write_text
+from contam_assets import store
+from contam_assets.core import scan_state, token_cache, watch
+from contam_assets.store import artifacts, tables
 from contam_assets.detector.config import DetectConfig, preset
 from contam_assets.detector.matches import Reference
 from contam_assets.core.incremental import (TASK_HASHES_FILE, ShardJob, load_task_hashes, plan_shard, scan_config_digest,
@@ -99,12 +102,12 @@ def ngram_index(context: dg.AssetExecutionContext, contam_settings: ContamSettin
     reused = artifacts.has_index(out, digest)
     if reused:
         index, _, _ = artifacts.load_index(out, digest)
-        artifacts.atomic_write_text(out / "index" / "current.json", json.dumps({"digest": digest}))
+        atomic_write_text(out / "index" / "current.json", json.dumps({"digest": digest}))
     else:
         index = build_index(records, cfg)
         artifacts.save_index(out, digest, records, index)
     hashes = task_hashes(records, cfg)
-    artifacts.atomic_write_text(artifacts.index_dir(out, digest) / TASK_HASHES_FILE, json.dumps(hashes, indent=1))
+    atomic_write_text(artifacts.index_dir(out, digest) / TASK_HASHES_FILE, json.dumps(hashes, indent=1))
     seconds = time.perf_counter() - t0
     context.log.info(f"index {digest}: {index.n_records} records, {len(index.q_keys)} question n-grams ({'reused' if reused else 'built'} in {seconds:.1f}s)")
     return dg.MaterializeResult(metadata={
@@ -290,7 +293,7 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
         scores = con.execute("select score, flagged from matches").fetchall()
         totals = con.execute("select coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(rejected),0) from shard_stats").fetchone()
     path = contam_settings.out_path / "report.html"
-    artifacts.atomic_write_text(path, page)
+    atomic_write_text(path, page)
     md_img = ""
     if scores:
         png = histogram_png([s for s, _ in scores], [f for _, f in scores])

@@ -22,7 +22,9 @@ import os
 import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from contam_assets.core import artifacts, scan_state, store, watch
+from contam_assets import store
+from contam_assets.core import scan_state, watch
+from contam_assets.store import artifacts
 from contam_assets.core.incremental import load_task_hashes
 from contam_assets.detector.registry import TaskSpecError
 from contam_assets.defs.data.jobs import reference_job, scan_shards_job

@@ -10,7 +10,7 @@ import os
 
 import dagster as dg
 
-from contam_assets.core.files import atomic_write_text
+from contam_assets.store.files import atomic_write_text
 from contam_assets.defs.partitions import checkpoints_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 

@@ -14,7 +14,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from contam_assets.core import artifacts
+from contam_assets.store.files import atomic_write_text
 from contam_assets.detector.config import PRESETS, preset
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.core.render import md_table, png_markdown_bytes
@@ -112,8 +112,8 @@ def detector_quality(context: dg.AssetExecutionContext, contam_settings: ContamS
     with contam_db.connect() as con:  # exclusive: the page always reflects every committed preset
         tables.write_result(con, result, matches, meta["digest"])
         data = tables.load_report(con, meta["digest"])
-        artifacts.atomic_write_text(page, render_html(data, meta))
-        artifacts.atomic_write_text(qjson, json.dumps(build_json(data, meta), indent=2, default=str))
+        atomic_write_text(page, render_html(data, meta))
+        atomic_write_text(qjson, json.dumps(build_json(data, meta), indent=2, default=str))
 
     s = result.summary
     fp, hard = s["false_positives"], s["hard_negatives"]

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from contam_assets.core import pool as pool_io
-from contam_assets.core import store
+from contam_assets.store import pool as pool_io
+from contam_assets import store
 from contam_assets.model.arms.exposure import (
     ExposureRow,
     SourceStats,

@@ -17,9 +17,9 @@ from pathlib import Path
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets.core.files import atomic_write_text  # noqa: F401  (part of this module's API)
+from contam_assets.store.files import atomic_write_text
 from contam_assets.detector.index import NgramIndex
-from contam_assets.core.pool import Reject, open_binary, open_writer
+from contam_assets.store.pool import Reject, open_binary, open_writer
 
 
 def reference_digest(records: pl.DataFrame, cfg: DetectConfig) -> str:
