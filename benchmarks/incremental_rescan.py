@@ -3,12 +3,12 @@
 Builds a deterministic pool of host text (data/demo) with GSM8K test items, MBPP problems and
 HumanEval prompts planted into --planted of the documents (0.5 % by default), then, on one core:
 
-  full (base)      core.incremental.tokenize_and_scan of every shard with the base registry,
+  full (base)      rescan.jobs.tokenize_and_scan of every shard with the base registry,
                    writing the token cache (what shard_matches does on a first scan);
-                   core.detect.scan_shard on the same shards for comparison (no cache)
+                   rescan.shard.scan_shard on the same shards for comparison (no cache)
   index            reference set + index of the grown registry (base + --add)
   incremental      per shard: load the cached stream, scan only the added task's records
-                   with the new global index (core.incremental.scan_stream(tasks=[add]))
+                   with the new global index (rescan.incremental.scan_stream(tasks=[add]))
   full (new)       tokenize_and_scan of every shard with the grown registry, no cache
                    (a full rescan without the incremental machinery)
   full (cached)    scan_stream of every shard, all tasks (the nightly IDF refresh)
@@ -37,12 +37,14 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from contam_assets.core import token_cache  # noqa: E402
+from contam_assets.rescan import token_cache  # noqa: E402
 from contam_assets.detector.config import preset  # noqa: E402
 from contam_assets.core.demo import HostText  # noqa: E402
-from contam_assets.core.detect import scan_shard  # noqa: E402
+from contam_assets.rescan.shard import scan_shard  # noqa: E402
 from contam_assets.detector.matches import Reference
-from contam_assets.core.incremental import scan_stream, shard_identity, tokenize_and_scan  # noqa: E402
+from contam_assets.rescan.incremental import scan_stream  # noqa: E402
+from contam_assets.rescan.jobs import tokenize_and_scan
+from contam_assets.rescan.plan import shard_identity
 from contam_assets.detector.index import build_index  # noqa: E402
 from contam_assets.detector.reference import build_reference_set  # noqa: E402
 from contam_assets.detector.registry import load_registry  # noqa: E402
@@ -173,7 +175,7 @@ def main() -> None:
     print("| step | seconds | MB/s (1 core) | note |\n|---|---|---|---|")
     print(f"| reference + index, base ({len(base)} tasks, {idx0.n_records} records) | {t_index0:.1f} | | |")
     print(f"| full scan, base registry, writing the token cache | {t_full_base:.1f} | {mb / t_full_base:.2f} | cache {cache_mb:.1f} MB ({cache_mb / mb:.2f}× the pool) |")
-    print(f"| same shards with core.detect.scan_shard (no cache) | {t_detect:.1f} | {mb / t_detect:.2f} | |")
+    print(f"| same shards with rescan.shard.scan_shard (no cache) | {t_detect:.1f} | {mb / t_detect:.2f} | |")
     print(f"| reference + index, grown registry (+{args.add}, {idx1.n_records} records) | {t_index1:.1f} | | needed by both paths |")
     print(f"| **incremental rescan for +{args.add}** (cached tokens, new index) | **{t_inc:.2f}** | {mb / t_inc:.1f} | {inc_docs} of {sum(1 for s in shards for _ in open(pool / s))} documents scanned |")
     print(f"| full rescan, grown registry (tokenize again) | {t_full_new:.1f} | {mb / t_full_new:.2f} | |")

@@ -35,14 +35,14 @@ def pct(v) -> str:
 
 
 def _replay_walk(index, tokens, cfg) -> tuple[list[int], list[tuple[int, int]]]:
-    """Run core.scan.find_clusters on one document and record what its walk did.
+    """Run detector.clusters.find_clusters on one document and record what its walk did.
 
     Returns the positions the every-`sample_every`-th lookup tested (outside cluster
-    expansion) and the (start n-gram, end) of every cluster.  The scan module's own
+    expansion) and the (start n-gram, end) of every cluster.  The clusters module's own
     functions are wrapped for the duration of the call: this observes the shipped
     code path rather than re-implementing it.
     """
-    from contam_assets.detector import scan
+    from contam_assets.detector import clusters as scan
 
     sampled: list[int] = []
     clusters: list[tuple[int, int]] = []

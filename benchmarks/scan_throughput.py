@@ -11,7 +11,7 @@ same documents, single-threaded, in CPU seconds of this process:
                    cleaning are not in it.  Also reported: ``encode_ordinary_batch``
                    (batches of 256, one thread) and the scan's own tokenization step
                    (tokenize.encode_words with its word cache) on the same text.
-  scan             ``contam_assets.core.detect.scan_shard`` on both shard files: read
+  scan             ``contam_assets.rescan.shard.scan_shard`` on both shard files: read
                    lines, parse JSON, clean, tokenize, hash n-grams, sampled walk,
                    cluster expansion and scoring, match rows, the polars table.
                    Also once with an empty word cache (every word BPE-encoded once).
@@ -67,7 +67,7 @@ import polars as pl
 from contam_assets.store import artifacts
 from contam_assets.detector.config import DetectConfig
 from contam_assets.core.demo import HostText
-from contam_assets.core.detect import BATCH, scan_shard
+from contam_assets.rescan.shard import BATCH, scan_shard
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.index import build_index
 from contam_assets.detector.prefilter import ensure_prefilter

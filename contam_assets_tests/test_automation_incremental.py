@@ -1,5 +1,5 @@
 """Incremental rescans: an added task is scanned from cached tokens and equals a full rescan; a removed
-task's rows vanish; other tasks' rows are not touched; full scan paths agree with core.detect."""
+task's rows vanish; other tasks' rows are not touched; full scan paths agree with rescan.shard."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from contam_assets.core import token_cache
+from contam_assets.rescan import token_cache
 from contam_assets.store import artifacts
 from contam_assets.detector.config import preset
-from contam_assets.core.detect import scan_shard
+from contam_assets.rescan.shard import scan_shard
 from contam_assets.detector.matches import Reference
-from contam_assets.core.incremental import plan_shard, scan_stream, shard_identity, task_hashes, tokenize_and_scan
+from contam_assets.rescan.incremental import scan_stream
+from contam_assets.rescan.jobs import tokenize_and_scan
+from contam_assets.rescan.plan import plan_shard, shard_identity, task_hashes
 from contam_assets_tests.automation_helpers import (add_mbpp, build_reference, instance, make_tasks_dir, matches, scan, settings, stats,
                                                     table, write_pool)
 
@@ -96,7 +98,7 @@ def test_removed_task_rows_vanish(world):
 
 
 def test_full_scan_paths_agree_with_core_detect(world):
-    """tokenize_and_scan (what shard_matches runs) and a scan of the cached stream equal core.detect.scan_shard."""
+    """tokenize_and_scan (what shard_matches runs) and a scan of the cached stream equal rescan.shard.scan_shard."""
     s = world["full"]
     index, records, _ = artifacts.load_index(s.out_path)
     ref, cfg = Reference(records), preset("default")
@@ -129,7 +131,7 @@ def test_changed_shard_is_rescanned_in_full_and_cache_is_rekeyed(world):
 
 def test_plan_rules():
     tasks = {"a": "1", "b": "2"}
-    from contam_assets.core.incremental import ShardState
+    from contam_assets.rescan.plan import ShardState
 
     st = ShardState(identity="fp@1", scan_config="c", stream_key="k", index_digest="d", tasks=dict(tasks))
     assert plan_shard(None, "fp@1", "c", tasks, "k", True).mode == "full"

@@ -20,7 +20,7 @@ Definitions (the report and docs/evaluation.md repeat them):
   ``MAX_FLAGGED`` near items, by source index.
 
 How it is computed, exactly and in bounded memory: the items' 8-grams are
-hashed to 64 bits (``core.ngrams.ngram_hashes`` over ``core.tokenize``'s word
+hashed to 64 bits (``detector.ngrams.ngram_hashes`` over ``detector.tokenize``'s word
 ids; distinct 8-grams collide with probability about 2**-64) and kept as one
 sorted array; that is the only large structure held.  Training rows arrive
 from an iterator (``rows.iter_training_texts`` streams the file line by

@@ -1,6 +1,6 @@
 """Benchmark items as the planted suite sees them: one per (task, split, instance, subject).
 
-Built from the reference records (``core.reference.build_reference_set``), so the
+Built from the reference records (``detector.reference.build_reference_set``), so the
 suite plants exactly the instances the detector indexes: a multiple-choice item
 gathers its per-choice records back into one question with its options, a code
 item carries its reference solution (the derived ``<task>_solution`` suite).

@@ -1,6 +1,6 @@
 """Run the detector over a written planted suite with one preset and score it.
 
-The suite's shards are scanned with ``core.detect.scan_shard``, the very code
+The suite's shards are scanned with ``rescan.shard.scan_shard``, the very code
 path of ``contam detect`` (reference set and index built for the preset, since
 presets change the index: answer n-gram size, passages).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig, preset as preset_config
-from contam_assets.core.detect import scan_shard
+from contam_assets.rescan.shard import scan_shard
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.index import build_index
 from contam_assets.store.pool import Document, list_shards, read_shard

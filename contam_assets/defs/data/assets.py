@@ -12,12 +12,12 @@ from pydantic import Field
 
 from contam_assets.store.files import atomic_write_text
 from contam_assets import store
-from contam_assets.core import scan_state, token_cache, watch
+from contam_assets.rescan import state as scan_state, token_cache, watch
 from contam_assets.store import artifacts, tables
 from contam_assets.detector.config import DetectConfig, preset
 from contam_assets.detector.matches import Reference
-from contam_assets.core.incremental import (TASK_HASHES_FILE, ShardJob, load_task_hashes, plan_shard, scan_config_digest,
-                                            shard_identity, task_hashes)
+from contam_assets.rescan.jobs import ShardJob
+from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, plan_shard, scan_config_digest, shard_identity, task_hashes
 from contam_assets.detector.index import build_index
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.core.render import md_table, png_markdown_bytes
@@ -167,7 +167,7 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
 
     New or changed shards are scanned in full (the token stream is cached); when only
     tasks changed, only the changed tasks are scanned, from the cached stream
-    (core/incremental.py).  Rows are replaced on re-run, never duplicated.
+    (rescan/plan.py, rescan/incremental.py).  Rows are replaced on re-run, never duplicated.
     """
     cfg = detect_config(contam_settings)
     try:
@@ -239,7 +239,7 @@ def shard_conservation(contam_db: ContamDB) -> dg.AssetCheckResult:
 
 
 def consistency(instance: dg.DagsterInstance, settings: ContamSettings) -> watch.Consistency:
-    """How far the match tables are from the pool and the registry (core.watch.check_consistency)."""
+    """How far the match tables are from the pool and the registry (rescan.watch.check_consistency)."""
     cfg = detect_config(settings)
     try:
         digest = artifacts.current_digest(settings.out_path)

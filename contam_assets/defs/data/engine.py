@@ -2,7 +2,7 @@
 
 Resource key `contam_scan_engine` (data domain).  Either way the step process is the
 only one that writes: workers return each shard's rows and counters, and the step
-merges them into DuckDB (core.scan_state) as they arrive, so a Ray worker never needs
+merges them into DuckDB (rescan.state) as they arrive, so a Ray worker never needs
 the database file, only the pool and the token cache (shared storage on a cluster).
 
 Chosen by environment at load time (docs/automation.md):
@@ -22,7 +22,8 @@ from dagster_ray import LocalRay, RayResource
 from pydantic import Field
 
 from contam_assets.detector.matches import Reference
-from contam_assets.core.incremental import ShardJob, ShardOutcome, run_shard_job, run_shard_job_shared
+from contam_assets.rescan.jobs import ShardJob, run_shard_job, run_shard_job_shared
+from contam_assets.rescan.shard import ShardOutcome
 from contam_assets.detector.index import NgramIndex
 
 

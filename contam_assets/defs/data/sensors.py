@@ -7,7 +7,7 @@
 - tasks_rescan_sensor: a new `ngram_index` materialization requests the rescans it implies:
   every scanned shard whose task set differs from the index's, in runs of consecutive
   partitions (the scans are incremental: only the changed tasks, from cached tokens).
-- nightly_rescan_schedule: the full consistency check (core.watch) and the rescans it implies,
+- nightly_rescan_schedule: the full consistency check (rescan.watch) and the rescans it implies,
   including a full rescan of shards whose rows were scored with an older index (IDF drift).
 
 All are STOPPED by default; CONTAM_AUTOMATION=1 makes them RUNNING when the code location
@@ -23,9 +23,9 @@ import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from contam_assets import store
-from contam_assets.core import scan_state, watch
+from contam_assets.rescan import state as scan_state, watch
 from contam_assets.store import artifacts
-from contam_assets.core.incremental import load_task_hashes
+from contam_assets.rescan.plan import load_task_hashes
 from contam_assets.detector.registry import TaskSpecError
 from contam_assets.defs.data.jobs import reference_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions

@@ -23,7 +23,8 @@ import polars as pl
 
 from contam_assets import store
 from contam_assets.store import tables
-from contam_assets.core.incremental import ShardOutcome, ShardState
+from contam_assets.rescan.plan import ShardState
+from contam_assets.rescan.shard import ShardOutcome
 
 STATE_SCHEMA = {
     "shard_scans": """

@@ -3,7 +3,7 @@
 Sensors run every minute, so nothing here reads file contents: task specs are hashed
 (they are small), benchmark source files and pool shards are identified by
 (size, mtime_ns).  What a scan actually used is recorded by the scan itself
-(core/scan_state.py), with a content fingerprint.
+(rescan/state.py), with a content fingerprint.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contam_assets.core.incremental import ShardState
+from contam_assets.rescan.plan import ShardState
 from contam_assets.store.pool import list_shards
 from contam_assets.detector.registry import load_registry, locate
 

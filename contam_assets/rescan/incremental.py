@@ -1,0 +1,186 @@
+"""Incremental rescans: scan a cached token stream for some tasks only.
+
+IDF (decision, see docs/automation.md): decon's IDF is ln(N/df) over *all* indexed
+records, so a new task changes N and the df of shared n-grams.  The rows of an added
+task are computed with the new global index, exactly as a full rescan would compute
+them: a candidate of a record can only come from a cluster started at a non-hot
+question n-gram whose postings hold that record, so every document without such an
+n-gram yields no row for the task, and every document with one is scanned with the
+full index by the unchanged scanner, the result filtered to the task's records.  Rows
+of untouched tasks keep the scores of the index they were scanned with
+(`shard_task_scans.index_digest`); the nightly check rescans such shards in full.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.index import NgramIndex
+from contam_assets.detector.matches import Reference, rows_for_doc
+from contam_assets.detector.ngrams import ngram_hashes
+from contam_assets.detector.scan import scan_many
+from contam_assets.detector.text import clean_text
+from contam_assets.detector.tokenize import get_tokenizer
+from contam_assets.rescan import token_cache
+from contam_assets.rescan.shard import BATCH, ShardOutcome, match_frame, shard_stats_row
+from contam_assets.store.pool import Document, open_binary, parse_line
+
+PREFILTER_TOKENS = 1 << 22  # tokens hashed at once by the n-gram prefilter
+
+
+def task_locals(index: NgramIndex, records: pl.DataFrame, tasks: list[str]) -> np.ndarray:
+    """Index positions (locals) of the indexed records of `tasks`."""
+    ids = records.filter(pl.col("task").is_in(tasks) & pl.col("indexed"))["record_id"].to_numpy()
+    pos = np.searchsorted(index.record_ids, ids)
+    ok = pos < index.n_records
+    pos, ids = pos[ok], ids[ok]
+    return pos[index.record_ids[pos] == ids]
+
+
+def start_keys(index: NgramIndex, locals_: np.ndarray | None = None) -> np.ndarray:
+    """Sorted question n-gram hashes that can start a cluster holding one of `locals_` (all records if None).
+
+    decon rule (scan.find_clusters): a cluster starts only at a non-hot n-gram, and its
+    candidates are the records in that n-gram's postings.
+    """
+    usable = ~index.hot
+    if locals_ is None:
+        return index.q_keys[usable]
+    wanted = np.zeros(index.n_records, dtype=bool)
+    wanted[locals_] = True
+    key_of_pair = np.repeat(np.arange(len(index.q_keys)), np.diff(index.q_offsets))
+    sel = np.zeros(len(index.q_keys), dtype=bool)
+    sel[key_of_pair[wanted[index.q_docs]]] = True
+    return index.q_keys[sel & usable]
+
+
+class KeySet:
+    """Sorted n-gram hashes with a bit filter in front (most lookups are misses)."""
+
+    def __init__(self, keys: np.ndarray):
+        self.keys = keys
+        self.bits = int(min(30, max(12, np.ceil(np.log2(max(1, len(keys)) * 32)))))
+        self.filter = np.zeros((1 << self.bits) // 64, dtype=np.uint64)
+        b = keys >> np.uint64(64 - self.bits)
+        np.bitwise_or.at(self.filter, (b >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), b & np.uint64(63)))
+
+    def contains(self, h: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(h), dtype=bool)
+        if len(self.keys) == 0 or len(h) == 0:
+            return out
+        b = h >> np.uint64(64 - self.bits)
+        maybe = np.flatnonzero((self.filter[(b >> np.uint64(6)).astype(np.int64)] >> (b & np.uint64(63))) & np.uint64(1))
+        if len(maybe):
+            hm = h[maybe]
+            pos = np.minimum(np.searchsorted(self.keys, hm), len(self.keys) - 1)
+            out[maybe[self.keys[pos] == hm]] = True
+        return out
+
+
+_SELECTIONS: dict = {}
+
+
+def selection(index: NgramIndex, records: pl.DataFrame, tasks: list[str] | None) -> tuple[np.ndarray | None, KeySet]:
+    """(locals of `tasks`' records or None for all, the start keys that can reach them), memoized per index."""
+    key = (id(index), id(records), tuple(tasks) if tasks is not None else None)
+    hit = _SELECTIONS.get(key)
+    if hit is not None and hit[0] is index and hit[1] is records:
+        return hit[2], hit[3]
+    locals_ = None if tasks is None else task_locals(index, records, tasks)
+    keys = KeySet(start_keys(index, locals_))
+    if len(_SELECTIONS) > 8:
+        _SELECTIONS.clear()
+    _SELECTIONS[key] = (index, records, locals_, keys)
+    return locals_, keys
+
+
+def docs_containing(stream: token_cache.TokenStream, keys: KeySet, n: int, min_tokens: int) -> np.ndarray:
+    """Positions of the stream's documents (at least `min_tokens` long) holding an n-gram in `keys`."""
+    if len(keys.keys) == 0 or stream.n_docs == 0:
+        return np.zeros(0, dtype=np.int64)
+    off = stream.offsets
+    found = []
+    i = 0
+    while i < stream.n_docs:
+        j = int(np.searchsorted(off, off[i] + PREFILTER_TOKENS, side="right")) - 1
+        j = min(max(j, i + 1), stream.n_docs)
+        s, e = int(off[i]), int(off[j])
+        h = ngram_hashes(np.asarray(stream.tokens[s:e], dtype=np.uint64), n)
+        if len(h):
+            at = np.flatnonzero(keys.contains(h)) + s
+            doc = np.searchsorted(off, at, side="right") - 1
+            inside = at + n <= off[doc + 1]  # n-grams across a document boundary do not exist
+            found.append(np.unique(doc[inside]))
+        i = j
+    docs = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+    return docs[stream.lengths()[docs] >= min_tokens]
+
+
+def read_lines(path: Path, shard: str, content_key: str, max_doc_bytes: int, lines: set[int]) -> dict[int, Document]:
+    """The documents at `lines` of a shard (one pass, parsing only those lines)."""
+    out: dict[int, Document] = {}
+    if not lines:
+        return out
+    last = max(lines)
+    with open_binary(path) as fh:
+        for no, raw in enumerate(fh):
+            if no in lines:
+                item = parse_line(raw, no, shard, content_key, max_doc_bytes)
+                if isinstance(item, Document):
+                    out[no] = item
+            if no >= last:
+                break
+    return out
+
+
+class StaleStream(RuntimeError):
+    """The cached stream does not match the shard's text any more."""
+
+
+def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: NgramIndex, ref: Reference,
+                cfg: DetectConfig, content_key: str, preset: str, digest: str,
+                tasks: list[str] | None = None) -> ShardOutcome:
+    """Scan a cached token stream: every task (tasks=None, a full scan) or only `tasks` (incremental)."""
+    t0 = time.perf_counter()
+    locals_, keys = selection(index, ref.records, tasks)
+    keep = None
+    if locals_ is not None:
+        keep = np.zeros(index.n_records, dtype=bool)
+        keep[locals_] = True
+    docs = docs_containing(stream, keys, cfg.ngram_size, cfg.min_doc_tokens)
+    found: dict[int, tuple[np.ndarray, list]] = {}
+    for start in range(0, len(docs), BATCH):
+        part = [int(i) for i in docs[start : start + BATCH]]
+        tokens = [stream.doc(i) for i in part]
+        for i, toks, cands in zip(part, tokens, scan_many(index, tokens, cfg)):
+            if keep is not None:
+                cands = [c for c in cands if keep[c.local]]
+            if cands:
+                found[int(stream.lines[i])] = (toks, cands)
+    tok = get_tokenizer(cfg.tokenizer)
+    texts = read_lines(path, shard, content_key, cfg.max_doc_bytes, set(found))
+    rows: list[dict] = []
+    for line in sorted(found):
+        tokens, cands = found[line]
+        doc = texts.get(line)
+        cleaned = clean_text(doc.text, cfg.clean_options) if doc else ""
+        if doc is None or len(tok.encode(cleaned)) != len(tokens):
+            raise StaleStream(f"{shard}: line {line} no longer matches the cached token stream")
+        rows.extend(rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset))
+    matches = match_frame(rows)
+    lengths = stream.lengths()
+    scanned = int((lengths >= cfg.min_doc_tokens).sum())
+    counters = Counter(read=int(stream.meta["read"]), bytes=int(stream.meta["bytes"]), tokens=int(stream.offsets[-1]),
+                       scanned=scanned, too_short=stream.n_docs - scanned)
+    stats = shard_stats_row(shard, counters, int(stream.meta["rejected"]), stream.meta["reject_reasons"], matches,
+                   time.perf_counter() - t0, preset, digest, stream.meta["shard_fingerprint"])
+    all_tasks = sorted(set(ref.records["task"].to_list()))
+    if tasks is None:
+        return ShardOutcome(shard, "full", matches, stats, None, stream.key, all_tasks, all_tasks, docs_scanned=len(docs))
+    return ShardOutcome(shard, "incremental", matches, stats, None, stream.key, sorted(tasks), [], docs_scanned=len(docs))
