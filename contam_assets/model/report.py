@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from contam_assets.core.render import md_table
+from contam_assets.report.render import md_table
 
 
 def metrics_md(metrics: Mapping[str, float | None]) -> str:

@@ -20,9 +20,9 @@ from contam_assets.rescan.jobs import ShardJob
 from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, plan_shard, scan_config_digest, shard_identity, task_hashes
 from contam_assets.detector.index import build_index
 from contam_assets.detector.reference import build_reference_set
-from contam_assets.core.render import md_table, png_markdown_bytes
+from contam_assets.report.render import md_table, png_markdown_bytes
 from contam_assets.detector.registry import locate
-from contam_assets.core.report import histogram_png, render_report
+from contam_assets.report.html import histogram_png, render_report
 from contam_assets.defs.data.engine import ScanEngine, engine_from_env
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
