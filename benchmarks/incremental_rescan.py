@@ -37,17 +37,17 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from contam_assets.rescan import token_cache  # noqa: E402
+from contam_assets.demo import HostText  # noqa: E402
 from contam_assets.detector.config import preset  # noqa: E402
-from contam_assets.core.demo import HostText  # noqa: E402
-from contam_assets.rescan.shard import scan_shard  # noqa: E402
+from contam_assets.detector.index import build_index  # noqa: E402
 from contam_assets.detector.matches import Reference
+from contam_assets.detector.reference import build_reference_set  # noqa: E402
+from contam_assets.detector.registry import load_registry  # noqa: E402
+from contam_assets.rescan import token_cache  # noqa: E402
 from contam_assets.rescan.incremental import scan_stream  # noqa: E402
 from contam_assets.rescan.jobs import tokenize_and_scan
 from contam_assets.rescan.plan import shard_identity
-from contam_assets.detector.index import build_index  # noqa: E402
-from contam_assets.detector.reference import build_reference_set  # noqa: E402
-from contam_assets.detector.registry import load_registry  # noqa: E402
+from contam_assets.rescan.shard import scan_shard  # noqa: E402
 
 
 def jsonl(path: Path) -> list[dict]:

@@ -15,14 +15,13 @@ from typing import Callable
 
 import dagster as dg
 
-from contam_assets.store.files import atomic_write_text
 from contam_assets import store
-from contam_assets.store import tables
-from contam_assets.store.pool import list_shards
 from contam_assets.defs.data import assets as data_assets
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
-
+from contam_assets.store import tables
+from contam_assets.store.files import atomic_write_text
+from contam_assets.store.pool import list_shards
 
 # The CLI shows Dagster's warnings and errors only; the full logs are in the instance (dagster dev).
 LOG_LEVEL = os.environ.get("CONTAM_LOG_LEVEL", "WARNING")

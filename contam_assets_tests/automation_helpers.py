@@ -10,9 +10,9 @@ import dagster as dg
 import polars as pl
 
 from contam_assets import store
-from contam_assets.core.demo import HostText
 from contam_assets.defs.data import assets as A
 from contam_assets.defs.resources import PROJECT_ROOT, ContamDB, ContamSettings
+from contam_assets.demo import HostText
 
 TASKS_SRC = PROJECT_ROOT / "data" / "tasks"
 # gsm8k with its test split only keeps the reference set small (the train split adds 7,473 items)

@@ -13,8 +13,18 @@ import textwrap
 import dagster as dg
 import pytest
 
-from contam_assets_tests.automation_helpers import (add_mbpp, build_reference, instance, make_tasks_dir, matches, scan, settings,
-                                                    stats, table, write_pool)
+from contam_assets_tests.automation_helpers import (
+    add_mbpp,
+    build_reference,
+    instance,
+    make_tasks_dir,
+    matches,
+    scan,
+    settings,
+    stats,
+    table,
+    write_pool,
+)
 
 SHARDS = [f"part-{k:03d}.jsonl" for k in range(4)]
 

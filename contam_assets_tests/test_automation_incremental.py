@@ -9,16 +9,26 @@ import numpy as np
 import polars as pl
 import pytest
 
-from contam_assets.rescan import token_cache
-from contam_assets.store import artifacts
 from contam_assets.detector.config import preset
-from contam_assets.rescan.shard import scan_shard
 from contam_assets.detector.matches import Reference
+from contam_assets.rescan import token_cache
 from contam_assets.rescan.incremental import scan_stream
 from contam_assets.rescan.jobs import tokenize_and_scan
 from contam_assets.rescan.plan import plan_shard, shard_identity, task_hashes
-from contam_assets_tests.automation_helpers import (add_mbpp, build_reference, instance, make_tasks_dir, matches, scan, settings, stats,
-                                                    table, write_pool)
+from contam_assets.rescan.shard import scan_shard
+from contam_assets.store import artifacts
+from contam_assets_tests.automation_helpers import (
+    add_mbpp,
+    build_reference,
+    instance,
+    make_tasks_dir,
+    matches,
+    scan,
+    settings,
+    stats,
+    table,
+    write_pool,
+)
 
 SHARDS = ["part-000.jsonl", "part-001.jsonl", "part-002.jsonl"]
 

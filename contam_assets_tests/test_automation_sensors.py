@@ -13,9 +13,21 @@ import pytest
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from contam_assets.defs.data.jobs import reference_job, scan_shards_job
-from contam_assets.defs.data.sensors import new_shards_sensor, new_tasks_sensor, nightly_rescan_schedule, tasks_rescan_sensor
-from contam_assets_tests.automation_helpers import (add_mbpp, build_reference, instance, make_tasks_dir, scan, settings,
-                                                    write_pool)
+from contam_assets.defs.data.sensors import (
+    new_shards_sensor,
+    new_tasks_sensor,
+    nightly_rescan_schedule,
+    tasks_rescan_sensor,
+)
+from contam_assets_tests.automation_helpers import (
+    add_mbpp,
+    build_reference,
+    instance,
+    make_tasks_dir,
+    scan,
+    settings,
+    write_pool,
+)
 
 SHARDS = ["part-000.jsonl", "part-001.jsonl", "part-002.jsonl"]
 

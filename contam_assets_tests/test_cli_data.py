@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 
-
 def contam(*args, cwd=None, env_extra=None):
     env = {**os.environ, **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", "contam_assets.cli", *map(str, args)], capture_output=True, text=True,

@@ -14,12 +14,12 @@ import pytest
 import zstandard
 
 from contam_assets import store
-from contam_assets.store.artifacts import count_lines
-from contam_assets.core.demo import HostText
 from contam_assets.defs.data import assets as A
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.demo import HostText
 from contam_assets.runner import run_apply, run_detect
+from contam_assets.store.artifacts import count_lines
 
 TASKS = "gsm8k,humaneval"
 

@@ -6,14 +6,14 @@ import json
 
 import polars as pl
 
+from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.detector.config import preset
-from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.index import build_index
-from contam_assets.store.pool import Document, Reject, parse_line
+from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry
 from contam_assets.detector.text import clean_text, clean_text_reference
-from contam_assets.defs.resources import DEFAULT_TASKS_DIR
+from contam_assets.store.pool import Document, Reject, parse_line
 
 
 def _detector(shared_data, tasks):

@@ -9,15 +9,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from contam_assets.defs.resources import DEFAULT_TASKS_DIR
+from contam_assets.demo import HostText
 from contam_assets.detector.config import preset
-from contam_assets.core.demo import HostText
-from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.index import build_index
-from contam_assets.store.pool import Document
+from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry
 from contam_assets.detector.scoring import interpolate_threshold, passes_threshold
-from contam_assets.defs.resources import DEFAULT_TASKS_DIR
+from contam_assets.store.pool import Document
 
 TASKS = ["gsm8k", "humaneval", "mmlu", "gsm_hard"]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from contam_assets.cli import main as cli_main
 from contam_assets import store
+from contam_assets.cli import main as cli_main
 from contam_assets.evaluation.config import ConfigError, load_config, parse_config
 from contam_assets.evaluation.report import ReportError, evaluate, flatten_numbers
 from contam_assets.evaluation.reports import comparison, report_problems

@@ -8,7 +8,6 @@ import time
 import dagster as dg
 import pytest
 
-from contam_assets.store import connect
 from contam_assets.defs.model import defs as model_defs
 from contam_assets.defs.model.checkpoints import checkpoints, new_checkpoints_sensor
 from contam_assets.defs.model.correlation import loglik_gap_correlation
@@ -22,6 +21,7 @@ from contam_assets.defs.model.probes import (
 )
 from contam_assets.defs.model.resources import CheckpointLoader, ProbeSettings
 from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.store import connect
 from contam_assets_tests import model_tiny as mt
 
 PROBES = [checkpoints, sequence_scores, ppl_probe, bits_per_byte, membership_scores, recitation_rate, fresh_set_gap]

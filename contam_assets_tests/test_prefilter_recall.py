@@ -17,11 +17,10 @@ import numpy as np
 import polars as pl
 import pytest
 
+from contam_assets.demo import HostText
 from contam_assets.detector.config import DetectConfig, preset
-from contam_assets.core.demo import HostText
-from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.ngrams import ngram_hashes
-from contam_assets.detector.prefilter import flag_bar
+from contam_assets.detector.prefilter import ensure_prefilter, flag_bar
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets_tests.throughput_planted import as_documents, build_detector, planted_documents, scan_rows

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from contam_assets.cli import main
 from contam_assets import store
+from contam_assets.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -28,15 +28,15 @@ import dagster as dg
 import pytest
 
 from contam_assets import store
+from contam_assets.defs.quality.assets import detector_quality, planted_suite
+from contam_assets.defs.quality.resources import QualitySettings
+from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.detector.config import preset
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
-from contam_assets.defs.quality.assets import detector_quality, planted_suite
-from contam_assets.defs.quality.resources import QualitySettings
-from contam_assets.defs.resources import ContamDB, ContamSettings
-from contam_assets.quality.items import items_from_records, item_key
+from contam_assets.quality.items import item_key, items_from_records
 from contam_assets.quality.leaks import VERBATIM_LIKE
 
 TASKS = ("gsm8k", "humaneval", "arc_easy", "mmlu")

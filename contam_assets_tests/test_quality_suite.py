@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from contam_assets.detector.config import preset
-from contam_assets.store.pool import Document, list_shards, read_shard
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry
 from contam_assets.detector.text import clean_text
 from contam_assets.quality.items import items_from_records
 from contam_assets.quality.leaks import LEAK_TYPES, VERBATIM_LIKE, change_numbers
 from contam_assets.quality.suite import build_suite, write_suite
+from contam_assets.store.pool import Document, list_shards, read_shard
 
 TASKS = ["gsm8k", "gsm_hard", "humaneval", "arc_easy"]
 TASKS_DIR = Path(__file__).resolve().parents[1] / "data" / "tasks"

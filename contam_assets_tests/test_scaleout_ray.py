@@ -14,7 +14,17 @@ import textwrap
 import pytest
 
 from contam_assets.defs.data.engine import RayScanEngine, ScanEngine, engine_from_env
-from contam_assets_tests.automation_helpers import build_reference, instance, make_tasks_dir, matches, scan, settings, stats, table, write_pool
+from contam_assets_tests.automation_helpers import (
+    build_reference,
+    instance,
+    make_tasks_dir,
+    matches,
+    scan,
+    settings,
+    stats,
+    table,
+    write_pool,
+)
 
 SHARDS = [f"part-{k:03d}.jsonl" for k in range(4)]
 

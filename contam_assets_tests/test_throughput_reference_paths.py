@@ -12,7 +12,14 @@ import random
 import numpy as np
 import pytest
 
-from contam_assets.detector.text import CleanOptions, DEFAULT_PUNCTUATION, MAX_WORD_CHARS, clean_text, clean_text_reference, clean_words
+from contam_assets.detector.text import (
+    DEFAULT_PUNCTUATION,
+    MAX_WORD_CHARS,
+    CleanOptions,
+    clean_text,
+    clean_text_reference,
+    clean_words,
+)
 
 WHITESPACE = [chr(c) for c in range(0x3001) if chr(c).isspace()]
 PIECES = (
@@ -70,9 +77,9 @@ def test_clean_text_fast_path_equals_reference_on_edge_cases(text):
 
 
 def test_cl100k_word_cache_equals_tiktoken_on_random_and_real_text(shared_data):
-    from contam_assets.detector.tokenize import _WordCache, get_tokenizer
-    from contam_assets_tests.throughput_planted import planted_documents, build_detector
     from contam_assets.detector.config import DetectConfig
+    from contam_assets.detector.tokenize import _WordCache, get_tokenizer
+    from contam_assets_tests.throughput_planted import build_detector, planted_documents
 
     tok = get_tokenizer("cl100k")
     rng = random.Random(7)

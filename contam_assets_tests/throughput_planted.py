@@ -1,6 +1,6 @@
 """Planted documents for the throughput and prefilter tests (not a test module).
 
-A deterministic mix of host text (contam_assets.core.demo.HostText) and real
+A deterministic mix of host text (contam_assets.demo.HostText) and real
 benchmark items from ../shared/data, planted in the ways training data quotes
 them: verbatim, reformatted, question only, near misses with words replaced,
 truncated, cut mid-word, escaped inside JSON, as multiple-choice listings, and
@@ -22,14 +22,14 @@ from pathlib import Path
 
 import polars as pl
 
+from contam_assets.defs.resources import DEFAULT_TASKS_DIR
+from contam_assets.demo import HostText
 from contam_assets.detector.config import DetectConfig
-from contam_assets.core.demo import HostText
-from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.index import NgramIndex, build_index
-from contam_assets.store.pool import Document
+from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import TaskSpec, load_registry
-from contam_assets.defs.resources import DEFAULT_TASKS_DIR
+from contam_assets.store.pool import Document
 
 
 def task_specs() -> list[TaskSpec]:

@@ -22,12 +22,12 @@ def run(args) -> int:
     from contam_assets import runner
     from contam_assets.cli import CliError
     from contam_assets.commands.detect import print_summary
-    from contam_assets.store.files import atomic_write_text
+    from contam_assets.defs.resources import DEFAULT_TASKS_DIR, ContamSettings
+    from contam_assets.demo import build_demo_pool
     from contam_assets.detector.config import preset
-    from contam_assets.core.demo import build_demo_pool
     from contam_assets.detector.reference import build_reference_set
     from contam_assets.detector.registry import load_registry
-    from contam_assets.defs.resources import DEFAULT_TASKS_DIR, ContamSettings
+    from contam_assets.store.files import atomic_write_text
 
     out = Path(args.out).resolve()
     bench = Path(args.benchmarks).resolve() if args.benchmarks else None

@@ -25,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def settings_from_args(args, pool: Path):
     from contam_assets.cli import CliError
-    from contam_assets.detector.config import PRESETS
     from contam_assets.defs.resources import ContamSettings
+    from contam_assets.detector.config import PRESETS
 
     if args.preset not in PRESETS:
         raise CliError(f"unknown preset {args.preset!r}; choose one of {', '.join(sorted(PRESETS))}")

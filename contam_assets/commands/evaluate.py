@@ -25,8 +25,8 @@ def register(subparsers) -> None:
 def _run(args) -> int:
     import os
 
-    from contam_assets.cli import CliError
     from contam_assets import store
+    from contam_assets.cli import CliError
     from contam_assets.defs.resources import ContamSettings
     from contam_assets.evaluation.config import ConfigError, load_config
     from contam_assets.evaluation.report import ReportError, evaluate

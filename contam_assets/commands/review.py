@@ -105,8 +105,8 @@ def _print_stats(con) -> None:
 
 
 def run(args) -> int:
-    from contam_assets.cli import CliError
     from contam_assets import store
+    from contam_assets.cli import CliError
     from contam_assets.store import tables
 
     out = Path(args.out).resolve()

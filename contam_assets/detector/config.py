@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from contam_assets.detector.text import CleanOptions, DEFAULT_PUNCTUATION
+from contam_assets.detector.text import DEFAULT_PUNCTUATION, CleanOptions
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig

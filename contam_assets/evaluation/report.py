@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from contam_assets.store.files import atomic_write_text
 from contam_assets.evaluation import contamination as contam
 from contam_assets.evaluation.config import EvaluationConfig
 from contam_assets.evaluation.items import Benchmark, default_specs, load_benchmark
 from contam_assets.evaluation.rows import RowStats, find_train_file, iter_training_texts
+from contam_assets.store.files import atomic_write_text
 
 SCHEMA = "contam-eval-report/1"
 REPORT_FILE = "report.json"

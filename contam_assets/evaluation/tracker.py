@@ -33,9 +33,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from contam_assets.store.files import atomic_write_text
 from contam_assets.evaluation.config import TrackerConfig
 from contam_assets.evaluation.report import dumps, flatten_numbers
+from contam_assets.store.files import atomic_write_text
 
 MARKER_FILE = "tracker.json"
 TABLE_KEY = "report"

@@ -13,7 +13,7 @@ from pathlib import Path
 from contam_assets.model import benchmarks as bm
 from contam_assets.model.code_exec import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
 from contam_assets.model.membership import DEFAULT_K
-from contam_assets.model.recitation import MBPP_SHOT_IDS, CodeProblem, unix_newlines, humaneval_problems, mbpp_problems
+from contam_assets.model.recitation import MBPP_SHOT_IDS, CodeProblem, humaneval_problems, mbpp_problems, unix_newlines
 
 
 @dataclass(frozen=True)

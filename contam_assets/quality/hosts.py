@@ -20,7 +20,7 @@ import sysconfig
 from functools import lru_cache
 from pathlib import Path
 
-from contam_assets.core.demo import HostText
+from contam_assets.demo import HostText
 
 MAX_FILE_BYTES = 400_000  # larger standard-library files (generated tables) are skipped
 _BLANK = re.compile(r"\n\s*\n")

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import polars as pl
 
-from contam_assets.store.files import atomic_write_text
-from contam_assets.store.pool import open_writer
 from contam_assets.detector.text import clean_text
 from contam_assets.quality.hosts import Hosts
 from contam_assets.quality.items import Item, Key, items_from_records
 from contam_assets.quality.leaks import LEAK_TYPES, Block, Context, qa_text
 from contam_assets.quality.overlap import ShingleIndex
+from contam_assets.store.files import atomic_write_text
+from contam_assets.store.pool import open_writer
 
 # Task whose items are number-changed copies of another task's split (GSM-Hard of GSM8K test).
 NUMBER_CHANGED_COPIES = {"gsm_hard": ("gsm8k", "test")}

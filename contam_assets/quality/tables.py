@@ -21,8 +21,8 @@ import duckdb
 import polars as pl
 
 from contam_assets import store
-from contam_assets.store.tables import replace_many, replace_rows
 from contam_assets.quality.scores import QualityResult, item_split_summary
+from contam_assets.store.tables import replace_many, replace_rows
 
 SCHEMA = {
     "quality_truth": """doc_id VARCHAR, leak_type VARCHAR, variant VARCHAR, task VARCHAR, split VARCHAR,

@@ -27,6 +27,7 @@ from contam_assets.rescan.plan import ShardPlan, shard_identity
 from contam_assets.rescan.shard import ShardOutcome, match_frame, read_batches, shard_stats_row
 from contam_assets.store.pool import Reject
 
+
 def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig, content_key: str,
                       preset: str, digest: str, cache_root: Path | None, fingerprint: str | None = None,
                       identity: str | None = None) -> ShardOutcome:

@@ -8,20 +8,20 @@ shard hands back to be written (rescan/state.py).
 from __future__ import annotations
 
 import json
-import time
-from collections import Counter
 import os
 import socket
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import polars as pl
 
-from contam_assets.store.pool import Document, Reject, read_shard
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import MATCH_SCHEMA, Reference, scan_documents
+from contam_assets.store.pool import Document, Reject, read_shard
 
 BATCH = 256  # documents read, tokenized and scanned together
 

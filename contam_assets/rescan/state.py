@@ -22,9 +22,9 @@ import duckdb
 import polars as pl
 
 from contam_assets import store
-from contam_assets.store import tables
 from contam_assets.rescan.plan import ShardState
 from contam_assets.rescan.shard import ShardOutcome
+from contam_assets.store import tables
 
 STATE_SCHEMA = {
     "shard_scans": """

@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contam_assets.detector.registry import load_registry, locate
 from contam_assets.rescan.plan import ShardState
 from contam_assets.store.pool import list_shards
-from contam_assets.detector.registry import load_registry, locate
 
 
 def spec_snapshot(tasks_dir: Path, only: list[str] | None, benchmarks_dir: Path | None) -> dict[str, str]:

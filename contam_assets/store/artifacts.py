@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets.store.files import atomic_write_text
 from contam_assets.detector.index import NgramIndex
+from contam_assets.store.files import atomic_write_text
 from contam_assets.store.pool import Reject, open_binary, open_writer
 
 

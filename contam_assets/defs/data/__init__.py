@@ -4,7 +4,12 @@ import dagster as dg
 
 from contam_assets.defs.data import assets
 from contam_assets.defs.data.jobs import mix_job, reference_job, report_job, scan_shards_job
-from contam_assets.defs.data.sensors import new_shards_sensor, new_tasks_sensor, nightly_rescan_schedule, tasks_rescan_sensor
+from contam_assets.defs.data.sensors import (
+    new_shards_sensor,
+    new_tasks_sensor,
+    nightly_rescan_schedule,
+    tasks_rescan_sensor,
+)
 
 defs = dg.Definitions(
     assets=[assets.task_registry, assets.reference_set, assets.ngram_index, assets.shard_matches,

@@ -10,22 +10,30 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from contam_assets.store.files import atomic_write_text
 from contam_assets import store
-from contam_assets.rescan import state as scan_state, token_cache, watch
-from contam_assets.store import artifacts, tables
-from contam_assets.detector.config import DetectConfig, preset
-from contam_assets.detector.matches import Reference
-from contam_assets.rescan.jobs import ShardJob
-from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, plan_shard, scan_config_digest, shard_identity, task_hashes
-from contam_assets.detector.index import build_index
-from contam_assets.detector.reference import build_reference_set
-from contam_assets.report.render import md_table, png_markdown_bytes
-from contam_assets.detector.registry import locate
-from contam_assets.report.html import histogram_png, render_report
 from contam_assets.defs.data.engine import ScanEngine, engine_from_env
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
+from contam_assets.detector.config import DetectConfig, preset
+from contam_assets.detector.index import build_index
+from contam_assets.detector.matches import Reference
+from contam_assets.detector.reference import build_reference_set
+from contam_assets.detector.registry import locate
+from contam_assets.report.html import histogram_png, render_report
+from contam_assets.report.render import md_table, png_markdown_bytes
+from contam_assets.rescan import state as scan_state
+from contam_assets.rescan import token_cache, watch
+from contam_assets.rescan.jobs import ShardJob
+from contam_assets.rescan.plan import (
+    TASK_HASHES_FILE,
+    load_task_hashes,
+    plan_shard,
+    scan_config_digest,
+    shard_identity,
+    task_hashes,
+)
+from contam_assets.store import artifacts, tables
+from contam_assets.store.files import atomic_write_text
 
 GROUP = "decontamination"
 

@@ -21,10 +21,10 @@ import dagster as dg
 from dagster_ray import LocalRay, RayResource
 from pydantic import Field
 
+from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference
 from contam_assets.rescan.jobs import ShardJob, run_shard_job, run_shard_job_shared
 from contam_assets.rescan.shard import ShardOutcome
-from contam_assets.detector.index import NgramIndex
 
 
 class ScanEngine(dg.ConfigurableResource):

@@ -23,15 +23,14 @@ import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from contam_assets import store
-from contam_assets.rescan import state as scan_state, watch
-from contam_assets.store import artifacts
-from contam_assets.rescan.plan import load_task_hashes
-from contam_assets.detector.registry import TaskSpecError
 from contam_assets.defs.data.jobs import reference_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamSettings, automation_on, sensor_default_status
-
-
+from contam_assets.detector.registry import TaskSpecError
+from contam_assets.rescan import state as scan_state
+from contam_assets.rescan import watch
+from contam_assets.rescan.plan import load_task_hashes
+from contam_assets.store import artifacts
 
 DEFAULT_STATUS = sensor_default_status()
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED

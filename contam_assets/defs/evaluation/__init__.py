@@ -10,9 +10,9 @@ import os
 
 import dagster as dg
 
-from contam_assets.store.files import atomic_write_text
 from contam_assets.defs.partitions import checkpoints_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.store.files import atomic_write_text
 
 # Model-side probe assets (contam_assets/defs/model); named, not imported.
 PROBE_ASSETS = ("ppl_probe", "bits_per_byte", "membership_scores", "recitation_rate", "fresh_set_gap")

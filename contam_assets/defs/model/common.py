@@ -4,10 +4,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from contam_assets.store import table_exists
 from contam_assets.defs.model.resources import CheckpointLoader
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.model.checkpoint import CheckpointError, CheckpointInfo, discover, newest_mtime, read_info
+from contam_assets.store import table_exists
 
 _CACHE: dict = {}  # the last loaded model, reused by the probes of one in-process run
 

@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from contam_assets.store import table_exists
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.model.correlation import Point, correlate, plot_points
-from contam_assets.report.render import md_table, png_markdown
 from contam_assets.model.tables import ensure_tables
+from contam_assets.report.render import md_table, png_markdown
+from contam_assets.store import table_exists
 
 _POINTS_SQL = """
 select c.checkpoint, c.experiment, l.value, g.value

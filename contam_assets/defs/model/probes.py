@@ -15,9 +15,9 @@ from contam_assets.defs.model.resources import CheckpointLoader, ProbeSettings
 from contam_assets.defs.partitions import checkpoints_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.model import probe_inputs as pin
-from contam_assets.report.render import md_table, png_markdown
 from contam_assets.model.report import histogram_png, metrics_md
 from contam_assets.model.sequences import ScoredSets
+from contam_assets.report.render import md_table, png_markdown
 
 _COMMON = dict(partitions_def=checkpoints_partitions, group_name="model")
 

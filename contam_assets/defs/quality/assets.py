@@ -14,12 +14,12 @@ import time
 import dagster as dg
 import polars as pl
 
-from contam_assets.store.files import atomic_write_text
+from contam_assets.defs.quality.resources import QualitySettings
+from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
 from contam_assets.detector.config import PRESETS, preset
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.report.render import md_table, png_markdown_bytes
-from contam_assets.defs.quality.resources import QualitySettings
-from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
+from contam_assets.store.files import atomic_write_text
 
 GROUP = "quality"
 presets_partitions = dg.StaticPartitionsDefinition(list(PRESETS))

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from contam_assets.store import pool as pool_io
 from contam_assets import store
 from contam_assets.model.arms.mix import PoolDoc
+from contam_assets.store import pool as pool_io
 
 MIX_PREFIX = "mix/"
 

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from contam_assets.store import pool as pool_io
 from contam_assets import store
 from contam_assets.model.arms.exposure import (
     ExposureRow,
@@ -27,8 +26,22 @@ from contam_assets.model.arms.exposure import (
 )
 from contam_assets.model.arms.inputs import ArmInputs, iter_docs
 from contam_assets.model.arms.mix import ArmMix, PoolDoc, build_arm_mix
-from contam_assets.model.arms.tokenizer import load_tokenizer, save_tokenizer, token_counter, tokenizer_meta, train_tokenizer
-from contam_assets.model.arms.train import TrainConfig, TrainResult, experiment_name, read_train_texts, train_arm, write_train_jsonl
+from contam_assets.model.arms.tokenizer import (
+    load_tokenizer,
+    save_tokenizer,
+    token_counter,
+    tokenizer_meta,
+    train_tokenizer,
+)
+from contam_assets.model.arms.train import (
+    TrainConfig,
+    TrainResult,
+    experiment_name,
+    read_train_texts,
+    train_arm,
+    write_train_jsonl,
+)
+from contam_assets.store import pool as pool_io
 
 Log = Callable[[str], None]
 

@@ -18,7 +18,7 @@ import polars as pl
 
 from contam_assets.store.pool import open_writer
 
-HOST_TEXT = Path(__file__).resolve().parents[2] / "data" / "demo" / "host_text.md"
+HOST_TEXT = Path(__file__).resolve().parents[1] / "data" / "demo" / "host_text.md"
 SOURCES = ("web", "code", "math", "instruct", "other")
 
 

@@ -1,0 +1,105 @@
+"""The layout's rules (docs/ARCHITECTURE.md), held against the code's own imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "contam_assets"
+# packages from the bottom up: a package may import those below it, never one above
+LAYERS = ["detector", "store", "demo", "report", "rescan"]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module name an import statement in ``path`` names (function-level imports included)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def project_graph() -> dict[str, set[str]]:
+    mods = {module_name(p): p for p in PKG.rglob("*.py")}
+    return {m: {i for i in imports_of(p) if i in mods and i != m} for m, p in mods.items()}
+
+
+def test_detector_imports_no_dagster_duckdb_or_ray_and_nothing_else_of_the_project():
+    for p in (PKG / "detector").rglob("*.py"):
+        for name in imports_of(p):
+            top = name.split(".")[0]
+            assert top not in ("dagster", "duckdb", "ray", "dagster_ray"), f"{p.name} imports {name}"
+            if top == "contam_assets":
+                assert name.startswith("contam_assets.detector"), f"{p.name} imports {name}"
+
+
+def test_lower_packages_never_import_dagster_or_a_package_above_them():
+    for i, layer in enumerate(LAYERS):
+        base = PKG / layer
+        files = list(base.rglob("*.py")) if base.is_dir() else [PKG / f"{layer}.py"]
+        for p in files:
+            for name in imports_of(p):
+                assert not name.startswith("dagster"), f"{p.relative_to(ROOT)} imports {name}"
+                parts = name.split(".")
+                if parts[0] == "contam_assets" and len(parts) > 1:
+                    target = parts[1]
+                    assert target not in ("defs", "runner", "commands", "cli"), f"{p.relative_to(ROOT)} imports {name}"
+                    if target in LAYERS:
+                        assert LAYERS.index(target) <= i, f"{p.relative_to(ROOT)} ({layer}) imports {name} above it"
+
+
+def test_no_import_cycle_among_the_project_modules():
+    graph = project_graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_no_source_file_over_500_lines():
+    long = []
+    for folder in ("contam_assets", "contam_assets_tests", "benchmarks"):
+        for p in (ROOT / folder).rglob("*.py"):
+            n = len(p.read_text().splitlines())
+            if n > 500:
+                long.append(f"{p.relative_to(ROOT)}: {n}")
+    assert not long, long
+
+
+def test_core_is_gone():
+    assert not (PKG / "core").exists()
+
+
+def test_ruff_finds_nothing():
+    """pyflakes rules and import order ([tool.ruff] in pyproject.toml)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "contam_assets", "contam_assets_tests", "benchmarks"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
