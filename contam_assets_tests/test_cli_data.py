@@ -19,7 +19,7 @@ def test_bad_arguments_give_clear_errors(tmp_path, shared_data):
     assert r.returncode == 2 and "pool folder not found" in r.stderr
     (tmp_path / "empty").mkdir()
     r = contam("detect", "--pool", tmp_path / "empty", "--out", tmp_path / "out")
-    assert r.returncode == 2 and "no .jsonl" in r.stderr
+    assert r.returncode == 2 and "no .json/.jsonl shards" in r.stderr
     r = contam("detect", "--pool", tmp_path / "empty", "--out", tmp_path / "out", "--preset", "nonsense")
     assert r.returncode == 2 and "unknown preset" in r.stderr
     r = contam("detect", "--pool", tmp_path / "empty", "--out", tmp_path / "out", "--benchmarks", tmp_path / "missing")
@@ -57,6 +57,7 @@ def test_detect_then_review(tmp_path, shared_data):
     assert r.returncode == 0 and "FLAGGED" in r.stdout and "EVAL QUESTION" in r.stdout and "[Q:" in r.stdout
     r = contam("review", out, "--stats")
     assert r.returncode == 0 and "per task and split" in r.stdout and "gsm8k" in r.stdout
+    assert "detector settings that produced these tables" in r.stdout and "sample_every" in r.stdout
     r = contam("review", out, "--task", "mmlu")
     assert r.returncode == 2 and "no matches for task" in r.stderr
 

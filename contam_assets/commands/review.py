@@ -102,6 +102,11 @@ def _print_stats(con) -> None:
           "per task and split")
     table("select coalesce(source,'(none)') source, count(*) removed from removals group by 1 order by 2 desc", "removed per source")
     table("select shard, read, removed, kept, rejected, pending_review, seconds from shard_stats order by shard", "per shard")
+    from contam_assets.store import table_exists
+
+    if table_exists(con, "detect_settings"):
+        table("select name, value, coalesce(decon_name, '') decon_name, origin from detect_settings order by name",
+              "detector settings that produced these tables")
 
 
 def run(args) -> int:

@@ -2,16 +2,38 @@
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+from pydantic import Field
 
 from contam_assets import store
+from contam_assets.detector.config import KNOBS, ConfigError, DetectConfig, parse_knob, preset
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TASKS_DIR = PROJECT_ROOT / "data" / "tasks"
+
+
+def _knob_fields() -> dict:
+    fields = {}
+    for k in KNOBS:
+        kind = type(getattr(DetectConfig(), k.field))
+        kind = str if k.field in ("decay_start", "decay_end") else kind  # "20", or "none" to turn it off
+        fields[k.field] = (kind | None, Field(None, description=f"{k.help}" + (f" (decon: {k.decon})" if k.decon else "")))
+    return fields
+
+
+# Every detector knob as an optional field (None = the preset's value, or the decon config's), named as in
+# DetectConfig; `contam detect` flags and decon config keys map onto the same fields (detector/config.KNOBS).
+DetectorKnobs = dg.Config.__class__("DetectorKnobs", (dg.Config,), {
+    "__annotations__": {name: kind for name, (kind, _) in _knob_fields().items()},
+    **{name: default for name, (_, default) in _knob_fields().items()},
+    "__doc__": "Detector knobs that override the preset (and a decon config); unset fields keep their value.",
+    "__module__": __name__,
+})
 
 
 class ContamSettings(dg.ConfigurableResource):
@@ -23,10 +45,18 @@ class ContamSettings(dg.ConfigurableResource):
     tasks_dir: str = ""  # CONTAM_TASKS_DIR: task specs ("" = the project's data/tasks)
     tasks: str = ""  # CONTAM_TASKS: comma-separated task names to use ("" = every available task)
     preset: str = "default"  # CONTAM_PRESET: default | olmo-web | olmo-synth
-    unescape: bool = True  # CONTAM_UNESCAPE=0 for exact decon parity
-    tokenizer: str = "cl100k"  # CONTAM_TOKENIZER: cl100k | word
-    content_key: str = "text"  # CONTAM_CONTENT_KEY
+    unescape: bool | None = None  # CONTAM_UNESCAPE=0 for exact decon parity (None: the preset's)
+    tokenizer: str = ""  # CONTAM_TOKENIZER: cl100k | word | bytes ("" = the preset's)
+    content_key: str = "text"  # CONTAM_CONTENT_KEY (dots name a nested field, as in decon)
     experiments_dir: str = ""  # CONTAM_EXPERIMENTS: "<out_dir>/experiments" when empty
+    evals_dir: str = ""  # CONTAM_EVALS_DIR: a decon reference folder (or glob) indexed beside / instead of the registry
+    decon_config: str = ""  # CONTAM_DECON_CONFIG: a decon YAML config; sets decon mode (docs/decon.md)
+    decon_report_dir: str = ""  # decon mode: decon-shaped report files (the config's report_output_dir)
+    decon_cleaned_dir: str = ""  # decon mode: purified training files (cleaned_output_dir; default the report dir)
+    purify: bool = False  # decon mode: write purified training files
+    allow_missing: bool = False  # CONTAM_ALLOW_MISSING=1: a task with no source files is a warning, not an error
+    knobs: DetectorKnobs = Field(default_factory=DetectorKnobs,  # CONTAM_KNOBS='{"threshold": 0.9}'
+                                 description="detector knobs over the preset (and the decon config)")
 
     @property
     def out_path(self) -> Path:
@@ -53,6 +83,48 @@ class ContamSettings(dg.ConfigurableResource):
         return [t.strip() for t in self.tasks.split(",") if t.strip()]
 
     @property
+    def evals_path(self) -> Path | None:
+        if self.evals_dir:
+            return Path(self.evals_dir).resolve()
+        d = self.decon().paths.get("evals_dir") if self.decon_config else None
+        return Path(d).resolve() if d else None
+
+    @property
+    def uses_registry(self) -> bool:
+        """The task registry is used unless only a decon reference folder was given."""
+        return not self.evals_path or bool(self.benchmarks_dir or self.tasks_dir or self.tasks)
+
+    def decon(self):
+        """The decon config file, parsed (ConfigError with the key and the fix)."""
+        from contam_assets.decon.config import load_decon_config
+
+        return load_decon_config(self.decon_config)
+
+    def knob_overrides(self) -> dict:
+        """The knobs set on this resource (legacy tokenizer/unescape fields included)."""
+        out = {k: v for k, v in self.knobs.model_dump().items() if v is not None}
+        if self.tokenizer and "tokenizer" not in out:
+            out["tokenizer"] = self.tokenizer
+        if self.unescape is not None and "unescape" not in out:
+            out["unescape"] = self.unescape
+        return {k: parse_knob(k, v) for k, v in out.items()}
+
+    def detect_config(self) -> tuple[DetectConfig, dict[str, str]]:
+        """The detector configuration: the preset, then the decon config file, then the knobs set here;
+        and where each knob's value came from."""
+        cfg = preset(self.preset)
+        origins: dict[str, str] = {}
+        if self.decon_config:
+            dc = self.decon()
+            cfg = cfg.replace(**dc.overrides)
+            origins.update(dict.fromkeys(dc.overrides, f"decon config {Path(self.decon_config).name}"))
+        over = self.knob_overrides()
+        if over:
+            cfg = cfg.replace(**over)
+            origins.update(dict.fromkeys(over, "set"))
+        return cfg, origins
+
+    @property
     def experiments_path(self) -> Path:
         return Path(self.experiments_dir).resolve() if self.experiments_dir else self.out_path / "experiments"
 
@@ -66,10 +138,14 @@ class ContamSettings(dg.ConfigurableResource):
             tasks_dir=env.get("CONTAM_TASKS_DIR", ""),
             tasks=env.get("CONTAM_TASKS", ""),
             preset=env.get("CONTAM_PRESET", "default"),
-            unescape=env.get("CONTAM_UNESCAPE", "1") not in ("0", "false", "no"),
-            tokenizer=env.get("CONTAM_TOKENIZER", "cl100k"),
+            unescape=(env["CONTAM_UNESCAPE"] not in ("0", "false", "no")) if env.get("CONTAM_UNESCAPE") else None,
+            tokenizer=env.get("CONTAM_TOKENIZER", ""),
             content_key=env.get("CONTAM_CONTENT_KEY", "text"),
             experiments_dir=env.get("CONTAM_EXPERIMENTS", ""),
+            evals_dir=env.get("CONTAM_EVALS_DIR", ""),
+            decon_config=env.get("CONTAM_DECON_CONFIG", ""),
+            allow_missing=env.get("CONTAM_ALLOW_MISSING", "").lower() in ("1", "true", "yes"),
+            knobs=DetectorKnobs(**json.loads(env["CONTAM_KNOBS"])) if env.get("CONTAM_KNOBS") else DetectorKnobs(),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -91,13 +167,30 @@ class ContamDB(dg.ConfigurableResource):
             yield con
 
 
+def evals_spec(settings: ContamSettings):
+    """The task spec of the settings' decon reference folder (its records name their own tasks by eval_key)."""
+    from contam_assets.detector.registry import decon_spec
+
+    return decon_spec(str(settings.evals_path), name="decon_evals", description="decon reference folder")
+
+
 def load_task_specs(settings: ContamSettings):
-    """The task specs the settings select; a bad spec or unknown task fails the asset with its message."""
+    """The task specs the settings select (the registry, a decon reference folder, or both);
+    a bad spec or unknown task fails the asset with its message."""
     from contam_assets.detector.registry import TaskSpecError, load_registry
 
     try:
-        return load_registry(settings.tasks_path, settings.task_filter or None)
-    except TaskSpecError as exc:
+        specs = load_registry(settings.tasks_path, settings.task_filter or None) if settings.uses_registry else []
+        return specs + ([evals_spec(settings)] if settings.evals_path else [])
+    except (TaskSpecError, ConfigError) as exc:
+        raise dg.Failure(str(exc)) from exc
+
+
+def detect_config(settings: ContamSettings) -> DetectConfig:
+    """The settings' detector configuration; a bad knob or decon config fails the asset with its message."""
+    try:
+        return settings.detect_config()[0]
+    except (ConfigError, ValueError) as exc:
         raise dg.Failure(str(exc)) from exc
 
 

@@ -1,6 +1,9 @@
-"""Detector configuration and decon's presets.
+"""Detector configuration, every knob named once, and decon's presets.
 
 Values follow decon's config/default.yaml and doc/repro/{olmo-web,olmo-synth}.yaml.
+`KNOBS` lists each knob with its unit, decon's name and the CLI flag: the CLI, the
+Dagster resource, decon config files and the report's settings table all read it,
+so a knob is spelled the same everywhere.
 """
 
 from __future__ import annotations
@@ -11,6 +14,13 @@ import json
 from dataclasses import dataclass
 
 from contam_assets.detector.text import DEFAULT_PUNCTUATION, CleanOptions
+from contam_assets.detector.tokenize import TOKENIZERS
+
+DEDUP_BY = ("content", "fingerprint")
+
+
+class ConfigError(ValueError):
+    """A knob has a value the detector cannot run with; the message says how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -20,10 +30,10 @@ class DetectConfig:
     ngram_size: int = 5
     sample_every: int = 10
     question_max_consecutive_misses: int = 11
-    # score threshold and length-adjusted bar
+    # score threshold and length-adjusted bar (None: no perfect-match region / no end of interpolation)
     threshold: float = 0.8
-    decay_start: int = 20
-    decay_end: int = 50
+    decay_start: int | None = 20
+    decay_end: int | None = 50
     # answers
     short_answer_token_threshold: int = 3
     short_answer_window: int = 50
@@ -42,6 +52,10 @@ class DetectConfig:
     # text cleaning
     punctuation: str = DEFAULT_PUNCTUATION
     unescape: bool = True  # beyond decon; False = exact decon parity
+    # beyond decon: the reference set (seed 003); decon mode turns all three off / to decon's rule
+    derived_suites: bool = True  # `<task>_solution` suites of code tasks, held for review
+    same_answer_rule: bool = True  # a suite whose answers are all one string is indexed on its question alone
+    dedup_by: str = "content"  # content: sha256 of passage+question+answer; fingerprint: the record's field (decon)
     # beyond decon: review and robustness
     report_floor: float = 0.5  # store every candidate scoring at least this, flagged or not
     candidate_question_floor: float = 0.5  # clusters below this question overlap are not scored at all
@@ -49,6 +63,11 @@ class DetectConfig:
     # beyond decon: skip, before tokenizing, documents that provably hold no flagged match (prefilter.py).
     # Flags and removals are unchanged; near misses (stored, not flagged) of skipped documents are not kept.
     prefilter: bool = False
+
+    def __post_init__(self):
+        problems = validate(self)
+        if problems:
+            raise ConfigError("; ".join(problems))
 
     @property
     def clean_options(self) -> CleanOptions:
@@ -69,7 +88,7 @@ class DetectConfig:
         keys = (
             "tokenizer", "ngram_size", "answer_ngram_size", "passage_ngram_size", "short_answer_token_threshold",
             "eval_dedup", "eval_min_token_length", "eval_min_unique_words", "index_passages", "index_answers",
-            "punctuation", "unescape",
+            "punctuation", "unescape", "derived_suites", "same_answer_rule", "dedup_by",
         )
         return {k: getattr(self, k) for k in keys}
 
@@ -78,6 +97,115 @@ class DetectConfig:
 
     def replace(self, **kw) -> "DetectConfig":
         return dataclasses.replace(self, **kw)
+
+
+def validate(cfg: DetectConfig) -> list[str]:
+    """What is wrong with a configuration, each with the fix (decon's validate_config, and more)."""
+    out = []
+    if cfg.tokenizer not in TOKENIZERS:
+        out.append(f"tokenizer {cfg.tokenizer!r} is not supported; choose one of {', '.join(TOKENIZERS)}")
+    for name in ("ngram_size", "sample_every", "answer_ngram_size", "passage_ngram_size", "question_max_consecutive_misses"):
+        if getattr(cfg, name) < 1:
+            out.append(f"{name} must be at least 1, got {getattr(cfg, name)}")
+    if not 0.0 < cfg.threshold <= 1.0:
+        out.append(f"threshold must lie in (0, 1], got {cfg.threshold}")
+    if cfg.decay_start is not None and cfg.decay_end is not None and cfg.decay_end < cfg.decay_start:
+        out.append(f"decay_end ({cfg.decay_end}) must be at least decay_start ({cfg.decay_start}); "
+                   f"raise decay_end or lower decay_start")
+    for name in ("short_answer_window", "min_long_answer_window", "min_passage_distance", "eval_min_token_length",
+                 "eval_min_unique_words", "short_answer_token_threshold", "passage_max_consecutive_misses"):
+        if getattr(cfg, name) < 0:
+            out.append(f"{name} must not be negative, got {getattr(cfg, name)}")
+    if cfg.dedup_by not in DEDUP_BY:
+        out.append(f"dedup_by must be one of {', '.join(DEDUP_BY)}, got {cfg.dedup_by!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class Knob:
+    field: str  # DetectConfig field
+    flag: str  # `contam detect` flag
+    decon: str | None  # decon's config key (and, with dashes, its CLI flag); None: beyond decon
+    help: str  # unit and meaning
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("tokenizer", "--tokenizer", "tokenizer_str", "cl100k (decon's default), word (whitespace words), "
+         "bytes (decon's character-level fallback for tokenizer names it does not know)"),
+    Knob("ngram_size", "--ngram-size", "ngram_size", "tokens per question n-gram"),
+    Knob("sample_every", "--sample-every", "sample_every_m_tokens", "look up every Nth question n-gram of a document"),
+    Knob("question_max_consecutive_misses", "--question-max-misses", "question_max_consecutive_misses",
+         "n-grams a cluster expansion may miss in a row before it drops a candidate"),
+    Knob("threshold", "--threshold", "contamination_score_threshold", "combined score that flags a document (0-1)"),
+    Knob("decay_start", "--decay-start", "perfect_match_decay_start",
+         "instance length (tokens) up to which only a perfect score flags; 'none' turns it off"),
+    Knob("decay_end", "--decay-end", "perfect_match_decay_end",
+         "instance length (tokens) from which the plain threshold applies; 'none' turns it off"),
+    Knob("short_answer_token_threshold", "--short-answer-tokens", "short_answer_token_threshold",
+         "answers of at most this many tokens must appear exactly"),
+    Knob("short_answer_window", "--short-answer-window", "short_answer_window_length",
+         "tokens after the question searched for a short answer"),
+    Knob("answer_ngram_size", "--answer-ngram-size", "answer_ngram_size", "tokens per long-answer n-gram"),
+    Knob("min_long_answer_window", "--min-long-answer-window", "min_long_answer_window",
+         "tokens after the question searched for a long answer (at least twice its length)"),
+    Knob("min_passage_distance", "--min-passage-distance", "min_passage_distance",
+         "tokens before the question searched for the passage (at least twice its length)"),
+    Knob("passage_ngram_size", "--passage-ngram-size", "passage_ngram_size", "tokens per passage n-gram"),
+    Knob("passage_max_consecutive_misses", "--passage-max-misses", "passage_max_consecutive_misses",
+         "n-grams the passage walk may miss in a row"),
+    Knob("eval_dedup", "--eval-dedup", "eval_dedup", "drop duplicate reference records (true/false)"),
+    Knob("eval_min_token_length", "--min-tokens", "eval_min_token_length",
+         "reference records under this many non-space tokens are not indexed (0 = off)"),
+    Knob("eval_min_unique_words", "--min-unique-words", "eval_min_unique_word_count",
+         "reference records under this many distinct words are not indexed (0 = off)"),
+    Knob("index_passages", "--index-passages", "index_passages", "index and score passages (true/false)"),
+    Knob("index_answers", "--index-answers", "index_answers", "index and score answers (true/false)"),
+    Knob("punctuation", "--punctuation", "punctuation_chars", "characters replaced by spaces before tokenizing"),
+    Knob("unescape", "--unescape", None, "undo JSON/Python string escapes first (true/false; false = decon)"),
+    Knob("derived_suites", "--derived-suites", None, "add the <task>_solution suites of code tasks (true/false)"),
+    Knob("same_answer_rule", "--same-answer-rule", None, "index a suite whose answers are all one string on its questions"),
+    Knob("dedup_by", "--dedup-by", None, "content (sha256 of the texts) or fingerprint (the record's field, decon)"),
+    Knob("report_floor", "--report-floor", None, "store every candidate scoring at least this, flagged or not"),
+    Knob("max_doc_bytes", "--max-doc-bytes", None, "documents larger than this many bytes are rejected"),
+    Knob("prefilter", "--prefilter", None, "skip documents that provably cannot be flagged (true/false)"),
+)
+KNOB_BY_FIELD = {k.field: k for k in KNOBS}
+
+
+def parse_knob(field: str, value) -> object:
+    """A knob value from text (CLI, environment, YAML) as the field's type; ConfigError when it is not one."""
+    default = getattr(DetectConfig(), field)
+    if isinstance(value, str):
+        v = value.strip()
+        if field in ("decay_start", "decay_end") and v.lower() in ("none", "null", "off", ""):
+            return None
+        if isinstance(default, bool):
+            if v.lower() in ("1", "true", "yes", "on"):
+                return True
+            if v.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ConfigError(f"{field} takes true or false, got {value!r}")
+        if isinstance(default, int):
+            try:
+                return int(v)
+            except ValueError:
+                raise ConfigError(f"{field} takes a whole number, got {value!r}") from None
+        if isinstance(default, float):
+            try:
+                return float(v)
+            except ValueError:
+                raise ConfigError(f"{field} takes a number, got {value!r}") from None
+        return value
+    if value is None and field in ("decay_start", "decay_end"):
+        return None
+    if isinstance(default, bool) and not isinstance(value, bool):
+        raise ConfigError(f"{field} takes true or false, got {value!r}")
+    if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(default, int) and not isinstance(default, bool) and (isinstance(value, bool) or not isinstance(value, int)):
+        if not (field in ("decay_start", "decay_end") and value is None):
+            raise ConfigError(f"{field} takes a whole number, got {value!r}")
+    return value
 
 
 PRESETS: dict[str, DetectConfig] = {
@@ -94,10 +222,23 @@ PRESETS: dict[str, DetectConfig] = {
     ),
 }
 
+# decon mode: clean and build the reference set exactly as decon does (docs/decon.md)
+DECON_MODE = dict(unescape=False, derived_suites=False, same_answer_rule=False, dedup_by="fingerprint")
+
 
 def preset(name: str, **overrides) -> DetectConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     cfg = PRESETS[name]
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(DetectConfig)})
+    if unknown:
+        raise ConfigError(f"unknown detector setting(s) {unknown}")
+    overrides = {k: v for k, v in overrides.items() if v is not None or k in ("decay_start", "decay_end")}
     return cfg.replace(**overrides) if overrides else cfg
+
+
+def settings_rows(cfg: DetectConfig, origins: dict[str, str] | None = None) -> list[dict]:
+    """One row per knob: name, value, decon's name, where the value came from (the report's settings table)."""
+    origins = origins or {}
+    return [dict(name=k.field, value=json.dumps(getattr(cfg, k.field), ensure_ascii=False), decon_name=k.decon,
+                 origin=origins.get(k.field, "preset")) for k in KNOBS]

@@ -22,6 +22,7 @@ from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.scan import Candidate, scan_many
+from contam_assets.detector.scoring import length_adjusted_score
 from contam_assets.detector.text import clean_words, join_words
 from contam_assets.detector.tokenize import Tokenizer, get_tokenizer
 
@@ -94,7 +95,7 @@ def _rank(c: Candidate, rec: dict) -> tuple:
 
 
 def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, cands: list[Candidate],
-                  ref: Reference, tok: Tokenizer, preset: str) -> list[dict]:
+                  ref: Reference, tok: Tokenizer, preset: str, threshold: float) -> list[dict]:
     # One row per (instance, span): of a multiple-choice item's expanded records, keep the best choice.
     best: dict[tuple, tuple[Candidate, dict]] = {}
     for c in cands:
@@ -124,6 +125,9 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, ca
             training_text="".join((" " if i else "") + s["text"] for i, s in enumerate(segs)),
             training_segments=json.dumps(segs, ensure_ascii=False),
             eval_question=rec["question"], eval_answer=rec["answer"], eval_passage=rec["passage"], preset=preset,
+            contamination_score=round(length_adjusted_score(c.score, c.required, threshold), 6),
+            answer_spans=json.dumps([[int(a), int(b)] for a, b in c.answer_spans]) if c.answer_spans else None,
+            cluster_end=c.cluster_end,
         ))
     return rows
 
@@ -138,6 +142,8 @@ MATCH_SCHEMA = {
     "passage_start": pl.Int32, "passage_end": pl.Int32, "n_matched_ngrams": pl.Int32, "doc_tokens": pl.Int32,
     "doc_chars": pl.Int64, "training_text": pl.Utf8, "training_segments": pl.Utf8, "eval_question": pl.Utf8,
     "eval_answer": pl.Utf8, "eval_passage": pl.Utf8, "preset": pl.Utf8,
+    # decon's reported contamination_score (length-adjusted), the answer spans, the cluster's last token
+    "contamination_score": pl.Float64, "answer_spans": pl.Utf8, "cluster_end": pl.Int32,
 }
 
 
@@ -168,5 +174,5 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
     counters["scanned"] += len(docs) - short
     for doc, ws, tokens, cands in zip(docs, words, encoded, scan_many(index, encoded, cfg)):
         if cands:
-            rows.extend(rows_for_doc(doc, shard, join_words(ws), tokens, cands, ref, tok, preset))
+            rows.extend(rows_for_doc(doc, shard, join_words(ws), tokens, cands, ref, tok, preset, cfg.threshold))
     return rows, counters

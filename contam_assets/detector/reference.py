@@ -2,11 +2,16 @@
 
 Rules (decon's reference preprocessing plus seed 003's derived suites):
 - one record per row; multiple choice expands to one record per choice (`is_correct`);
-- code tasks add a derived suite `<task>_solution` whose question is the reference solution alone;
-- a suite whose answers are all the same string is indexed on its question alone;
+- decon reference files are already one record per line: task and suite are the line's
+  `eval_key`, the instance its `eval_instance_index` (else the line), and `split`,
+  `is_correct`, `doc_id`, `fingerprint` are kept as the file says;
+- code tasks add a derived suite `<task>_solution` whose question is the reference solution
+  alone (`derived_suites`);
+- a suite whose answers are all the same string is indexed on its question alone (`same_answer_rule`);
 - a record is not indexed when passage+question+answer has fewer than `eval_min_token_length`
   non-space tokens or fewer than `eval_min_unique_words` unique words, or when it duplicates an
-  earlier record of its suite (fingerprint = first 16 hex of sha256 over passage+question+answer).
+  earlier record of its suite: by content (first 16 hex of sha256 over passage+question+answer),
+  or, with `dedup_by="fingerprint"` as decon does, by the record's own fingerprint field only.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ RECORD_SCHEMA = {
     "indexed": pl.Boolean,
     "skip_reason": pl.Utf8,
     "source_file": pl.Utf8,
+    "source_line": pl.Int32,  # line (CSV: row) of the record in source_file
+    "eval_key": pl.Utf8,  # decon's name of the eval dataset (our suite)
+    "eval_doc_id": pl.Int64,  # decon reference files: the record's doc_id
 }
 
 
@@ -108,7 +116,32 @@ def _choices(row: dict, spec: TaskSpec) -> list[str] | None:
     return out
 
 
-def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceStats) -> list[dict]:
+UNSPECIFIED_SPLIT = "unspecified"  # a decon reference record without a split
+
+
+def _decon_record(src, spec: TaskSpec) -> dict | None:
+    """One reference record from a decon reference line, its fields read as decon reads them."""
+    row = src.row
+    name = Path(src.source_file).name
+    # decon rule: eval_key, else eval_name, else the file stem (the name without its last suffix)
+    eval_key = next((row[k] for k in ("eval_key", "eval_name") if isinstance(row.get(k), str)), name.rsplit(".", 1)[0])
+    index = row.get("eval_instance_index")
+    text = lambda k: row[k] if isinstance(row.get(k), str) else None  # noqa: E731
+    doc_id = row.get("doc_id")
+    return dict(
+        task=eval_key, suite=eval_key, eval_key=eval_key, split=text("split") or UNSPECIFIED_SPLIT,
+        # decon rule: eval_instance_index, else the line number
+        instance_index=index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else src.source_line,
+        subject=None, kind=spec.kind, language=spec.language, derived=False,
+        question=text("question") or "", answer=text("answer") or None, passage=text("passage") or None,
+        choice_index=None, is_correct=row["is_correct"] if isinstance(row.get("is_correct"), bool) else None,
+        fingerprint=text("fingerprint"), eval_doc_id=doc_id if isinstance(doc_id, int) and not isinstance(doc_id, bool) else None,
+        source_file=name, source_line=src.source_line,
+    )
+
+
+def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceStats,
+                  derived_suites: bool = True) -> list[dict]:
     """Raw reference records of one task (before the same-answer rule and the decon filters)."""
     f = spec.fields
     records: list[dict] = []
@@ -118,6 +151,10 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
         for src, err in iter_split(spec, split, avail):
             if src is None:
                 stats.bad_rows.append(f"{spec.name}/{split.name}: {err}")
+                continue
+            if spec.format == "decon":
+                records.append(_decon_record(src, spec))
+                n_rows += 1
                 continue
             row = src.row
             question = _text(row.get(f.question))
@@ -131,6 +168,7 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
             base = dict(
                 task=spec.name, split=split.name, instance_index=src.instance_index, subject=src.subject,
                 kind=spec.kind, language=spec.language, passage=passage, source_file=Path(src.source_file).name,
+                source_line=src.source_line, fingerprint=None, eval_doc_id=None,
             )
             if spec.kind == "multiple-choice":
                 choices = _choices(row, spec)
@@ -139,18 +177,18 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
                     continue
                 gold = _gold_index(row.get(f.gold), len(choices)) if f.gold else None
                 for ci, choice in enumerate(choices):
-                    records.append(dict(base, suite=spec.name, derived=False, question=question, answer=choice,
-                                        choice_index=ci, is_correct=(None if gold is None else ci == gold)))
+                    records.append(dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
+                                        answer=choice, choice_index=ci, is_correct=(None if gold is None else ci == gold)))
             else:
                 answer = _format_answer(row.get(f.answer), f.answer_format) if f.answer else None
-                records.append(dict(base, suite=spec.name, derived=False, question=question, answer=answer,
-                                    choice_index=None, is_correct=None))
-            if spec.derived_suite:
+                records.append(dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
+                                    answer=answer, choice_index=None, is_correct=None))
+            if spec.derived_suite and derived_suites:
                 solution = _text(row.get(f.solution))
                 if solution and solution.strip():
                     # seed 003: derived suite whose question is the reference solution alone
-                    records.append(dict(base, suite=spec.derived_suite, derived=True, question=solution, answer=None,
-                                        passage=None, choice_index=None, is_correct=None))
+                    records.append(dict(base, suite=spec.derived_suite, eval_key=spec.derived_suite, derived=True,
+                                        question=solution, answer=None, passage=None, choice_index=None, is_correct=None))
         stats.availability.append(dict(task=spec.name, split=split.name, origin=avail.origin,
                                        files=len(avail.files), rows=n_rows))
     return records
@@ -186,18 +224,22 @@ def apply_decon_filters(records: list[dict], cfg: DetectConfig) -> None:
     token_ids = tok.encode_many(combined)
     seen: set[tuple[str, str]] = set()
     for r, text, ids in zip(records, combined, token_ids):
-        r["fingerprint"] = fingerprint(r["passage"], r["question"], r["answer"])
+        given = r.get("fingerprint")  # decon reference files carry their own
+        computed = fingerprint(r["passage"], r["question"], r["answer"])
+        r["fingerprint"] = given or computed
+        # dedup_by=fingerprint (decon): only records with a fingerprint field are deduplicated, by that field
+        dedup_key = (r["suite"], given if cfg.dedup_by == "fingerprint" else computed)
         reason = None
         if cfg.eval_min_token_length and tok.count_non_space(ids) < cfg.eval_min_token_length:
             reason = "min_tokens"  # decon rule: fewer than eval_min_token_length tokens
         elif cfg.eval_min_unique_words and len(set(text.split())) < cfg.eval_min_unique_words:
             reason = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
-        elif cfg.eval_dedup and (r["suite"], r["fingerprint"]) in seen:
-            reason = "duplicate"  # decon rule: exact duplicates dropped per suite by fingerprint
+        elif cfg.eval_dedup and dedup_key[1] is not None and dedup_key in seen:
+            reason = "duplicate"  # decon rule: exact duplicates dropped per suite (eval_key) by fingerprint
         elif not clean_text(r["question"], opts):
             reason = "empty_question"
-        if cfg.eval_dedup and reason is None:
-            seen.add((r["suite"], r["fingerprint"]))
+        if cfg.eval_dedup and reason is None and dedup_key[1] is not None:
+            seen.add(dedup_key)
         r["indexed"] = reason is None
         r["skip_reason"] = reason
 
@@ -206,8 +248,9 @@ def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg:
     stats = ReferenceStats()
     records: list[dict] = []
     for spec in specs:
-        records.extend(rows_for_task(spec, benchmarks_dir, stats))
-    apply_same_answer_rule(records, stats)
+        records.extend(rows_for_task(spec, benchmarks_dir, stats, derived_suites=cfg.derived_suites))
+    if cfg.same_answer_rule:
+        apply_same_answer_rule(records, stats)
     apply_decon_filters(records, cfg)
     for i, r in enumerate(records):
         r["record_id"] = i

@@ -3,22 +3,32 @@
 A spec names the task, its kind (``qa`` / ``multiple-choice`` / ``code``), its
 language, the source file(s) of each split (relative to the benchmark folder)
 and the field mapping.  See data/tasks/README.md for the format.
+
+A spec of ``format = "decon"`` names a folder or glob of decon reference files
+instead (one JSON record per line with ``eval_key``, ``eval_instance_index``,
+``split``, ``question``, ``answer``, ``passage``, ``is_correct``, ``doc_id``,
+``fingerprint``; any of decon's compressions; ``#`` lines skipped), as
+``contam detect --evals-dir`` does for a decon ``evals_dir``.
 """
 
 from __future__ import annotations
 
 import csv
 import glob
-import gzip
 import importlib
-import io
 import json
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from contam_assets.detector.compression import COMPRESSIONS, STREAM_ERRORS, compression_of, open_text
+
 KINDS = ("qa", "multiple-choice", "code")
+FORMATS = ("contam", "decon")
+# decon's EXPAND_DIRS_EXTENSIONS: files of an evals folder it reads
+DECON_REFERENCE_SUFFIXES = (".json", ".jsonl") + COMPRESSIONS
 
 
 class TaskSpecError(ValueError):
@@ -59,6 +69,7 @@ class TaskSpec:
     description: str = ""
     solution_suite: bool = False
     spec_path: str = ""
+    format: str = "contam"  # contam: fields mapped by the spec; decon: decon reference records
 
     @property
     def derived_suite(self) -> str | None:
@@ -67,10 +78,11 @@ class TaskSpec:
 
 @dataclass
 class SourceRow:
-    instance_index: int  # 0-based row index within the split's source file
+    instance_index: int  # 0-based row index within the split (counting on across its files, except per subject)
     row: dict
     subject: str | None
     source_file: str
+    source_line: int = 0  # 0-based line (CSV: row) within source_file
 
 
 @dataclass
@@ -86,6 +98,8 @@ def load_spec(path: Path) -> TaskSpec:
         raw = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise TaskSpecError(f"{path}: cannot read task spec: {exc}") from exc
+    if raw.get("format", "contam") == "decon":
+        return _decon_spec_from(raw, path)
     try:
         f = raw["fields"]
         choices = f.get("choices", ())
@@ -137,6 +151,38 @@ def load_spec(path: Path) -> TaskSpec:
     return spec
 
 
+def _decon_spec_from(raw: dict, path: Path) -> TaskSpec:
+    files = raw.get("files")
+    if isinstance(files, str):
+        files = [files]
+    if not files or not all(isinstance(f, str) for f in files):
+        raise TaskSpecError(f"{path}: a decon-format spec needs files = \"<folder or glob>\" (or a list of them)")
+    if "name" not in raw:
+        raise TaskSpecError(f"{path}: missing required key 'name'")
+    return decon_spec(files, name=raw["name"], language=raw.get("language", "en"), description=raw.get("description", ""),
+                      spec_path=str(path))
+
+
+def decon_spec(files: str | list[str], name: str = "decon", language: str = "en", description: str = "",
+               spec_path: str = "") -> TaskSpec:
+    """A task spec over decon reference files: folders (read recursively) or globs, absolute or relative to
+    the benchmark folder.  Its records take their task and suite from each record's ``eval_key``."""
+    files = [files] if isinstance(files, str) else list(files)
+    return TaskSpec(name=name, kind="qa", language=language, fields=Fields(question="question", answer="answer",
+                    passage="passage"), splits=tuple(SplitSpec(name="*", file=f) for f in files),
+                    description=description or "decon reference files", solution_suite=False, spec_path=spec_path,
+                    format="decon")
+
+
+def spec_digest(spec: TaskSpec) -> str:
+    """Content hash of a spec: its file's bytes, or (a spec made in code, e.g. --evals-dir) its fields."""
+    import hashlib
+
+    if spec.spec_path and Path(spec.spec_path).is_file():
+        return hashlib.sha256(Path(spec.spec_path).read_bytes()).hexdigest()[:16]
+    return hashlib.sha256(repr(spec).encode()).hexdigest()[:16]
+
+
 def load_registry(tasks_dir: Path, only: list[str] | None = None) -> list[TaskSpec]:
     tasks_dir = Path(tasks_dir)
     if not tasks_dir.is_dir():
@@ -167,6 +213,10 @@ def _embedded_path(ref: str) -> Path | None:
 def locate(spec: TaskSpec, split: SplitSpec, benchmarks_dir: Path | None) -> SplitAvailability:
     """Where a split's rows come from: the benchmark folder, else a package's embedded copy."""
     avail = SplitAvailability(task=spec.name, split=split.name)
+    if spec.format == "decon":
+        avail.files = decon_reference_files(split.file, benchmarks_dir)
+        avail.origin = "benchmarks" if avail.files else "missing"
+        return avail
     if benchmarks_dir is not None:
         files = sorted(glob.glob(str(Path(benchmarks_dir) / split.file)))
         if files:
@@ -179,21 +229,48 @@ def locate(spec: TaskSpec, split: SplitSpec, benchmarks_dir: Path | None) -> Spl
     return avail
 
 
-def _open_text(path: str) -> io.TextIOBase:
-    if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace", newline="")
+def decon_reference_files(pattern: str, benchmarks_dir: Path | None) -> list[str]:
+    """The files of a decon reference folder (recursively, decon's suffixes) or glob, sorted."""
+    p = Path(pattern)
+    if not p.is_absolute() and benchmarks_dir is not None:
+        p = Path(benchmarks_dir) / p
+    if p.is_dir():
+        out = []
+        for root, dirs, names in os.walk(p):
+            dirs.sort()
+            out += [os.path.join(root, n) for n in names
+                    if n.endswith(DECON_REFERENCE_SUFFIXES) and not n.startswith(".")]
+        return sorted(out)
+    return sorted(f for f in glob.glob(str(p)) if os.path.isfile(f))
 
 
-def iter_rows(path: str) -> Iterator[tuple[int, dict | None, str | None]]:
-    """(row index, row or None, error) for every row of a .jsonl(.gz) or .csv file."""
-    name = path[:-3] if path.endswith(".gz") else path
-    with _open_text(path) as fh:
+def looks_like_decon_references(folder: Path, max_files: int = 20) -> bool:
+    """True when a folder holds decon reference files (records with an eval_key), read from their first lines."""
+    for path in decon_reference_files(str(folder), None)[:max_files]:
+        try:
+            for _, row, _ in iter_rows(path, comments=True):
+                if row is not None and "eval_key" in row and "question" in row:
+                    return True
+                break
+        except STREAM_ERRORS:
+            continue
+    return False
+
+
+def iter_rows(path: str, comments: bool = False) -> Iterator[tuple[int, dict | None, str | None]]:
+    """(row index, row or None, error) for every row of a JSONL or CSV file, in any compression.
+
+    ``comments``: lines starting with ``#`` are skipped (decon reference files); they still count as lines.
+    """
+    name = path[: -len(compression_of(path))] if compression_of(path) else path
+    with open_text(path) as fh:
         if name.endswith(".csv"):
             for i, row in enumerate(csv.DictReader(fh)):
                 yield i, dict(row), None
             return
         for i, line in enumerate(fh):
+            if comments and line.startswith("#"):
+                continue  # decon rule: comment lines are skipped
             if not line.strip():
                 yield i, None, "empty line"
                 continue
@@ -210,12 +287,23 @@ def iter_rows(path: str) -> Iterator[tuple[int, dict | None, str | None]]:
 
 def iter_split(spec: TaskSpec, split: SplitSpec, avail: SplitAvailability) -> Iterator[tuple[SourceRow | None, str | None]]:
     """Rows of one split (after the split's `where` filter); bad rows come back as (None, reason)."""
+    base = 0  # files of one split (without subjects) number their rows on, so every instance has its own index
     for path in avail.files:
         subject = None
         if split.subject_from_file:
             stem = Path(path).name.split(".")[0]
             subject = stem[: -len(split.subject_suffix)] if split.subject_suffix and stem.endswith(split.subject_suffix) else stem
-        for idx, row, err in iter_rows(path):
+        last = -1
+        rows = iter_rows(path, comments=spec.format == "decon")
+        while True:
+            try:
+                idx, row, err = next(rows)
+            except StopIteration:
+                break
+            except STREAM_ERRORS as exc:  # a truncated or corrupt compressed file
+                yield None, f"{Path(path).name}: unreadable after row {last} ({type(exc).__name__}: {exc})"
+                break
+            last = idx
             if row is None:
                 yield None, f"{Path(path).name}:{idx}: {err}"
                 continue
@@ -227,4 +315,7 @@ def iter_split(spec: TaskSpec, split: SplitSpec, avail: SplitAvailability) -> It
                     continue
                 if (split.where_min is not None and v < split.where_min) or (split.where_max is not None and v > split.where_max):
                     continue
-            yield SourceRow(instance_index=idx, row=row, subject=subject, source_file=path), None
+            yield SourceRow(instance_index=idx if subject is not None else base + idx, row=row, subject=subject,
+                            source_file=path, source_line=idx), None
+        if subject is None:
+            base += last + 1

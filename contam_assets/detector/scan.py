@@ -25,7 +25,7 @@ class Candidate:
     local: int
     record_id: int
     cluster_start: int  # first token of the question match
-    question_end: int  # last token of the question match (inclusive)
+    question_end: int  # last token of the question match (inclusive), cut before an answer it ran into
     n_matched: int
     q_overlap: float
     a_overlap: float | None = None
@@ -35,6 +35,7 @@ class Candidate:
     score: float = 0.0
     required: float = 1.0
     flagged: bool = False
+    cluster_end: int = -1  # last token of the cluster as expanded (before the answer cut)
 
 
 # -- candidate scoring (contamination_entry.rs) ---------------------------------
@@ -58,7 +59,7 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
             excess = max(0, cluster_len - q_len)
             q_end_for_answer = max((end_pos + n - 1) - excess, 0)
             cand = Candidate(local=local, record_id=int(index.record_ids[local]), cluster_start=start,
-                             question_end=end_pos + n - 1, n_matched=len(keys), q_overlap=q)
+                             question_end=end_pos + n - 1, n_matched=len(keys), q_overlap=q, cluster_end=end_pos + n - 1)
             if index.p_len[local] > 0:
                 cand.passage_span, cand.p_overlap = boundaries.passage(index, local, tokens, start, cfg)
             a_unique = None

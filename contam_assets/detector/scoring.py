@@ -79,10 +79,16 @@ def overlap_ratio(matched: float, total: float) -> float:
     return _unit(matched / total) if total > 0 else 0.0
 
 
-def passes_threshold(score: float, required: float, threshold: float) -> bool:
-    """decon's length-adjusted comparison: the score is scaled by threshold/required; 1.0 stays 1.0."""
+def length_adjusted_score(score: float, required: float, threshold: float) -> float:
+    """decon's reported contamination_score: scaled by threshold/required below the decay end; 1.0 stays 1.0."""
     if required > threshold:
         scale = threshold / required
-        adjusted = score * scale + (1.0 - scale) * (1.0 if score == 1.0 else 0.0)
-        return adjusted >= threshold
+        return score * scale + (1.0 - scale) * (1.0 if score == 1.0 else 0.0)
+    return score
+
+
+def passes_threshold(score: float, required: float, threshold: float) -> bool:
+    """decon's length-adjusted comparison: the adjusted score must reach the threshold."""
+    if required > threshold:
+        return length_adjusted_score(score, required, threshold) >= threshold
     return score >= threshold

@@ -31,7 +31,7 @@ import xxhash
 
 from contam_assets.detector.text import join_words
 
-TOKENIZERS = ("cl100k", "word")
+TOKENIZERS = ("cl100k", "word", "bytes")
 # Distinct words a process keeps (about 150 bytes each); the cache starts over when full.
 WORD_CACHE_SIZE = 1 << 17
 
@@ -281,10 +281,43 @@ class WordTokenizer(Tokenizer):
         return (" " + cleaned).encode("utf-8", "surrogatepass") if words else b"", off
 
 
+class ByteTokenizer(Tokenizer):
+    """decon's character-level fallback: the UTF-8 bytes of " " + cleaned text, one token each.
+
+    decon tokenizes with every byte when its tokenizer name is not a tiktoken encoding
+    (src/common/tokenizer.rs); a decon config naming such a tokenizer is reproduced with this one.
+    """
+
+    name = "bytes"
+
+    def encode(self, cleaned: str) -> np.ndarray:
+        if not cleaned:
+            return np.zeros(0, dtype=np.uint64)
+        # decon rule: encode " " + cleaned text (leading space), here byte by byte
+        return np.frombuffer((" " + cleaned).encode("utf-8", "surrogatepass"), dtype=np.uint8).astype(np.uint64)
+
+    def encode_words(self, docs: list[list[bytes]]) -> list[np.ndarray]:
+        return [self.encode(join_words(ws)) for ws in docs]
+
+    def count_non_space(self, ids: np.ndarray) -> int:
+        # decon rule: space, tab, newline and carriage-return bytes do not count
+        ids = np.asarray(ids, dtype=np.uint64)
+        return int(len(ids) - np.isin(ids, np.array([32, 9, 10, 13], dtype=np.uint64)).sum())
+
+    def span_text(self, cleaned: str, ids: np.ndarray, start: int, end: int) -> str:
+        start, end = max(0, start), min(len(ids), end)
+        return bytes(np.asarray(ids[start:end], dtype=np.uint8)).decode("utf-8", "replace").strip() if end > start else ""
+
+    def byte_spans(self, cleaned: str, ids: np.ndarray) -> tuple[bytes, np.ndarray]:
+        return bytes(np.asarray(ids, dtype=np.uint8)), np.arange(len(ids) + 1, dtype=np.int64)
+
+
 @lru_cache(maxsize=4)
 def get_tokenizer(name: str = "cl100k") -> Tokenizer:
     if name == "word":
         return WordTokenizer()
+    if name == "bytes":
+        return ByteTokenizer()
     if name == "cl100k":
         return BPETokenizer(name)
     raise ValueError(f"unknown tokenizer {name!r}; choose one of {TOKENIZERS}")

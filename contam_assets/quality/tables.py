@@ -22,6 +22,7 @@ import polars as pl
 
 from contam_assets import store
 from contam_assets.quality.scores import QualityResult, item_split_summary
+from contam_assets.store import tables as store_tables
 from contam_assets.store.tables import replace_many, replace_rows
 
 SCHEMA = {
@@ -49,8 +50,7 @@ PER_PRESET = ("quality_scores", "quality_clean", "quality_outcomes", "quality_it
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    for name, cols in SCHEMA.items():
-        con.execute(f"create table if not exists {name} ({cols})")
+    store_tables.ensure_schema(con, SCHEMA)
 
 
 def write_suite(con: duckdb.DuckDBPyConnection, truth: pl.DataFrame, docs: pl.DataFrame) -> None:

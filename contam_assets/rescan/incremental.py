@@ -172,7 +172,7 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
         cleaned = clean_text(doc.text, cfg.clean_options) if doc else ""
         if doc is None or len(tok.encode(cleaned)) != len(tokens):
             raise StaleStream(f"{shard}: line {line} no longer matches the cached token stream")
-        rows.extend(rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset))
+        rows.extend(rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset, cfg.threshold))
     matches = match_frame(rows)
     lengths = stream.lengths()
     scanned = int((lengths >= cfg.min_doc_tokens).sum())

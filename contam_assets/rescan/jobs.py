@@ -56,7 +56,7 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                     counters["scanned"] += 1
             for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, scan_many(index, encoded, cfg))):
                 if cands:
-                    rows.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset))
+                    rows.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset, cfg.threshold))
     except BaseException:
         if writer:
             writer.abort()

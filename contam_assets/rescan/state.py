@@ -39,8 +39,7 @@ STATE_SCHEMA = {
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     tables.ensure_schema(con)
-    for name, cols in STATE_SCHEMA.items():
-        con.execute(f"create table if not exists {name} ({cols})")
+    tables.ensure_schema(con, STATE_SCHEMA)
 
 
 def has_state(con: duckdb.DuckDBPyConnection) -> bool:

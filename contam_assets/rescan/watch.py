@@ -14,20 +14,23 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contam_assets.detector.registry import load_registry, locate
+from contam_assets.detector.registry import TaskSpec, load_registry, locate, spec_digest
 from contam_assets.rescan.plan import ShardState
 from contam_assets.store.pool import list_shards
 
 
-def spec_snapshot(tasks_dir: Path, only: list[str] | None, benchmarks_dir: Path | None) -> dict[str, str]:
-    """task -> hash of its spec file and of the (size, mtime) of its source files.
+def spec_snapshot(tasks_dir: Path | None, only: list[str] | None, benchmarks_dir: Path | None,
+                  extra_specs: list[TaskSpec] = ()) -> dict[str, str]:
+    """task -> hash of its spec and of the (size, mtime) of its source files.
 
+    ``tasks_dir`` None: no registry (only ``extra_specs``, e.g. a decon reference folder).
     Raises registry.TaskSpecError for an unreadable spec (the sensor tick fails loudly
     and keeps its cursor).
     """
     out = {}
-    for spec in load_registry(Path(tasks_dir), only or None):
-        h = hashlib.sha256(Path(spec.spec_path).read_bytes())
+    specs = (load_registry(Path(tasks_dir), only or None) if tasks_dir is not None else []) + list(extra_specs)
+    for spec in specs:
+        h = hashlib.sha256(spec_digest(spec).encode())
         for split in spec.splits:
             for f in locate(spec, split, benchmarks_dir).files:
                 st = os.stat(f)

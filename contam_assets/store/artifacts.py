@@ -81,7 +81,7 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
     tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
     written = dropped = skipped = read = 0
     try:
-        with open_binary(src) as fin, open_writer(tmp, like=dst) as fout:
+        with open_binary(src) as fin, open_writer(tmp, like=dst.name) as fout:
             for line_no, raw in enumerate(fin):
                 read += 1
                 if line_no in rejected:

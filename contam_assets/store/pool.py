@@ -1,6 +1,8 @@
 """Training pool: shard discovery and robust reading.
 
-A pool is a folder of `.jsonl`, `.jsonl.gz` or `.jsonl.zst` shards.  Every line
+A pool is a folder of `.json` / `.jsonl` shards, plain or compressed (`.gz`, `.zst`,
+`.zstd`, `.bz2`, `.xz`: decon's set).  A dotted content key (`metadata.text`) names a
+nested field, as in decon.  Every line
 is one document; a line that cannot be used (not UTF-8, malformed JSON, no
 content key, empty text, too large) is returned as a :class:`Reject` with its
 raw bytes, so it is counted and kept for review instead of being lost.
@@ -9,18 +11,19 @@ raw bytes, so it is counted and kept for review instead of being lost.
 from __future__ import annotations
 
 import base64
-import gzip
 import io
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import orjson
 import xxhash
-import zstandard
 
-SHARD_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+from contam_assets.detector.compression import DATA_SUFFIXES, STREAM_ERRORS, open_binary, open_writer  # noqa: F401
+
+SHARD_SUFFIXES = DATA_SUFFIXES  # .json / .jsonl, plain or .gz .zst .zstd .bz2 .xz (decon's set)
 
 
 @dataclass
@@ -51,12 +54,44 @@ def is_shard(path: Path) -> bool:
     return path.is_file() and path.name.endswith(SHARD_SUFFIXES) and not path.name.startswith(".")
 
 
+@dataclass
+class PoolEntry:
+    path: str  # relative to the pool, POSIX style
+    reason: str
+
+
+@dataclass
+class PoolListing:
+    shards: list[str]  # shard keys, sorted
+    skipped: list[PoolEntry]  # everything else in the pool, with the reason it is not scanned
+
+
+def list_pool(pool_dir: Path) -> PoolListing:
+    """Every file under the pool: the shards, and the others with the reason each is skipped."""
+    pool_dir = Path(pool_dir)
+    shards: list[str] = []
+    skipped: list[PoolEntry] = []
+    if not pool_dir.is_dir():
+        return PoolListing(shards, skipped)
+    for root, dirs, names in os.walk(pool_dir):
+        dirs.sort()
+        rel_root = Path(root).relative_to(pool_dir)
+        for name in sorted(names):
+            rel = (rel_root / name).as_posix()
+            if name.startswith("."):
+                skipped.append(PoolEntry(rel, "hidden file"))
+            elif not name.endswith(SHARD_SUFFIXES):
+                skipped.append(PoolEntry(rel, "not a .json/.jsonl file (plain, .gz, .zst, .zstd, .bz2, .xz)"))
+            elif not (Path(root) / name).is_file():
+                skipped.append(PoolEntry(rel, "not a regular file"))
+            else:
+                shards.append(rel)
+    return PoolListing(sorted(shards), skipped)
+
+
 def list_shards(pool_dir: Path) -> list[str]:
     """Shard keys (paths relative to the pool, POSIX style), sorted."""
-    pool_dir = Path(pool_dir)
-    if not pool_dir.is_dir():
-        return []
-    return sorted(p.relative_to(pool_dir).as_posix() for p in pool_dir.rglob("*") if is_shard(p))
+    return list_pool(pool_dir).shards
 
 
 def shard_fingerprint(path: Path) -> str:
@@ -69,25 +104,6 @@ def shard_fingerprint(path: Path) -> str:
             fh.seek(-(1 << 20), io.SEEK_END)
             h.update(fh.read(1 << 20))
     return f"{st.st_size}-{h.hexdigest()}"
-
-
-def open_binary(path: Path) -> io.BufferedIOBase:
-    name = path.name
-    if name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if name.endswith(".zst"):
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
-    return open(path, "rb")
-
-
-def open_writer(path: Path, like: Path | None = None) -> io.BufferedIOBase:
-    """Binary writer with the compression the file name (or `like`'s name) implies."""
-    name = (like or path).name
-    if name.endswith(".gz"):
-        return gzip.open(path, "wb", compresslevel=6)
-    if name.endswith(".zst"):
-        return zstandard.ZstdCompressor(level=3).stream_writer(open(path, "wb"), closefd=True)
-    return open(path, "wb")
 
 
 def parse_line(raw: bytes, line: int, shard: str, content_key: str, max_doc_bytes: int) -> Document | Reject:
@@ -106,7 +122,7 @@ def parse_line(raw: bytes, line: int, shard: str, content_key: str, max_doc_byte
     except orjson.JSONDecodeError:
         obj = None
     if type(obj) is dict:
-        text, doc_id, source = obj.get(content_key), obj.get("id"), obj.get("source")
+        text, doc_id, source = content_of(obj, content_key), obj.get("id"), obj.get("source")
         if type(text) is str and not (text.isspace() or not text) and type(doc_id) in _PLAIN and type(source) in _PLAIN:
             return Document(line=line, doc_id=str(doc_id) if doc_id is not None else f"{shard}:{line}",
                             source=str(source) if source is not None else None, text=text, n_bytes=len(body), raw=body)
@@ -114,6 +130,18 @@ def parse_line(raw: bytes, line: int, shard: str, content_key: str, max_doc_byte
 
 
 _PLAIN = (str, int, type(None))
+
+
+def content_of(obj: dict, key: str):
+    """The value at ``key``; a dotted key walks nested objects (decon's get_nested_json_val). None if absent."""
+    if "." not in key:
+        return obj.get(key)
+    cur = obj
+    for part in key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
 
 
 def parse_line_plain(body: bytes, line: int, shard: str, content_key: str) -> Document | Reject:
@@ -130,7 +158,7 @@ def parse_line_plain(body: bytes, line: int, shard: str, content_key: str) -> Do
         return Reject(line, f"malformed_json ({exc.msg} at {exc.pos})", body)
     if not isinstance(obj, dict):
         return Reject(line, "not_an_object", body)
-    text = obj.get(content_key)
+    text = content_of(obj, content_key)
     if text is None:
         return Reject(line, f"missing_content_key ({content_key!r})", body)
     if not isinstance(text, str):
@@ -151,6 +179,6 @@ def read_shard(path: Path, shard: str, content_key: str = "text", max_doc_bytes:
         with open_binary(path) as fh:
             for line, raw in enumerate(fh):
                 yield parse_line(raw, line, shard, content_key, max_doc_bytes)
-    except (OSError, EOFError, zstandard.ZstdError) as exc:
+    except STREAM_ERRORS as exc:
         # A truncated or corrupt compressed file: everything read so far stands, the rest is reported.
         yield Reject(line + 1, f"unreadable_rest_of_shard ({type(exc).__name__}: {exc})", b"")

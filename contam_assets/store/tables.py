@@ -14,7 +14,7 @@ SCHEMA = {
         record_id INTEGER, task VARCHAR, suite VARCHAR, split VARCHAR, instance_index INTEGER, subject VARCHAR,
         choice_index INTEGER, is_correct BOOLEAN, kind VARCHAR, language VARCHAR, derived BOOLEAN,
         question VARCHAR, answer VARCHAR, passage VARCHAR, fingerprint VARCHAR, indexed BOOLEAN,
-        skip_reason VARCHAR, source_file VARCHAR
+        skip_reason VARCHAR, source_file VARCHAR, source_line INTEGER, eval_key VARCHAR, eval_doc_id BIGINT
     """,
     "matches": """
         match_id VARCHAR, shard VARCHAR, line INTEGER, doc_id VARCHAR, source VARCHAR,
@@ -25,7 +25,8 @@ SCHEMA = {
         question_start INTEGER, question_end INTEGER, answer_start INTEGER, answer_end INTEGER,
         passage_start INTEGER, passage_end INTEGER, n_matched_ngrams INTEGER, doc_tokens INTEGER, doc_chars BIGINT,
         training_text VARCHAR, training_segments VARCHAR,
-        eval_question VARCHAR, eval_answer VARCHAR, eval_passage VARCHAR, preset VARCHAR
+        eval_question VARCHAR, eval_answer VARCHAR, eval_passage VARCHAR, preset VARCHAR,
+        contamination_score DOUBLE, answer_spans VARCHAR, cluster_end INTEGER
     """,
     "shard_stats": """
         shard VARCHAR, read BIGINT, scanned BIGINT, too_short BIGINT, rejected BIGINT,
@@ -40,6 +41,9 @@ SCHEMA = {
     "removals": """
         shard VARCHAR, line INTEGER, doc_id VARCHAR, source VARCHAR, n_chars BIGINT, reason VARCHAR
     """,
+    "detect_settings": """
+        name VARCHAR, value VARCHAR, decon_name VARCHAR, origin VARCHAR
+    """,
     "mix_stats": """
         shard VARCHAR, written BIGINT, dropped BIGINT, rejected BIGINT, path VARCHAR
     """,
@@ -49,9 +53,24 @@ MATCH_COLUMNS = [c.strip().split()[0] for c in SCHEMA["matches"].split(",")]
 STATS_COLUMNS = [c.strip().split()[0] for c in SCHEMA["shard_stats"].split(",")]
 
 
-def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    for name, cols in SCHEMA.items():
+def columns_of(ddl: str) -> list[tuple[str, str]]:
+    """(name, type) of each column in a SCHEMA entry."""
+    out = []
+    for c in ddl.split(","):
+        name, _, kind = c.strip().partition(" ")
+        out.append((name, kind.strip()))
+    return out
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, schema: dict[str, str] | None = None) -> None:
+    """Create missing tables, and add the columns a newer version appended to existing ones."""
+    for name, cols in (schema or SCHEMA).items():
         con.execute(f"create table if not exists {name} ({cols})")
+        have = {r[0] for r in con.execute(
+            "select column_name from information_schema.columns where table_name = ?", [name]).fetchall()}
+        for col, kind in columns_of(cols):
+            if col not in have:
+                con.execute(f"alter table {name} add column {col} {kind}")
 
 
 def replace_many(con: duckdb.DuckDBPyConnection, changes: list[tuple[str, str, list, pl.DataFrame | None]]) -> None:

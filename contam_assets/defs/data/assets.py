@@ -1,7 +1,6 @@
 """Data side: registry -> reference set -> n-gram index -> shard scans -> removals -> report -> mix."""
 
 
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -13,12 +12,12 @@ from pydantic import Field
 from contam_assets import store
 from contam_assets.defs.data.engine import ScanEngine, engine_from_env
 from contam_assets.defs.partitions import shards_partitions
-from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
-from contam_assets.detector.config import DetectConfig, preset
+from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, load_task_specs
+from contam_assets.detector.config import DetectConfig, settings_rows
 from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import locate
+from contam_assets.detector.registry import locate, looks_like_decon_references, spec_digest
 from contam_assets.report.html import histogram_png, render_report
 from contam_assets.report.render import md_table, png_markdown_bytes
 from contam_assets.rescan import state as scan_state
@@ -38,11 +37,22 @@ from contam_assets.store.files import atomic_write_text
 GROUP = "decontamination"
 
 
-def detect_config(settings: ContamSettings) -> DetectConfig:
-    try:
-        return preset(settings.preset, tokenizer=settings.tokenizer, unescape=settings.unescape)
-    except ValueError as exc:
-        raise dg.Failure(str(exc)) from exc
+def missing_tasks(specs, availability: pl.DataFrame, settings: ContamSettings) -> dict[str, list[str]]:
+    """Tasks the user asked for whose every split has no source file: task -> the paths looked for.
+
+    The embedded default (no benchmark folder, no task named) asks for nothing in particular: there a
+    task without files is expected (only HumanEval ships with a package) and not an error.
+    """
+    asked = bool(settings.benchmarks_dir or settings.task_filter or settings.evals_dir or settings.decon_config)
+    if not asked:
+        return {}
+    found = set(availability.filter(pl.col("origin") != "missing")["task"].to_list())
+    base = settings.benchmarks_path
+    out = {}
+    for spec in specs:
+        if spec.name not in found:
+            out[spec.name] = [s.file if spec.format == "decon" or base is None else str(base / s.file) for s in spec.splits]
+    return out
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "duckdb"})
@@ -51,7 +61,7 @@ def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSett
     specs = load_task_specs(contam_settings)
     rows = []
     for spec in specs:
-        spec_hash = hashlib.sha256(Path(spec.spec_path).read_bytes()).hexdigest()[:16]
+        spec_hash = spec_digest(spec)
         for split in spec.splits:
             avail = locate(spec, split, contam_settings.benchmarks_path)
             rows.append(dict(task=spec.name, kind=spec.kind, language=spec.language, split=split.name, origin=avail.origin,
@@ -63,6 +73,15 @@ def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSett
         tables.replace_table(con, "tasks", df)
     available = df.filter(pl.col("origin") != "missing")
     missing = df.filter(pl.col("origin") == "missing")
+    no_files = missing_tasks(specs, df, contam_settings)
+    if no_files and not contam_settings.allow_missing:
+        hint = ""
+        if contam_settings.benchmarks_path and looks_like_decon_references(contam_settings.benchmarks_path):
+            hint = (f"; {contam_settings.benchmarks_path} holds decon reference files: pass it as --evals-dir "
+                    "(CONTAM_EVALS_DIR), not --benchmarks")
+        raise dg.Failure(
+            f"{len(no_files)} task(s) have no source files: " + "; ".join(f"{t} (looked for {', '.join(p)})" for t, p in no_files.items())
+            + " — fix the paths, or pass --allow-missing (CONTAM_ALLOW_MISSING=1) to run without them" + hint)
     if missing.height:
         (context.log.warning if contam_settings.benchmarks_path else context.log.info)(f"{missing.height} split(s) have no source file: " + ", ".join(f"{r['task']}/{r['split']}" for r in missing.to_dicts()))
     return dg.MaterializeResult(metadata={
@@ -81,9 +100,11 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
     if records.filter(pl.col("indexed")).height == 0:
         raise dg.Failure("no indexable benchmark instance: check the benchmark folder "
                          f"({contam_settings.benchmarks_path or 'embedded default'}) and the task filter")
+    cfg_rows = pl.DataFrame(settings_rows(cfg, contam_settings.detect_config()[1]),
+                            schema={"name": pl.Utf8, "value": pl.Utf8, "decon_name": pl.Utf8, "origin": pl.Utf8})
     with contam_db.connect() as con:
         tables.ensure_schema(con)
-        tables.replace_table(con, "instances", records)
+        tables.replace_many(con, [("instances", "true", [], records), ("detect_settings", "true", [], cfg_rows)])
     per_suite = (records.group_by("task", "suite", "split").agg(records=pl.len(), indexed=pl.col("indexed").sum())
                  .sort("task", "suite", "split").to_dicts())
     skipped = records.group_by("skip_reason").len().sort("skip_reason").to_dicts()
@@ -295,8 +316,17 @@ def removals(context: dg.AssetExecutionContext, contam_db: ContamDB) -> dg.Mater
 def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     """Self-contained HTML page for reviewers: counts, score histogram, top matches side by side."""
     settings = {"pool": str(contam_settings.pool_path), "benchmarks": str(contam_settings.benchmarks_path or "embedded default"),
-                "preset": contam_settings.preset, "tokenizer": contam_settings.tokenizer, "unescape": contam_settings.unescape}
+                "preset": contam_settings.preset}
+    if contam_settings.evals_path:
+        settings["decon reference folder"] = str(contam_settings.evals_path)
+    if contam_settings.decon_config:
+        settings["decon config"] = str(Path(contam_settings.decon_config).resolve())
     with contam_db.connect(read_only=True) as con:
+        if store.table_exists(con, "detect_settings"):
+            for name, value, decon_name, origin in con.execute(
+                    "select name, value, decon_name, origin from detect_settings").fetchall():
+                label = f"{name} ({decon_name})" if decon_name and decon_name != name else name
+                settings[label] = value + ("" if origin == "preset" else f"  [{origin}]")
         page = render_report(con, settings=settings)
         scores = con.execute("select score, flagged from matches").fetchall()
         totals = con.execute("select coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(rejected),0) from shard_stats").fetchone()

@@ -25,7 +25,12 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from contam_assets import store
 from contam_assets.defs.data.jobs import reference_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions
-from contam_assets.defs.resources import ContamSettings, automation_on, sensor_default_status
+from contam_assets.defs.resources import (
+    ContamSettings,
+    automation_on,
+    evals_spec,
+    sensor_default_status,
+)
 from contam_assets.detector.registry import TaskSpecError
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan import watch
@@ -100,7 +105,9 @@ def new_tasks_sensor(context: dg.SensorEvaluationContext, contam_settings: Conta
     A spec that does not parse fails the tick with the parser's message; the cursor stays.
     """
     try:
-        snap = watch.spec_snapshot(contam_settings.tasks_path, contam_settings.task_filter, contam_settings.benchmarks_path)
+        decon_folder = [evals_spec(contam_settings)] if contam_settings.evals_path else []
+        snap = watch.spec_snapshot(contam_settings.tasks_path if contam_settings.uses_registry else None,
+                                   contam_settings.task_filter, contam_settings.benchmarks_path, decon_folder)
     except TaskSpecError as exc:
         raise Exception(f"task registry unreadable, nothing launched: {exc}") from exc
     registry = watch.digest(snap)

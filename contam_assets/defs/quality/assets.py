@@ -26,7 +26,7 @@ presets_partitions = dg.StaticPartitionsDefinition(list(PRESETS))
 
 
 def _overrides(settings: ContamSettings) -> dict:
-    return {"tokenizer": settings.tokenizer, "unescape": settings.unescape}
+    return settings.knob_overrides()
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "duckdb"})
