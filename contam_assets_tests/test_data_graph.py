@@ -109,7 +109,8 @@ def test_counts_conserve_and_bad_input_is_counted(detected):
     rej = [json.loads(l) for l in (detected["out"] / "rejected" / "a/clean.jsonl.jsonl").read_text().splitlines()]
     assert {("a/clean.jsonl", r["line"]) for r in rej} == truth["bad"]
     big = next(r for r in rej if r["reason"].startswith("too_large"))
-    assert len(big["raw"]) > 50 * 1024 * 1024  # kept whole for review, not lost
+    # counted with its size while streaming, never held whole: the rejected file keeps its first KiB
+    assert int(big["reason"].split("(")[1].split()[0]) > 50 * 1024 * 1024 and len(big["raw"]) == 1024
 
 
 def test_derived_suite_matches_need_review(detected):

@@ -137,6 +137,13 @@ def print_summary(s: dict) -> None:
     print(f"matches stored {s['stored_matches']:,} (flagged {s['flagged_matches']:,})")
     for name, reason in s.get("skipped_files", []):
         print(f"skipped {name}: {reason}")
+    for shard in s.get("retired", []):
+        print(f"retired {shard} (no longer in the pool: its rows and files were removed)")
+    for shard, why in s.get("incomplete", {}).items():
+        print(f"INCOMPLETE {shard}: {why} — its readable documents were scanned; no mix file until it is replaced "
+              f"or accepted (contam review OUT --accept-shard {shard})")
+    for shard, why in s.get("failed", {}).items():
+        print(f"FAILED {shard}: {why}")
     print(f"tables  {s['db']}\nreport  {s['report']}\nmix     {s['mix']}/")
     if s.get("decon_reports"):
         print(f"decon   {s['decon_reports']}/ ({s['decon_report_files']} report file(s), "
@@ -157,4 +164,13 @@ def run(args) -> int:
     except (FileNotFoundError, RuntimeError) as exc:
         raise CliError(str(exc)) from exc
     print_summary(s)
-    return 0
+    return exit_code(s)
+
+
+def exit_code(s: dict) -> int:
+    """0 when every shard was read whole and written; 1 when a shard failed or is incomplete."""
+    bad = len(s.get("failed", {})) + len(s.get("incomplete", {}))
+    if bad:
+        print(f"\n{len(s.get('failed', {}))} shard(s) failed, {len(s.get('incomplete', {}))} incomplete; "
+              f"the other {s['shards'] - bad} shard(s) are complete")
+    return 1 if bad else 0

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--accept-instance", nargs="+", metavar="SUITE/SPLIT/INDEX",
                    help="accept every match of an instance, e.g. humaneval_solution/test/17")
     p.add_argument("--reject-instance", nargs="+", metavar="SUITE/SPLIT/INDEX")
+    p.add_argument("--accept-shard", nargs="+", metavar="SHARD",
+                   help="accept an incomplete shard (its stream broke) as it is now: the next apply mixes its readable lines")
+    p.add_argument("--reject-shard", nargs="+", metavar="SHARD", help="keep an incomplete shard quarantined (the default)")
     p.add_argument("--reviewer", default=os.environ.get("USER", "reviewer"))
     p.add_argument("--note", default="")
     p.set_defaults(func=run)
@@ -116,6 +119,20 @@ def run(args) -> int:
 
     out = Path(args.out).resolve()
     path = db_path(out)
+    if args.accept_shard or args.reject_shard:
+        from contam_assets.store import shards as shards_db
+
+        with store.connect(path) as con:
+            tables.ensure_schema(con)
+            for decision, names in (("accept", args.accept_shard or []), ("reject", args.reject_shard or [])):
+                for shard in names:
+                    try:
+                        shards_db.decide(con, shard, decision, args.reviewer, args.note)
+                    except KeyError:
+                        raise CliError(f"no scanned shard {shard!r}") from None
+        print(f"recorded {len(args.accept_shard or []) + len(args.reject_shard or [])} shard decision(s). "
+              f"Apply them with: contam apply {args.out}")
+        return 0
     if args.accept or args.reject or args.accept_instance or args.reject_instance:
         with store.connect(path) as con:
             tables.ensure_schema(con)

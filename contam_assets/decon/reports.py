@@ -31,7 +31,8 @@ from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import BPETokenizer, get_tokenizer
 from contam_assets.rescan.incremental import read_lines
 from contam_assets.store import artifacts, query_df
-from contam_assets.store.pool import list_shards
+from contam_assets.store.files import atomic_write_bytes, temp_path
+from contam_assets.store.pool import shard_path
 from contam_assets.store.tables import REMOVABLE_SQL
 
 CONTEXT_WORDS_BEFORE = 30  # decon: context tokens before the first highlight
@@ -124,7 +125,7 @@ def decon_entries(con: duckdb.DuckDBPyConnection, out_dir: Path, pool_path: Path
         by_shard[r["shard"]].append(r)
     out: dict[str, list[dict]] = {}
     for shard, items in by_shard.items():
-        docs = read_lines(pool_path / shard, shard, content_key, cfg.max_doc_bytes, {r["line"] for r in items})
+        docs = read_lines(shard_path(pool_path, shard), shard, content_key, cfg.max_doc_bytes, {r["line"] for r in items})
         entries = []
         for r in items:
             local = local_of[r["record_id"]]
@@ -178,17 +179,10 @@ def decon_entries(con: duckdb.DuckDBPyConnection, out_dir: Path, pool_path: Path
     return out
 
 
-def _write_atomic_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def purify_file(src: Path, dst: Path, drop: set[int]) -> int:
     """Copy `src` (decompressed) to gzip `dst` without the lines in `drop`, bytes as they are; lines written."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+    tmp = temp_path(dst)
     written = 0
     try:
         with open_binary(src) as fin, gzip.open(tmp, "wb") as fout:
@@ -214,13 +208,15 @@ def write_decon_outputs(con: duckdb.DuckDBPyConnection, out_dir: Path, pool_path
             if p.relative_to(report_dir).as_posix() not in wanted:
                 p.unlink()
     for name, items in wanted.items():
-        _write_atomic_bytes(report_dir / name, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in items).encode())
+        atomic_write_bytes(report_dir / name, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in items).encode())
     result = dict(decon_reports=str(report_dir), decon_report_files=len(wanted),
                   decon_report_entries=sum(map(len, wanted.values())))
     if cleaned_dir is not None:
-        shards = list_shards(pool_path)
+        # only shards read whole are purified (a broken stream is reported, never half copied)
+        shards = [r[0] for r in con.execute(
+            "select shard from shard_stats where coalesce(status, 'ok') = 'ok' order by shard").fetchall()]
         for shard in shards:
             drop = {e["training_line"] for e in entries.get(shard, [])}
-            purify_file(Path(pool_path) / shard, Path(cleaned_dir) / purified_file_name(shard), drop)
+            purify_file(shard_path(pool_path, shard), Path(cleaned_dir) / purified_file_name(shard), drop)
         result.update(decon_cleaned=str(cleaned_dir), decon_cleaned_files=len(shards))
     return result

@@ -54,6 +54,7 @@ class ContamSettings(dg.ConfigurableResource):
     decon_report_dir: str = ""  # decon mode: decon-shaped report files (the config's report_output_dir)
     decon_cleaned_dir: str = ""  # decon mode: purified training files (cleaned_output_dir; default the report dir)
     purify: bool = False  # decon mode: write purified training files
+    follow_symlinks: bool = False  # CONTAM_FOLLOW_SYMLINKS=1: read symlinks that lead outside the pool
     allow_missing: bool = False  # CONTAM_ALLOW_MISSING=1: a task with no source files is a warning, not an error
     knobs: DetectorKnobs = Field(default_factory=DetectorKnobs,  # CONTAM_KNOBS='{"threshold": 0.9}'
                                  description="detector knobs over the preset (and the decon config)")
@@ -145,6 +146,7 @@ class ContamSettings(dg.ConfigurableResource):
             evals_dir=env.get("CONTAM_EVALS_DIR", ""),
             decon_config=env.get("CONTAM_DECON_CONFIG", ""),
             allow_missing=env.get("CONTAM_ALLOW_MISSING", "").lower() in ("1", "true", "yes"),
+            follow_symlinks=env.get("CONTAM_FOLLOW_SYMLINKS", "").lower() in ("1", "true", "yes"),
             knobs=DetectorKnobs(**json.loads(env["CONTAM_KNOBS"])) if env.get("CONTAM_KNOBS") else DetectorKnobs(),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -1,9 +1,16 @@
-"""Opening benchmark and training files in every compression decon reads.
+"""Opening benchmark and training files in every compression decon reads, and knowing when one is broken.
 
-`.gz`, `.zst` / `.zstd`, `.bz2` and `.xz` (stdlib bz2 and lzma, the zstandard package);
-anything else is read as it is.  The reader of a compressed stream raises when the
-stream is truncated or corrupt, at the point where it notices; callers decide what a
-partly read file means (store/pool.py counts it).
+`.gz`, `.zst` / `.zstd`, `.bz2` and `.xz` (stdlib gzip, bz2 and lzma, the zstandard
+package); anything else is read as it is.  A reader never returns the bytes of a
+broken stream as if they were the end of the file: a truncated or corrupt stream
+raises :class:`StreamError` (with the compressed byte offset the decoder had reached)
+as soon as the decoder knows — for gzip's CRC that is the end of the member, so
+callers that copy data out (the mix) must read a shard to its end first.  zstandard's
+own stream reader returns a truncated frame's bytes as if the file ended there, so
+zstd frames are decoded here with the frame-end check.
+
+Only regular files are opened, without blocking: a FIFO or device named like a shard
+is refused (:class:`NotRegularFile`) instead of hanging the reader.
 """
 
 from __future__ import annotations
@@ -12,6 +19,9 @@ import bz2
 import gzip
 import io
 import lzma
+import os
+import stat
+import zlib
 from pathlib import Path
 
 import zstandard
@@ -19,8 +29,23 @@ import zstandard
 COMPRESSIONS = (".gz", ".zst", ".zstd", ".bz2", ".xz")
 # decon's SUPPORTED_DATA_EXTENSIONS: JSON / JSONL, plain or compressed
 DATA_SUFFIXES = tuple(f"{base}{c}" for base in (".jsonl", ".json") for c in ("",) + COMPRESSIONS)
-# errors a decoder raises on a truncated or corrupt stream
-STREAM_ERRORS = (OSError, EOFError, zstandard.ZstdError, lzma.LZMAError)
+CHUNK = 1 << 16  # compressed bytes fed to a decoder at a time
+
+
+class StreamError(Exception):
+    """A compressed stream is truncated or corrupt."""
+
+    def __init__(self, kind: str, detail: str, offset: int):
+        super().__init__(f"{kind} at compressed byte {offset:,}: {detail}")
+        self.kind, self.detail, self.offset = kind, detail, offset  # kind: truncated | corrupt
+
+
+class NotRegularFile(OSError):
+    """The path is not a regular file (a FIFO, socket, device or folder)."""
+
+
+# errors a reader raises on a file that cannot be read to its end
+STREAM_ERRORS = (StreamError, OSError, EOFError)
 
 
 def compression_of(name: str) -> str:
@@ -31,19 +56,121 @@ def compression_of(name: str) -> str:
     return ""
 
 
+def open_regular(path: Path | str) -> io.BufferedReader:
+    """The file opened for reading if it is a regular file; never blocks on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"not a regular file ({file_kind(mode)}): {Path(path).name}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISLNK, "symlink")):
+        if test(mode):
+            return name
+    return "regular file" if stat.S_ISREG(mode) else "special file"
+
+
+class _Checked(io.RawIOBase):
+    """A decoder's output; its errors become StreamError with the compressed offset reached."""
+
+    def __init__(self, inner, raw: io.BufferedReader):
+        self._inner, self._raw = inner, raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        try:
+            return self._inner.readinto(b)
+        except EOFError as exc:
+            raise StreamError("truncated", str(exc), self._raw.tell()) from None
+        except (OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
+            raise StreamError("corrupt", f"{type(exc).__name__}: {exc}", self._raw.tell()) from None
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._raw.close()
+            super().close()
+
+
+class _Zstd(io.RawIOBase):
+    """zstd frames, one after another; a file that ends inside a frame raises StreamError."""
+
+    def __init__(self, raw: io.BufferedReader):
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._dobj = self._dctx.decompressobj()
+        self._out = b""  # decoded bytes not handed out yet, from self._pos on
+        self._pos = 0
+        self._in_frame = False  # input of the current frame seen
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _feed(self, data: bytes) -> bytes:
+        parts = []
+        while data:
+            try:
+                parts.append(self._dobj.decompress(data))
+            except zstandard.ZstdError as exc:
+                raise StreamError("corrupt", f"ZstdError: {exc}", self._raw.tell()) from None
+            self._in_frame = True
+            if self._dobj.eof:  # the frame ended: what follows is the next frame
+                data = self._dobj.unused_data
+                self._dobj = self._dctx.decompressobj()
+                self._in_frame = False
+            else:
+                data = b""
+        return b"".join(parts)
+
+    def readinto(self, b) -> int:
+        while self._pos >= len(self._out) and not self._done:
+            data = self._raw.read(CHUNK)
+            if not data:
+                self._done = True
+                if self._in_frame:
+                    raise StreamError("truncated", "the file ends inside a zstd frame", self._raw.tell())
+                break
+            self._out, self._pos = self._feed(data), 0
+        n = min(len(b), len(self._out) - self._pos)
+        b[:n] = self._out[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 def open_binary(path: Path | str) -> io.BufferedIOBase:
-    """A binary reader of the decompressed content."""
+    """A binary reader of the decompressed content of a regular file (StreamError when the stream breaks)."""
     path = Path(path)
     c = compression_of(path.name)
-    if c == ".gz":
-        return gzip.open(path, "rb")
-    if c in (".zst", ".zstd"):
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
-    if c == ".bz2":
-        return bz2.open(path, "rb")
-    if c == ".xz":
-        return lzma.open(path, "rb")
-    return open(path, "rb")
+    raw = open_regular(path)
+    try:
+        if c == ".gz":
+            return io.BufferedReader(_Checked(gzip.GzipFile(fileobj=raw, mode="rb"), raw), CHUNK)
+        if c in (".zst", ".zstd"):
+            return io.BufferedReader(_Zstd(raw), CHUNK)
+        if c == ".bz2":
+            return io.BufferedReader(_Checked(bz2.BZ2File(raw, "rb"), raw), CHUNK)
+        if c == ".xz":
+            return io.BufferedReader(_Checked(lzma.LZMAFile(raw, "rb"), raw), CHUNK)
+    except BaseException:
+        raw.close()
+        raise
+    return raw
 
 
 def open_writer(path: Path | str, like: str | None = None) -> io.BufferedIOBase:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import uuid
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -129,9 +131,12 @@ class NgramIndex:
         arrays = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
         meta = dict(version=FORMAT_VERSION, bloom_bits=self.bloom_bits, hot_threshold=self.hot_threshold,
                     config_json=self.config_json)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez(tmp, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-        tmp.replace(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz")  # unique: two savers never collide
+        try:
+            np.savez(tmp, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: Path) -> "NgramIndex":

@@ -140,6 +140,38 @@ mark{background:#ffe58a;padding:0 1px}mark.passage{background:#d6eaff}
 """
 
 
+def _exists(con, name: str) -> bool:
+    return bool(_q(con, "select count(*) n from information_schema.tables where table_name = ?", [name])[0]["n"])
+
+
+def shard_health_html(con: duckdb.DuckDBPyConnection) -> str:
+    """Shards that need a person: incomplete or failed ones, pool entries not read, shards retired."""
+    parts = []
+    cols = {r["column_name"] for r in _q(con, "select column_name from information_schema.columns where table_name = 'shard_stats'")}
+    if "status" in cols:
+        bad = _q(con, """select shard, status, status_reason as reason, error_offset, read from shard_stats
+                         where coalesce(status, 'ok') <> 'ok' order by shard""")
+        if bad:
+            parts.append("<h3>incomplete or failed streams (quarantined: no mix file until replaced or accepted)</h3>"
+                         + _table(bad, ["shard", "status", "reason", "error_offset", "read"]))
+    if _exists(con, "shard_errors"):
+        errs = _q(con, "select shard, step, message from shard_errors order by shard, step")
+        if errs:
+            parts.append("<h3>shards that failed a step</h3>" + _table(errs, ["shard", "step", "message"]))
+    if _exists(con, "pool_skips"):
+        skips = _q(con, "select path, reason from pool_skips order by path")
+        if skips:
+            parts.append(f"<h3>pool entries not read ({len(skips)})</h3>" + _table(skips[:500], ["path", "reason"]))
+    if _exists(con, "retired_shards"):
+        gone = _q(con, "select shard, retired_at, matches, removals, files from retired_shards order by retired_at desc, shard")
+        if gone:
+            parts.append(f"<h3>retired shards (left the pool; their rows and files removed) ({len(gone)})</h3>"
+                         + _table(gone[:500], ["shard", "retired_at", "matches", "removals", "files"]))
+    if not parts:
+        return "<p class='muted'>every shard was read to its end; nothing in the pool was skipped</p>"
+    return "".join(parts)
+
+
 def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets removal report", top: int = 50,
                   settings: dict | None = None) -> str:
     totals = _q(con, "select coalesce(sum(read),0) read, coalesce(sum(removed),0) removed, coalesce(sum(kept),0) kept, coalesce(sum(rejected),0) rejected, coalesce(sum(pending_review),0) pending, count(*) shards from shard_stats")[0]
@@ -171,6 +203,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
 <h1>{html.escape(title)}</h1><p class="muted">generated {now}</p>
 <div class="kpis">{kpi('documents read', totals['read'])}{kpi('removed', totals['removed'])}{kpi('kept', totals['kept'])}
 {kpi('rejected (bad input)', totals['rejected'])}{kpi('pending review', totals['pending'])}{kpi('matches stored', n_matches['n'])}{kpi('flagged matches', n_matches['f'])}</div>
+<h2>Shards</h2>{shard_health_html(con)}
 <h2>Settings</h2>{settings_html}
 <h2>Score distribution</h2>{img or "<p class='muted'>no matches</p>"}
 <h2>Counts</h2><div class="grid"><div><h3>per task and split</h3>{_table(by_task, ['task','split','flagged_matches','documents','instances','near_misses'])}</div>

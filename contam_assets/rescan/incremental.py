@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import polars as pl
@@ -28,8 +29,8 @@ from contam_assets.detector.scan import scan_many
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.rescan import token_cache
-from contam_assets.rescan.shard import BATCH, ShardOutcome, match_frame, shard_stats_row
-from contam_assets.store.pool import Document, open_binary, parse_line
+from contam_assets.rescan.shard import BATCH, MatchSink, ShardOutcome, outcome_rows, shard_stats_row
+from contam_assets.store.pool import Document, iter_lines, open_binary, parse_line
 
 PREFILTER_TOKENS = 1 << 22  # tokens hashed at once by the n-gram prefilter
 
@@ -122,21 +123,24 @@ def docs_containing(stream: token_cache.TokenStream, keys: KeySet, n: int, min_t
     return docs[stream.lengths()[docs] >= min_tokens]
 
 
-def read_lines(path: Path, shard: str, content_key: str, max_doc_bytes: int, lines: set[int]) -> dict[int, Document]:
-    """The documents at `lines` of a shard (one pass, parsing only those lines)."""
-    out: dict[int, Document] = {}
+def iter_documents_at(path: Path, shard: str, content_key: str, max_doc_bytes: int,
+                      lines: set[int]) -> Iterator[tuple[int, Document | None]]:
+    """(line, document or None) for each of `lines`, in line order: one pass, parsing only those lines."""
     if not lines:
-        return out
+        return
     last = max(lines)
     with open_binary(path) as fh:
-        for no, raw in enumerate(fh):
+        for no, (raw, size) in enumerate(iter_lines(fh, max_doc_bytes)):
             if no in lines:
-                item = parse_line(raw, no, shard, content_key, max_doc_bytes)
-                if isinstance(item, Document):
-                    out[no] = item
+                item = parse_line(raw, no, shard, content_key, max_doc_bytes) if size is None else None
+                yield no, item if isinstance(item, Document) else None
             if no >= last:
                 break
-    return out
+
+
+def read_lines(path: Path, shard: str, content_key: str, max_doc_bytes: int, lines: set[int]) -> dict[int, Document]:
+    """The documents at `lines` of a shard (one pass, parsing only those lines)."""
+    return {no: d for no, d in iter_documents_at(path, shard, content_key, max_doc_bytes, lines) if d is not None}
 
 
 class StaleStream(RuntimeError):
@@ -145,7 +149,7 @@ class StaleStream(RuntimeError):
 
 def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: NgramIndex, ref: Reference,
                 cfg: DetectConfig, content_key: str, preset: str, digest: str,
-                tasks: list[str] | None = None) -> ShardOutcome:
+                tasks: list[str] | None = None, parts: Path | None = None) -> ShardOutcome:
     """Scan a cached token stream: every task (tasks=None, a full scan) or only `tasks` (incremental)."""
     t0 = time.perf_counter()
     locals_, keys = selection(index, ref.records, tasks)
@@ -164,23 +168,29 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
             if cands:
                 found[int(stream.lines[i])] = (toks, cands)
     tok = get_tokenizer(cfg.tokenizer)
-    texts = read_lines(path, shard, content_key, cfg.max_doc_bytes, set(found))
-    rows: list[dict] = []
-    for line in sorted(found):
-        tokens, cands = found[line]
-        doc = texts.get(line)
-        cleaned = clean_text(doc.text, cfg.clean_options) if doc else ""
-        if doc is None or len(tok.encode(cleaned)) != len(tokens):
-            raise StaleStream(f"{shard}: line {line} no longer matches the cached token stream")
-        rows.extend(rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset, cfg.threshold))
-    matches = match_frame(rows)
+    sink = MatchSink(parts)
+    try:
+        seen = 0
+        for line, doc in iter_documents_at(path, shard, content_key, cfg.max_doc_bytes, set(found)):
+            seen += 1
+            tokens, cands = found[line]
+            cleaned = clean_text(doc.text, cfg.clean_options) if doc else ""
+            if doc is None or len(tok.encode(cleaned)) != len(tokens):
+                raise StaleStream(f"{shard}: line {line} no longer matches the cached token stream")
+            sink.extend(rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset, cfg.threshold))
+        if seen != len(found):
+            raise StaleStream(f"{shard}: the file ends before line {max(found)} of the cached token stream")
+        matches = sink.close()
+    except BaseException:
+        sink.abort()
+        raise
     lengths = stream.lengths()
     scanned = int((lengths >= cfg.min_doc_tokens).sum())
     counters = Counter(read=int(stream.meta["read"]), bytes=int(stream.meta["bytes"]), tokens=int(stream.offsets[-1]),
                        scanned=scanned, too_short=stream.n_docs - scanned)
-    stats = shard_stats_row(shard, counters, int(stream.meta["rejected"]), stream.meta["reject_reasons"], matches,
-                   time.perf_counter() - t0, preset, digest, stream.meta["shard_fingerprint"])
+    stats = shard_stats_row(shard, counters, int(stream.meta["rejected"]), stream.meta["reject_reasons"], sink,
+                            time.perf_counter() - t0, preset, digest, stream.meta["shard_fingerprint"])
     all_tasks = sorted(set(ref.records["task"].to_list()))
-    if tasks is None:
-        return ShardOutcome(shard, "full", matches, stats, None, stream.key, all_tasks, all_tasks, docs_scanned=len(docs))
-    return ShardOutcome(shard, "incremental", matches, stats, None, stream.key, sorted(tasks), [], docs_scanned=len(docs))
+    mode, done = ("full", all_tasks) if tasks is None else ("incremental", sorted(tasks))
+    return ShardOutcome(shard, mode, stats=stats, rejects=None, stream_key=stream.key, tasks=done,
+                        drop=all_tasks if tasks is None else [], docs_scanned=len(docs), **outcome_rows(sink, matches))

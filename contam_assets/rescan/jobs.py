@@ -8,7 +8,9 @@ some tasks; the caller writes the outcome (rescan/state.py).
 from __future__ import annotations
 
 import json
+import os
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,26 +26,40 @@ from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.rescan import token_cache
 from contam_assets.rescan.incremental import StaleStream, scan_stream
 from contam_assets.rescan.plan import ShardPlan, shard_identity
-from contam_assets.rescan.shard import ShardOutcome, match_frame, read_batches, shard_stats_row
-from contam_assets.store.pool import Reject
+from contam_assets.rescan.shard import (
+    MatchSink,
+    ShardOutcome,
+    match_frame,
+    outcome_rows,
+    read_batches,
+    shard_stats_row,
+    status_of,
+)
+from contam_assets.store.faults import fault_point
+from contam_assets.store.pool import Reject, StreamFailure
 
 
 def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig, content_key: str,
                       preset: str, digest: str, cache_root: Path | None, fingerprint: str | None = None,
-                      identity: str | None = None) -> ShardOutcome:
-    """Full scan from the shard's text (as rescan.shard.scan_shard), caching the token stream on the way."""
+                      identity: str | None = None, parts: Path | None = None) -> ShardOutcome:
+    """Full scan from the shard's text (as rescan.shard.scan_shard), caching the token stream on the way.
+
+    ``parts``: the Parquet file the match rows go to (None: kept in memory).  The token stream of a
+    shard whose stream broke is not cached (a later rescan reads the shard again).
+    """
     t0 = time.perf_counter()
     if fingerprint is None or identity is None:
         fingerprint, identity = shard_identity(path)
     key = token_cache.cache_key(identity, cfg, content_key)
     writer = token_cache.StreamWriter(cache_root, shard, key, cfg.tokenizer) if cache_root else None
     tok = get_tokenizer(cfg.tokenizer)
-    rows: list[dict] = []
+    sink = MatchSink(parts)
     rejects: list[Reject] = []
+    failures: list[StreamFailure] = []
     counters = Counter()
 
     try:
-        for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects):
+        for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects, failures):
             words = [clean_words(d.text, cfg.clean_options) for d in batch]
             encoded = tok.encode_words(words)
             for doc, tokens in zip(batch, encoded):
@@ -56,20 +72,26 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                     counters["scanned"] += 1
             for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, scan_many(index, encoded, cfg))):
                 if cands:
-                    rows.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset, cfg.threshold))
+                    sink.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset, cfg.threshold))
+            fault_point("scan")
+        matches = sink.close()
     except BaseException:
+        sink.abort()
         if writer:
             writer.abort()
         raise
     reasons = json.dumps(dict(Counter(r.reason.split(" ")[0] for r in rejects)), sort_keys=True)
+    if writer and failures:
+        writer.abort()  # an incomplete stream is never cached
+        writer = None
     if writer:
         writer.commit(dict(shard=shard, shard_fingerprint=fingerprint, read=counters["read"], rejected=len(rejects),
                            bytes=counters["bytes"], reject_reasons=reasons))
-    matches = match_frame(rows)
-    stats = shard_stats_row(shard, counters, len(rejects), reasons, matches, time.perf_counter() - t0, preset, digest, fingerprint)
+    stats = shard_stats_row(shard, counters, len(rejects), reasons, sink, time.perf_counter() - t0, preset, digest,
+                            fingerprint, status=status_of(failures, counters["read"]))
     tasks = sorted(set(ref.records["task"].to_list()))
-    return ShardOutcome(shard, "full", matches, stats, rejects, key if writer else None, tasks, tasks,
-                        docs_scanned=counters["scanned"])
+    return ShardOutcome(shard, "full", stats=stats, rejects=rejects, stream_key=key if writer else None, tasks=tasks,
+                        drop=tasks, docs_scanned=counters["scanned"], **outcome_rows(sink, matches))
 
 
 @dataclass
@@ -84,6 +106,13 @@ class ShardJob:
     cache_root: str | None  # None: no token cache
     fingerprint: str
     identity: str
+    parts_dir: str | None = None  # where match rows are written as Parquet (None: returned in memory)
+
+    def parts(self) -> Path | None:
+        """This shard's Parquet part (a fresh name per job, so two runs never share one)."""
+        if not self.parts_dir:
+            return None
+        return Path(self.parts_dir) / "matches" / f"{self.shard}.{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
 
 
 def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutcome:
@@ -100,18 +129,19 @@ def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutc
             return ShardOutcome(job.shard, "incremental", match_frame([]), {}, None, plan.stream_key, [], plan.drop)
         if stream is not None:
             try:
-                out = scan_stream(stream, *args, tasks=plan.add)
+                out = scan_stream(stream, *args, tasks=plan.add, parts=job.parts())
                 out.drop = plan.drop
                 return out
             except StaleStream:
                 pass
-        return tokenize_and_scan(*args, cache_root=root, fingerprint=job.fingerprint, identity=job.identity)  # no usable stream: scan in full
+        # no usable stream: scan in full
+        return tokenize_and_scan(*args, cache_root=root, fingerprint=job.fingerprint, identity=job.identity, parts=job.parts())
     if stream is not None:
         try:
-            return scan_stream(stream, *args)
+            return scan_stream(stream, *args, parts=job.parts())
         except StaleStream:
             pass
-    return tokenize_and_scan(*args, cache_root=root, fingerprint=job.fingerprint, identity=job.identity)
+    return tokenize_and_scan(*args, cache_root=root, fingerprint=job.fingerprint, identity=job.identity, parts=job.parts())
 
 
 _REFERENCES: dict[str, Reference] = {}

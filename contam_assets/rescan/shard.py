@@ -3,6 +3,13 @@
 The first case of keeping a pool current (rescan/plan.py): a shard never seen, or
 changed, is read and scanned from its text.  `ShardOutcome` is what any scan of a
 shard hands back to be written (rescan/state.py).
+
+A shard's status says whether its stream could be read to its end: ``ok``; or
+``incomplete`` (the compressed stream broke after some lines: those are scanned and
+their matches kept, the shard gets no mix file until it is replaced or accepted); or
+``failed`` (nothing could be read, or a step raised).  Match rows are kept in bounded
+batches (`MatchSink`), spilled to a Parquet part when a folder for parts is given, so a
+shard where every document matches costs no more memory than any other.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import json
 import os
 import socket
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +29,13 @@ import polars as pl
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import MATCH_SCHEMA, Reference, scan_documents
-from contam_assets.store.pool import Document, Reject, read_shard
+from contam_assets.store.pool import Document, Reject, StreamFailure, read_shard, safe_text
 
 BATCH = 256  # documents read, tokenized and scanned together
+SINK_ROWS = 4096  # match rows held in memory before they are written out as one Parquet row group
+TOP = 10  # best rows a sink keeps for asset metadata
+
+OK, INCOMPLETE, FAILED = "ok", "incomplete", "failed"
 
 
 @dataclass
@@ -36,10 +48,15 @@ class ShardResult:
 
 
 def read_batches(path: Path, shard: str, content_key: str, max_doc_bytes: int, counters: Counter,
-                 rejects: list[Reject], size: int = BATCH) -> Iterator[list[Document]]:
-    """Documents of a shard in batches; counts `read` and `bytes` and collects rejects on the way."""
+                 rejects: list[Reject], failures: list[StreamFailure] | None = None,
+                 size: int = BATCH) -> Iterator[list[Document]]:
+    """Documents of a shard in batches; counts `read` and `bytes`, collects rejects and a stream failure on the way."""
     batch: list[Document] = []
     for item in read_shard(path, shard, content_key, max_doc_bytes):
+        if isinstance(item, StreamFailure):
+            if failures is not None:
+                failures.append(item)
+            continue
         counters["read"] += 1
         if isinstance(item, Reject):
             rejects.append(item)
@@ -53,20 +70,110 @@ def read_batches(path: Path, shard: str, content_key: str, max_doc_bytes: int, c
         yield batch
 
 
+def status_of(failures: list[StreamFailure], read: int) -> dict:
+    """status / status_reason / error_offset / error_line of a shard read with these stream failures."""
+    if not failures:
+        return dict(status=OK, status_reason=None, error_offset=None, error_line=None)
+    f = failures[0]
+    return dict(status=INCOMPLETE if read else FAILED, status_reason=f.reason, error_offset=f.offset, error_line=f.line)
+
+
+def match_frame(rows: list[dict]) -> pl.DataFrame:
+    """Match rows as a frame of MATCH_SCHEMA; text with lone surrogates is stored escaped."""
+    if not rows:
+        return pl.DataFrame(schema=MATCH_SCHEMA)
+    try:
+        return pl.DataFrame(rows, schema=MATCH_SCHEMA)
+    except Exception:  # noqa: BLE001 - polars refuses strings that are not valid UTF-8 (lone surrogates)
+        return pl.DataFrame([{k: safe_text(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows],
+                            schema=MATCH_SCHEMA)
+
+
+class MatchSink:
+    """The match rows of one shard, held at most SINK_ROWS at a time.
+
+    With ``path`` the rows go to a Parquet file (written under a temporary name, renamed
+    on :meth:`close`); without, they are kept as frames and concatenated at the end.
+    The counts the shard_stats row needs (flagged lines, primary flagged lines) and the
+    best rows are kept on the way.
+    """
+
+    def __init__(self, path: Path | None = None):
+        self.path = Path(path) if path else None
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}") if path else None
+        self._rows: list[dict] = []
+        self._frames: list[pl.DataFrame] = []
+        self._writer = None
+        self.n = 0
+        self.flagged_lines: set[int] = set()
+        self.primary_lines: set[int] = set()
+        self.top: list[dict] = []
+
+    def extend(self, rows: list[dict]) -> None:
+        for r in rows:
+            if r["flagged"]:
+                self.flagged_lines.add(r["line"])
+                if not r["needs_review"]:
+                    self.primary_lines.add(r["line"])
+        self._rows.extend(rows)
+        self.n += len(rows)
+        if len(self._rows) >= SINK_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        df = match_frame(self._rows)
+        self._rows = []
+        best = df.sort(["flagged", "score"], descending=True).head(TOP).select(
+            "shard", "line", "task", "suite", "split", "instance_index", "score", "flagged", "needs_review").to_dicts()
+        self.top = sorted(self.top + best, key=lambda r: (r["flagged"], r["score"]), reverse=True)[:TOP]
+        if self.path is None:
+            self._frames.append(df)
+            return
+        import pyarrow.parquet as pq
+
+        table = df.to_arrow()
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self._tmp, table.schema)
+        self._writer.write_table(table)
+
+    def close(self) -> pl.DataFrame | None:
+        """The frame (in memory) or None (written to `path`, which exists afterwards, with zero rows if none)."""
+        self._flush()
+        if self.path is None:
+            return pl.concat(self._frames) if self._frames else match_frame([])
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            match_frame([]).write_parquet(self._tmp)
+        else:
+            self._writer.close()
+        os.replace(self._tmp, self.path)
+        return None
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+
+
 def scan_shard(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig, content_key: str = "text",
                preset: str = "default", index_digest: str = "") -> ShardResult:
     t0 = time.perf_counter()
-    rows: list[dict] = []
+    sink = MatchSink()
     rejects: list[Reject] = []
+    failures: list[StreamFailure] = []
     counters = Counter()
-    for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects):
+    for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects, failures):
         r, c = scan_documents(batch, shard, index, ref, cfg, preset)
-        rows.extend(r)
+        sink.extend(r)
         counters.update(c)
-    matches = match_frame(rows)
+    matches = sink.close()
     reasons = json.dumps(dict(Counter(r.reason.split(" ")[0] for r in rejects)), sort_keys=True)
-    stats = shard_stats_row(shard, counters, len(rejects), reasons, matches, time.perf_counter() - t0, preset,
-                            index_digest, fingerprint="")
+    stats = shard_stats_row(shard, counters, len(rejects), reasons, sink, time.perf_counter() - t0, preset,
+                            index_digest, fingerprint="", status=status_of(failures, counters["read"]))
     return ShardResult(shard=shard, matches=matches, stats=stats, rejects=rejects, prefiltered=counters["prefiltered"])
 
 
@@ -74,7 +181,7 @@ def scan_shard(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: D
 class ShardOutcome:
     shard: str
     mode: str
-    matches: pl.DataFrame
+    matches: pl.DataFrame | None  # None: the rows are in the Parquet file `matches_path`
     stats: dict  # a shard_stats row (full scans) or the counters of an incremental scan
     rejects: list[Reject] | None  # None: unchanged since the last full scan (not re-read)
     stream_key: str | None
@@ -82,22 +189,24 @@ class ShardOutcome:
     drop: list[str]  # tasks whose old rows are replaced
     docs_scanned: int = 0  # documents the scanner looked at
     worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")  # process that scanned it
+    matches_path: str | None = None
+    n_matches: int = 0
+    top: list[dict] = field(default_factory=list)  # the best rows, for metadata
 
 
-def shard_stats_row(shard: str, counters: Counter, n_rejects: int, reject_reasons: str, matches: pl.DataFrame, seconds: float,
-           preset: str, digest: str, fingerprint: str) -> dict:
+def outcome_rows(sink: MatchSink, matches: pl.DataFrame | None) -> dict:
+    """The ShardOutcome fields of a closed sink."""
+    return dict(matches=matches, matches_path=str(sink.path) if sink.path else None, n_matches=sink.n, top=sink.top)
+
+
+def shard_stats_row(shard: str, counters: Counter, n_rejects: int, reject_reasons: str, sink: MatchSink, seconds: float,
+                    preset: str, digest: str, fingerprint: str, status: dict | None = None) -> dict:
     """The shard_stats row of a scan (every scan path writes the same columns)."""
-    rows = matches.height > 0
-    flagged_lines = set(matches.filter(pl.col("flagged"))["line"].to_list()) if rows else set()
-    primary = set(matches.filter(pl.col("flagged") & ~pl.col("needs_review"))["line"].to_list()) if rows else set()
     return dict(
         shard=shard, read=counters["read"], scanned=counters["scanned"], too_short=counters["too_short"],
-        rejected=n_rejects, flagged=len(flagged_lines), pending_review=len(flagged_lines - primary),
-        removed=len(primary), kept=counters["read"] - n_rejects - len(primary), bytes=counters["bytes"],
-        tokens=counters["tokens"], candidates=matches.height, seconds=round(seconds, 3), shard_fingerprint=fingerprint,
-        reject_reasons=reject_reasons, preset=preset, index_digest=digest,
+        rejected=n_rejects, flagged=len(sink.flagged_lines), pending_review=len(sink.flagged_lines - sink.primary_lines),
+        removed=len(sink.primary_lines), kept=counters["read"] - n_rejects - len(sink.primary_lines),
+        bytes=counters["bytes"], tokens=counters["tokens"], candidates=sink.n, seconds=round(seconds, 3),
+        shard_fingerprint=fingerprint, reject_reasons=reject_reasons, preset=preset, index_digest=digest,
+        **(status or status_of([], counters["read"])),
     )
-
-
-def match_frame(rows: list[dict]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=MATCH_SCHEMA) if rows else pl.DataFrame(schema=MATCH_SCHEMA)

@@ -17,6 +17,7 @@ alone.  Each write is one transaction, taken under contam_assets.store's writer 
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -25,6 +26,7 @@ from contam_assets import store
 from contam_assets.rescan.plan import ShardState
 from contam_assets.rescan.shard import ShardOutcome
 from contam_assets.store import tables
+from contam_assets.store.faults import fault_point
 
 STATE_SCHEMA = {
     "shard_scans": """
@@ -82,6 +84,15 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, df: pl.DataFrame) -> Non
         con.unregister("_rows")
 
 
+def _insert_matches(con: duckdb.DuckDBPyConnection, out: ShardOutcome) -> None:
+    """The outcome's match rows: its frame, or its Parquet part (read by DuckDB, not through Python)."""
+    if out.matches is not None:
+        _insert(con, "matches", out.matches)
+    elif out.matches_path:
+        cols = ", ".join(tables.MATCH_COLUMNS)
+        con.execute(f"insert into matches ({cols}) select {cols} from read_parquet(?)", [out.matches_path])
+
+
 def write_outcome(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_now: dict[str, str], digest: str,
                   scan_config: str, size: int, mtime_ns: int, records: pl.DataFrame | None = None) -> None:
     """Merge one shard's outcome into matches / shard_stats / state, then refresh its removals."""
@@ -93,14 +104,14 @@ def write_outcome(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_no
     try:
         if out.mode == "full":
             con.execute("delete from matches where shard = ?", [shard])
-            _insert(con, "matches", out.matches)
+            _insert_matches(con, out)
             con.execute("delete from shard_stats where shard = ?", [shard])
             _insert(con, "shard_stats", pl.DataFrame([out.stats]))
             con.execute("delete from shard_task_scans where shard = ?", [shard])
         elif out.mode == "incremental":
             gone = sorted(set(out.drop) | set(out.tasks))
             con.execute("delete from matches where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
-            _insert(con, "matches", out.matches)
+            _insert_matches(con, out)
             if records is not None:
                 _rekey(con, shard, records)
             con.execute("""update shard_stats set
@@ -126,10 +137,13 @@ def write_outcome(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_no
                                                  schema={"shard": pl.Utf8, "shard_fingerprint": pl.Utf8, "size": pl.Int64,
                                                          "mtime_ns": pl.Int64, "scan_config": pl.Utf8, "stream_key": pl.Utf8,
                                                          "index_digest": pl.Utf8, "mode": pl.Utf8, "scanned_at": pl.Datetime("us")}))
+        fault_point("table_write")
         con.execute("commit")
     except Exception:
         con.execute("rollback")
         raise
+    if out.matches_path:  # merged: the part is not needed any more
+        Path(out.matches_path).unlink(missing_ok=True)
     tables.recompute_removals(con, shard)
 
 

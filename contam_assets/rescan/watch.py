@@ -16,7 +16,7 @@ from pathlib import Path
 
 from contam_assets.detector.registry import TaskSpec, load_registry, locate, spec_digest
 from contam_assets.rescan.plan import ShardState
-from contam_assets.store.pool import list_shards
+from contam_assets.store.pool import list_pool
 
 
 def spec_snapshot(tasks_dir: Path | None, only: list[str] | None, benchmarks_dir: Path | None,
@@ -43,13 +43,14 @@ def digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def pool_listing(pool_dir: Path) -> dict[str, tuple[int, int]]:
+def pool_listing(pool_dir: Path, follow_symlinks: bool = False) -> dict[str, tuple[int, int]]:
     """shard -> (size, mtime_ns) for every shard file of the pool."""
+    listing = list_pool(Path(pool_dir), follow_symlinks)
     out = {}
-    for s in list_shards(Path(pool_dir)):
+    for s in listing.shards:
         try:
-            st = os.stat(Path(pool_dir) / s)
-        except FileNotFoundError:  # removed while listing
+            st = os.stat(listing.paths[s])
+        except OSError:  # removed while listing, or unreadable now: it is not a shard this tick
             continue
         out[s] = (st.st_size, st.st_mtime_ns)
     return out

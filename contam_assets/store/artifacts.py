@@ -18,8 +18,17 @@ import polars as pl
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
-from contam_assets.store.files import atomic_write_text
-from contam_assets.store.pool import Reject, open_binary, open_writer
+from contam_assets.store.faults import fault_point
+from contam_assets.store.files import atomic_write_text, temp_path
+from contam_assets.store.pool import (
+    STREAM_ERRORS,
+    Reject,
+    StreamError,
+    iter_lines,
+    open_binary,
+    open_writer,
+    shard_path,
+)
 
 
 def reference_digest(records: pl.DataFrame, cfg: DetectConfig) -> str:
@@ -34,9 +43,16 @@ def index_dir(out_dir: Path, digest: str) -> Path:
 
 
 def save_index(out_dir: Path, digest: str, records: pl.DataFrame, index: NgramIndex) -> Path:
+    """Records and index under <out>/index/<digest>/, each written whole under a temporary name, then current.json."""
     d = index_dir(out_dir, digest)
     d.mkdir(parents=True, exist_ok=True)
-    records.write_parquet(d / "records.parquet")
+    tmp = temp_path(d / "records.parquet")
+    try:
+        records.write_parquet(tmp)
+        os.replace(tmp, d / "records.parquet")
+    finally:
+        tmp.unlink(missing_ok=True)
+    fault_point("index_save")
     index.save(d / "index.npz")
     atomic_write_text(Path(out_dir) / "index" / "current.json", json.dumps({"digest": digest}))
     return d
@@ -70,19 +86,44 @@ def write_rejects(out_dir: Path, shard: str, rejects: list[Reject]) -> Path | No
     return path
 
 
-def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], rejected: set[int]) -> dict:
+def mix_path(out_dir: Path, pool_dir: Path, shard: str) -> Path:
+    """<out>/mix/ + the shard's path in the pool (its own bytes, when its name is not UTF-8)."""
+    src = shard_path(pool_dir, shard)
+    return Path(out_dir) / "mix" / os.path.relpath(src, pool_dir)
+
+
+def display_path(p: Path) -> str:
+    """A path as text that any table can hold: undecodable bytes escaped as in shard keys."""
+    return os.fsencode(str(p)).decode("utf-8", "backslashreplace")
+
+
+class MixError(RuntimeError):
+    """The mix of one shard could not be written (the shard is unreadable, or changed since its scan)."""
+
+
+def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], rejected: set[int],
+                    expected_read: int | None = None, max_doc_bytes: int = 8 << 20, src: Path | None = None,
+                    accept_broken: bool = False) -> dict:
     """Copy a shard to <out>/mix/<shard> without the dropped and rejected lines, atomically.
 
-    Lines are copied byte for byte (same format and compression as the input).
+    Lines are copied byte for byte (same format and compression as the input).  The copy
+    is renamed into place only when the whole shard was read, its stream intact, and (with
+    ``expected_read``) it has as many lines as its scan read; otherwise MixError and no file.
+    ``accept_broken``: a reviewer accepted the shard although its stream breaks: its lines up to
+    the break are written (status ``accepted_incomplete``).
     """
-    src = Path(pool_dir) / shard
-    dst = Path(out_dir) / "mix" / shard
+    src = src or shard_path(pool_dir, shard)
+    dst = mix_path(out_dir, pool_dir, shard)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+    tmp = temp_path(dst)
     written = dropped = skipped = read = 0
+    status = "ok"
     try:
         with open_binary(src) as fin, open_writer(tmp, like=dst.name) as fout:
-            for line_no, raw in enumerate(fin):
+            for line_no, (raw, size) in enumerate(_lines_until_break(fin, max_doc_bytes, accept_broken)):
+                if raw is None:
+                    status = "accepted_incomplete"
+                    break
                 read += 1
                 if line_no in rejected:
                     skipped += 1
@@ -90,16 +131,42 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
                 if line_no in drop:
                     dropped += 1
                     continue
+                if size is not None:
+                    raise MixError(f"line {line_no} is over {max_doc_bytes} bytes but was not rejected by the scan")
                 fout.write(raw if raw.endswith(b"\n") else raw + b"\n")
                 written += 1
-    except (OSError, EOFError):
-        # The unreadable rest of a corrupt shard was already counted as a reject by the scan;
-        # anything else is a real error.
-        if not rejected or max(rejected) < read:
-            tmp.unlink(missing_ok=True)
+                if written % 4096 == 0:
+                    fault_point("mix_write")
+        if expected_read is not None and read != expected_read:
+            raise MixError(f"the shard has {read} lines, its scan read {expected_read}: it changed since; rescan it")
+        tmp.replace(dst)
+    except STREAM_ERRORS as exc:
+        raise MixError(f"cannot read the shard to its end: {exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"shard": shard, "written": written, "dropped": dropped, "rejected": skipped, "path": display_path(dst),
+            "status": status}
+
+
+def _lines_until_break(fin, max_doc_bytes: int, accept_broken: bool):
+    """iter_lines; with accept_broken, a broken stream ends with (None, None) instead of raising."""
+    try:
+        yield from iter_lines(fin, max_doc_bytes)
+    except StreamError:
+        if not accept_broken:
             raise
-    tmp.replace(dst)
-    return {"shard": shard, "written": written, "dropped": dropped, "rejected": skipped, "path": str(dst)}
+        yield None, None
+
+
+def remove_outputs(out_dir: Path, shard: str, rejected: bool = True) -> list[str]:
+    """Delete a shard's mix file (and its rejected file); the paths removed (relative to out_dir)."""
+    gone = []
+    paths = [shard_path(Path(out_dir) / "mix", shard)] + ([Path(out_dir) / "rejected" / f"{shard}.jsonl"] if rejected else [])
+    for p in paths:
+        if p.is_file() or p.is_symlink():
+            p.unlink()
+            gone.append(display_path(p.relative_to(out_dir)))
+    return gone
 
 
 def count_lines(path: Path) -> int:

@@ -2,10 +2,18 @@
 
 A pool is a folder of `.json` / `.jsonl` shards, plain or compressed (`.gz`, `.zst`,
 `.zstd`, `.bz2`, `.xz`: decon's set).  A dotted content key (`metadata.text`) names a
-nested field, as in decon.  Every line
-is one document; a line that cannot be used (not UTF-8, malformed JSON, no
-content key, empty text, too large) is returned as a :class:`Reject` with its
-raw bytes, so it is counted and kept for review instead of being lost.
+nested field, as in decon.  Every line is one document; a line that cannot be used
+(not UTF-8, malformed JSON, no content key, empty text, too large) is returned as a
+:class:`Reject` with its raw bytes (a too-large line: its first KiB; the line itself is
+never held), so it is counted and kept for review instead of being lost.  A stream that
+breaks (truncated or corrupt compression) ends with a :class:`StreamFailure`, never
+silently: the shard is then incomplete.
+
+The listing (:func:`list_pool`) reports everything it does not read — hidden files,
+other suffixes, unreadable files and folders, FIFOs and other special files, dangling
+symlinks, symlinks that leave the pool (not followed unless asked), loops — by name.
+A file name that is not valid UTF-8 gets a shard key with its bytes escaped
+(``caf\xe9.jsonl``); :func:`shard_path` maps a key back to the file.
 """
 
 from __future__ import annotations
@@ -14,16 +22,41 @@ import base64
 import io
 import json
 import os
-from dataclasses import dataclass
+import re
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import orjson
 import xxhash
 
-from contam_assets.detector.compression import DATA_SUFFIXES, STREAM_ERRORS, open_binary, open_writer  # noqa: F401
+from contam_assets.detector.compression import (  # noqa: F401  (open_writer: part of this module's API)
+    DATA_SUFFIXES,
+    STREAM_ERRORS,
+    NotRegularFile,
+    StreamError,
+    file_kind,
+    open_binary,
+    open_regular,
+    open_writer,
+)
 
 SHARD_SUFFIXES = DATA_SUFFIXES  # .json / .jsonl, plain or .gz .zst .zstd .bz2 .xz (decon's set)
+BOM = b"\xef\xbb\xbf"
+REJECT_PREFIX = 1024  # bytes of a too-large line kept for the rejected file
+DRAIN = 1 << 20  # bytes read at a time while skipping the rest of a too-large line
+
+
+def safe_text(s: str | None) -> str | None:
+    """A string that encodes as UTF-8: lone surrogates (JSON "\\udfff") become their escape ``\\udfff``."""
+    if s is None:
+        return None
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass
@@ -40,7 +73,7 @@ class Document:
 class Reject:
     line: int
     reason: str
-    raw: bytes
+    raw: bytes  # the line (a too-large line: its first REJECT_PREFIX bytes)
 
     def to_json(self) -> dict:
         try:
@@ -54,51 +87,136 @@ def is_shard(path: Path) -> bool:
     return path.is_file() and path.name.endswith(SHARD_SUFFIXES) and not path.name.startswith(".")
 
 
+def shard_key(rel: str) -> str:
+    """The shard key of a relative path: the path itself, or with undecodable bytes escaped (``\\xe9``)."""
+    raw = os.fsencode(rel)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "backslashreplace")
+
+
+_ESCAPED = re.compile(rb"\\x([0-9a-f]{2})")
+
+
+def shard_path(pool_dir: Path, key: str) -> Path:
+    """The file of a shard key (see :func:`shard_key`)."""
+    p = Path(pool_dir) / key
+    if "\\x" not in key or os.path.lexists(p):
+        return p
+    raw = _ESCAPED.sub(lambda m: bytes([int(m.group(1), 16)]), key.encode("utf-8"))
+    return Path(pool_dir) / os.fsdecode(raw)
+
+
 @dataclass
 class PoolEntry:
-    path: str  # relative to the pool, POSIX style
+    path: str  # relative to the pool, POSIX style (undecodable bytes escaped)
     reason: str
 
 
 @dataclass
 class PoolListing:
     shards: list[str]  # shard keys, sorted
-    skipped: list[PoolEntry]  # everything else in the pool, with the reason it is not scanned
+    skipped: list[PoolEntry]  # everything else in the pool, with the reason it is not read
+    paths: dict[str, Path] = field(default_factory=dict)  # shard key -> the file to open
 
 
-def list_pool(pool_dir: Path) -> PoolListing:
-    """Every file under the pool: the shards, and the others with the reason each is skipped."""
+SKIP_SUFFIX = "not a .json/.jsonl file (plain, .gz, .zst, .zstd, .bz2, .xz)"
+
+
+def list_pool(pool_dir: Path, follow_symlinks: bool = False) -> PoolListing:
+    """Every entry under the pool: the shards, and the rest with the reason each is not read.
+
+    Symlinks are followed when they stay inside the pool; one that leads outside is
+    reported as ``outside_pool`` (``follow_symlinks`` reads it).  Nothing is opened here.
+    """
     pool_dir = Path(pool_dir)
-    shards: list[str] = []
-    skipped: list[PoolEntry] = []
+    listing = PoolListing([], [])
     if not pool_dir.is_dir():
-        return PoolListing(shards, skipped)
-    for root, dirs, names in os.walk(pool_dir):
-        dirs.sort()
-        rel_root = Path(root).relative_to(pool_dir)
-        for name in sorted(names):
-            rel = (rel_root / name).as_posix()
-            if name.startswith("."):
-                skipped.append(PoolEntry(rel, "hidden file"))
-            elif not name.endswith(SHARD_SUFFIXES):
-                skipped.append(PoolEntry(rel, "not a .json/.jsonl file (plain, .gz, .zst, .zstd, .bz2, .xz)"))
-            elif not (Path(root) / name).is_file():
-                skipped.append(PoolEntry(rel, "not a regular file"))
+        return listing
+    root = os.path.realpath(pool_dir)
+
+    def skip(rel: str, reason: str) -> None:
+        listing.skipped.append(PoolEntry(shard_key(rel), reason))
+
+    def walk(folder: str, rel: str, seen: frozenset) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: os.fsencode(e.name))
+        except OSError as exc:
+            skip(rel or ".", f"unreadable_folder ({exc.strerror or exc})")
+            return
+        for e in entries:
+            r = f"{rel}/{e.name}" if rel else e.name
+            if e.name.startswith("."):
+                skip(r, "hidden")
+                continue
+            if e.is_symlink():
+                target = os.path.realpath(e.path)
+                if not os.path.exists(target):
+                    skip(r, "dangling_symlink")
+                    continue
+                if not (target == root or target.startswith(root + os.sep)) and not follow_symlinks:
+                    skip(r, "outside_pool (a symlink to a path outside the pool; --follow-symlinks reads it)")
+                    continue
+            try:
+                st = os.stat(e.path)
+            except OSError as exc:
+                skip(r, f"unreadable ({exc.strerror or exc})")
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                real = os.path.realpath(e.path)
+                if real in seen:
+                    skip(r, "symlink_loop")
+                else:
+                    walk(e.path, r, seen | {real})
+            elif not e.name.endswith(SHARD_SUFFIXES):
+                skip(r, SKIP_SUFFIX)
+            elif not stat.S_ISREG(st.st_mode):
+                skip(r, f"not_a_regular_file ({file_kind(st.st_mode)})")
+            elif not os.access(e.path, os.R_OK):
+                skip(r, "unreadable (permission denied)")
             else:
-                shards.append(rel)
-    return PoolListing(sorted(shards), skipped)
+                key = shard_key(r)
+                listing.shards.append(key)
+                listing.paths[key] = Path(e.path)
+
+    walk(str(pool_dir), "", frozenset({root}))
+    listing.shards.sort()
+    return listing
 
 
-def list_shards(pool_dir: Path) -> list[str]:
+def check_shard(pool_dir: Path, key: str, follow_symlinks: bool = False) -> tuple[Path | None, str | None]:
+    """(the file, None) when the shard key names a readable regular file inside the pool, else (None, why)."""
+    path = shard_path(pool_dir, key)
+    root = os.path.realpath(pool_dir)
+    if not os.path.lexists(path):
+        return None, "not found in the pool"
+    real = os.path.realpath(path)
+    if not os.path.exists(real):
+        return None, "dangling_symlink"
+    if not (real.startswith(root + os.sep)) and not follow_symlinks:
+        return None, "outside_pool (a symlink to a path outside the pool; --follow-symlinks reads it)"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or exc})"
+    if not stat.S_ISREG(st.st_mode):
+        return None, f"not_a_regular_file ({file_kind(st.st_mode)})"
+    if not os.access(path, os.R_OK):
+        return None, "unreadable (permission denied)"
+    return path, None
+
+
+def list_shards(pool_dir: Path, follow_symlinks: bool = False) -> list[str]:
     """Shard keys (paths relative to the pool, POSIX style), sorted."""
-    return list_pool(pool_dir).shards
+    return list_pool(pool_dir, follow_symlinks).shards
 
 
 def shard_fingerprint(path: Path) -> str:
     """Cheap content identity of a shard (size + mtime + xxhash of the first and last MiB)."""
     st = path.stat()
     h = xxhash.xxh3_64()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         h.update(fh.read(1 << 20))
         if st.st_size > (2 << 20):
             fh.seek(-(1 << 20), io.SEEK_END)
@@ -107,6 +225,8 @@ def shard_fingerprint(path: Path) -> str:
 
 
 def parse_line(raw: bytes, line: int, shard: str, content_key: str, max_doc_bytes: int) -> Document | Reject:
+    if line == 0 and raw.startswith(BOM):
+        raw = raw[len(BOM):]  # beyond decon: a UTF-8 byte-order mark before the first line is not content
     body = raw.rstrip(b"\r\n")
     if len(body) > max_doc_bytes:
         return Reject(line, f"too_large ({len(body)} bytes > {max_doc_bytes})", body)
@@ -124,8 +244,9 @@ def parse_line(raw: bytes, line: int, shard: str, content_key: str, max_doc_byte
     if type(obj) is dict:
         text, doc_id, source = content_of(obj, content_key), obj.get("id"), obj.get("source")
         if type(text) is str and not (text.isspace() or not text) and type(doc_id) in _PLAIN and type(source) in _PLAIN:
-            return Document(line=line, doc_id=str(doc_id) if doc_id is not None else f"{shard}:{line}",
-                            source=str(source) if source is not None else None, text=text, n_bytes=len(body), raw=body)
+            return Document(line=line, doc_id=safe_text(str(doc_id)) if doc_id is not None else f"{shard}:{line}",
+                            source=safe_text(str(source)) if source is not None else None, text=text, n_bytes=len(body),
+                            raw=body)
     return parse_line_plain(body, line, shard, content_key)
 
 
@@ -166,19 +287,62 @@ def parse_line_plain(body: bytes, line: int, shard: str, content_key: str) -> Do
     if not text.strip():
         return Reject(line, "empty_text", body)
     doc_id = obj.get("id")
-    doc_id = str(doc_id) if doc_id is not None else f"{shard}:{line}"
+    doc_id = safe_text(str(doc_id)) if doc_id is not None else f"{shard}:{line}"
     source = obj.get("source")
-    return Document(line=line, doc_id=doc_id, source=str(source) if source is not None else None,
+    return Document(line=line, doc_id=doc_id, source=safe_text(str(source)) if source is not None else None,
                     text=text, n_bytes=len(body), raw=body)
 
 
-def read_shard(path: Path, shard: str, content_key: str = "text", max_doc_bytes: int = 8 << 20) -> Iterator[Document | Reject]:
-    """Documents and rejects of one shard, in line order."""
-    line = -1
+@dataclass
+class StreamFailure:
+    """The stream of a shard broke after `line` lines (truncated or corrupt compression, or a read error)."""
+
+    line: int  # lines read before the failure (the next line's number)
+    kind: str  # truncated | corrupt | read_error
+    detail: str
+    offset: int | None  # compressed byte offset the decoder had reached (None: unknown)
+
+    @property
+    def reason(self) -> str:
+        where = f" at compressed byte {self.offset:,}" if self.offset is not None else ""
+        return f"{self.kind}{where} after line {self.line}: {self.detail}"
+
+
+def iter_lines(fh: io.BufferedIOBase, max_bytes: int) -> Iterator[tuple[bytes, int | None]]:
+    """(line, None) for each line of a stream; (first REJECT_PREFIX bytes, size) for a line over `max_bytes`.
+
+    A line is never held beyond max_bytes + 2 bytes: the rest of a too-large line is read and dropped.
+    """
+    limit = max_bytes + 2  # a body of max_bytes plus "\r\n"
+    while True:
+        line = fh.readline(limit)
+        if not line:
+            return
+        if len(line) < limit or line.endswith(b"\n"):
+            yield line, None
+            continue
+        size, prefix = len(line), line[:REJECT_PREFIX]
+        while not line.endswith(b"\n"):
+            line = fh.readline(DRAIN)
+            if not line:
+                break
+            size += len(line)
+        yield prefix, size - (2 if line.endswith(b"\r\n") else 1 if line.endswith(b"\n") else 0)
+
+
+def read_shard(path: Path, shard: str, content_key: str = "text",
+               max_doc_bytes: int = 8 << 20) -> Iterator[Document | Reject | StreamFailure]:
+    """Documents and rejects of one shard, in line order; a :class:`StreamFailure` last when the stream broke."""
+    line = 0
     try:
         with open_binary(path) as fh:
-            for line, raw in enumerate(fh):
-                yield parse_line(raw, line, shard, content_key, max_doc_bytes)
-    except STREAM_ERRORS as exc:
-        # A truncated or corrupt compressed file: everything read so far stands, the rest is reported.
-        yield Reject(line + 1, f"unreadable_rest_of_shard ({type(exc).__name__}: {exc})", b"")
+            for raw, size in iter_lines(fh, max_doc_bytes):
+                if size is not None:
+                    yield Reject(line, f"too_large ({size} bytes > {max_doc_bytes})", raw)
+                else:
+                    yield parse_line(raw, line, shard, content_key, max_doc_bytes)
+                line += 1
+    except StreamError as exc:
+        yield StreamFailure(line, exc.kind, exc.detail, exc.offset)
+    except (OSError, EOFError) as exc:
+        yield StreamFailure(line, "read_error", f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}", None)

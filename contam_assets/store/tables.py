@@ -32,7 +32,20 @@ SCHEMA = {
         shard VARCHAR, read BIGINT, scanned BIGINT, too_short BIGINT, rejected BIGINT,
         flagged BIGINT, pending_review BIGINT, removed BIGINT, kept BIGINT,
         bytes BIGINT, tokens BIGINT, candidates BIGINT, seconds DOUBLE, shard_fingerprint VARCHAR,
-        reject_reasons VARCHAR, preset VARCHAR, index_digest VARCHAR
+        reject_reasons VARCHAR, preset VARCHAR, index_digest VARCHAR,
+        status VARCHAR, status_reason VARCHAR, error_offset BIGINT, error_line BIGINT
+    """,
+    "shard_errors": """
+        shard VARCHAR, step VARCHAR, message VARCHAR, recorded_at TIMESTAMP
+    """,
+    "shard_decisions": """
+        shard VARCHAR, shard_fingerprint VARCHAR, decision VARCHAR, reviewer VARCHAR, note VARCHAR, decided_at TIMESTAMP
+    """,
+    "pool_skips": """
+        path VARCHAR, reason VARCHAR, listed_at TIMESTAMP
+    """,
+    "retired_shards": """
+        shard VARCHAR, retired_at TIMESTAMP, matches BIGINT, removals BIGINT, files VARCHAR
     """,
     "review_decisions": """
         decision_id VARCHAR, match_id VARCHAR, suite VARCHAR, split VARCHAR, instance_index INTEGER,
@@ -45,7 +58,7 @@ SCHEMA = {
         name VARCHAR, value VARCHAR, decon_name VARCHAR, origin VARCHAR
     """,
     "mix_stats": """
-        shard VARCHAR, written BIGINT, dropped BIGINT, rejected BIGINT, path VARCHAR
+        shard VARCHAR, written BIGINT, dropped BIGINT, rejected BIGINT, path VARCHAR, status VARCHAR
     """,
 }
 

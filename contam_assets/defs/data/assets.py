@@ -32,7 +32,10 @@ from contam_assets.rescan.plan import (
     task_hashes,
 )
 from contam_assets.store import artifacts, tables
+from contam_assets.store import shards as shards_db
+from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text
+from contam_assets.store.pool import check_shard, shard_path
 
 GROUP = "decontamination"
 
@@ -100,6 +103,7 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
     if records.filter(pl.col("indexed")).height == 0:
         raise dg.Failure("no indexable benchmark instance: check the benchmark folder "
                          f"({contam_settings.benchmarks_path or 'embedded default'}) and the task filter")
+    fault_point("reference_build")
     cfg_rows = pl.DataFrame(settings_rows(cfg, contam_settings.detect_config()[1]),
                             schema={"name": pl.Utf8, "value": pl.Utf8, "decon_name": pl.Utf8, "origin": pl.Utf8})
     with contam_db.connect() as con:
@@ -155,17 +159,25 @@ class ShardScanConfig(dg.Config):
 
 
 def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, digest: str, tasks_now: dict[str, str],
-              cache_root: Path | None, mode: str, states: dict) -> tuple[list[ShardJob], dict[str, tuple[int, int]], list[str]]:
-    """One job per shard (with its plan), the (size, mtime_ns) each plan saw, and the shards missing from the pool."""
+              cache_root: Path | None, mode: str, states: dict) -> tuple[list[ShardJob], dict[str, tuple[int, int]], dict[str, str]]:
+    """One job per shard (with its plan), the (size, mtime_ns) each plan saw, and shard -> why it cannot be scanned.
+
+    A shard that is gone, unreadable, not a regular file or a symlink out of the pool is
+    not scanned, and only that shard fails.
+    """
     scan_cfg = scan_config_digest(cfg, settings.content_key)
-    jobs, sigs, missing = [], {}, []
+    jobs, sigs, failed = [], {}, {}
     for shard in shards:
-        path = settings.pool_path / shard
-        if not path.is_file():
-            missing.append(shard)
+        path, why = check_shard(settings.pool_path, shard, settings.follow_symlinks)
+        if path is None:
+            failed[shard] = why
             continue
-        st = path.stat()
-        fp, identity = shard_identity(path)
+        try:
+            st = path.stat()
+            fp, identity = shard_identity(path)
+        except OSError as exc:
+            failed[shard] = f"fingerprint: {type(exc).__name__}: {exc.strerror or exc}"
+            continue
         key = token_cache.cache_key(identity, cfg, settings.content_key)
         stream_ok = cache_root is not None and token_cache.exists(cache_root, shard, key)
         try:
@@ -174,9 +186,9 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
             raise dg.Failure(str(exc)) from exc
         jobs.append(ShardJob(shard=shard, path=str(path), plan=plan, cfg=cfg, content_key=settings.content_key,
                              preset=settings.preset, digest=digest, cache_root=str(cache_root) if cache_root else None,
-                             fingerprint=fp, identity=identity))
+                             fingerprint=fp, identity=identity, parts_dir=str(settings.out_path / "parts")))
         sigs[shard] = (st.st_size, st.st_mtime_ns)
-    return jobs, sigs, missing
+    return jobs, sigs, failed
 
 
 @dg.asset(
@@ -210,26 +222,34 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     shards = list(context.partition_keys)
     with contam_db.connect(read_only=True) as con:
         states = scan_state.load_states(con, shards)
-    jobs, sigs, missing = plan_jobs(contam_settings, shards, cfg, digest, tasks_now, cache_root, config.mode, states)
+    jobs, sigs, failed = plan_jobs(contam_settings, shards, cfg, digest, tasks_now, cache_root, config.mode, states)
     context.log.info(f"{len(jobs)} shard(s) on {contam_scan_engine.describe()}: "
                      + ", ".join(f"{j.shard}: {j.plan.describe()}" for j in jobs[:20]) + (" …" if len(jobs) > 20 else ""))
     totals = {"read": 0, "removed": 0, "rejected": 0, "pending_review": 0, "candidates": 0, "kept": 0, "bytes": 0}
     modes = {"full": 0, "incremental": 0, "current": 0}
     workers: set[str] = set()
     top: list[dict] = []
-    failed: dict[str, str] = {s: "not found in the pool" for s in missing}
+    incomplete: dict[str, str] = {}
     scan_seconds = 0.0
     for job, out in contam_scan_engine.run(jobs, index, ref):
+        if not isinstance(out, Exception):
+            try:
+                if out.rejects is not None:
+                    artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
+                with contam_db.connect() as con:
+                    scan_state.write_outcome(con, out, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
+                                             size=sigs[job.shard][0], mtime_ns=sigs[job.shard][1], records=records)
+                    shards_db.clear_errors(con, job.shard, ("scan", "write"))
+                    stats = store.query_df(con, "select * from shard_stats where shard = ?", [job.shard]).to_dicts()
+            except Exception as exc:  # noqa: BLE001 - one shard's write failing must not lose the others
+                out = RuntimeError(f"writing its rows: {type(exc).__name__}: {exc}")
         if isinstance(out, Exception):
-            failed[job.shard] = f"{type(out).__name__}: {out}"
+            failed[job.shard] = f"{type(out).__name__}: {out}" if not isinstance(out, RuntimeError) else str(out)
             context.log.error(f"{job.shard}: {failed[job.shard]}")
             continue
-        if out.rejects is not None:
-            artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
-        with contam_db.connect() as con:
-            scan_state.write_outcome(con, out, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
-                                     size=sigs[job.shard][0], mtime_ns=sigs[job.shard][1], records=records)
-            stats = store.query_df(con, "select * from shard_stats where shard = ?", [job.shard]).to_dicts()
+        if stats and stats[0].get("status") not in (None, "ok"):
+            incomplete[job.shard] = f"{stats[0]['status']}: {stats[0]['status_reason']}"
+            context.log.warning(f"{job.shard}: {incomplete[job.shard]} (its readable documents are scanned; it gets no mix file)")
         modes[out.mode] += 1
         workers.add(out.worker)
         if stats:
@@ -237,11 +257,17 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
                 totals[k] += int(stats[0][k] or 0)
         if out.mode != "current":
             scan_seconds += float(out.stats.get("seconds", 0.0) or 0.0)
-            context.log.info(f"{job.shard}: {job.plan.describe()} -> {out.mode}, {out.matches.height} row(s) "
+            context.log.info(f"{job.shard}: {job.plan.describe()} -> {out.mode}, {out.n_matches or (out.matches.height if out.matches is not None else 0)} row(s) "
                              f"({out.docs_scanned} document(s) scanned)")
-        if out.matches.height:
+        if out.matches is not None and out.matches.height:
             top += out.matches.sort(["flagged", "score"], descending=True).head(10).select(
-                "shard", "line", "task", "split", "instance_index", "score", "flagged", "needs_review").to_dicts()
+                "shard", "line", "task", "suite", "split", "instance_index", "score", "flagged", "needs_review").to_dicts()
+        else:
+            top += out.top
+    if failed:
+        with contam_db.connect() as con:
+            for shard, why in failed.items():
+                shards_db.record_error(con, shard, "scan", why)
     if failed:
         raise dg.Failure(description=f"{len(failed)} of {len(shards)} shard(s) failed (the others were written): "
                          + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
@@ -256,15 +282,24 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     })
 
 
-@dg.asset_check(asset=shard_matches, description="every document read is kept, removed or rejected (read = kept + removed + rejected)")
+@dg.asset_check(asset=shard_matches, description=(
+    "every shard's stream was read to its end (status ok) and every document read is kept, removed or rejected "
+    "(read = kept + removed + rejected); a truncated or corrupt shard, or one that failed, is an ERROR naming it"))
 def shard_conservation(contam_db: ContamDB) -> dg.AssetCheckResult:
     with contam_db.connect(read_only=True) as con:
         if not store.table_exists(con, "shard_stats"):
             return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
-        bad = store.query_df(con, "select shard, read, kept, removed, rejected from shard_stats where read != kept + removed + rejected")
+        bad = store.query_df(con, """select shard, read, kept, removed, rejected, coalesce(status, 'ok') status,
+                   coalesce(status_reason, 'read != kept + removed + rejected') problem from shard_stats
+            where read != kept + removed + rejected or coalesce(status, 'ok') <> 'ok' order by shard""")
         n = con.execute("select count(*) from shard_stats").fetchone()[0]
-    return dg.AssetCheckResult(passed=bad.height == 0, metadata={
-        "shards_checked": n, "violations": bad.height, "details": dg.MetadataValue.md(md_table(None, bad.to_dicts()))})
+        errors = shards_db.errors(con)
+    details = bad.to_dicts() + [dict(shard=e["shard"], status="failed", problem=f"{e['step']}: {e['message']}") for e in errors]
+    return dg.AssetCheckResult(passed=not details, severity=dg.AssetCheckSeverity.ERROR, metadata={
+        "shards_checked": n, "violations": len(details),
+        "incomplete_or_failed": dg.MetadataValue.json(sorted({d["shard"] for d in details})),
+        "details": dg.MetadataValue.md(md_table(["shard", "status", "read", "kept", "removed", "rejected", "problem"],
+                                                details[:50]))})
 
 
 def consistency(instance: dg.DagsterInstance, settings: ContamSettings) -> watch.Consistency:
@@ -279,7 +314,7 @@ def consistency(instance: dg.DagsterInstance, settings: ContamSettings) -> watch
     with store.connect(settings.db_path, read_only=True) as con:
         states = scan_state.load_states(con)
         sigs = scan_state.stat_signatures(con)
-    return watch.check_consistency(watch.pool_listing(settings.pool_path), instance.get_dynamic_partitions(shards_partitions.name),
+    return watch.check_consistency(watch.pool_listing(settings.pool_path, settings.follow_symlinks), instance.get_dynamic_partitions(shards_partitions.name),
                                    states, sigs, tasks_now, digest)
 
 
@@ -331,6 +366,7 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
         scores = con.execute("select score, flagged from matches").fetchall()
         totals = con.execute("select coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(rejected),0) from shard_stats").fetchone()
     path = contam_settings.out_path / "report.html"
+    fault_point("report_write")
     atomic_write_text(path, page)
     md_img = ""
     if scores:
@@ -345,26 +381,56 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
 @dg.asset(group_name=GROUP, partitions_def=shards_partitions, deps=[removals], kinds={"python"},
           backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=16))
 def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
-    """The shard without removed documents (same format), written atomically under <out>/mix/."""
+    """The shard without removed documents (same format), written atomically under <out>/mix/.
+
+    A shard whose stream broke (status incomplete or failed) is quarantined: no mix file,
+    until it is replaced (and rescanned) or a reviewer accepts it (`contam review --accept-shard`).
+    One shard that cannot be written fails only its own partition.
+    """
     out = contam_settings.out_path
-    totals = {"written": 0, "dropped": 0, "rejected": 0}
+    totals = {"written": 0, "dropped": 0, "rejected": 0, "quarantined": 0}
+    failed: dict[str, str] = {}
     for shard in context.partition_keys:
         with contam_db.connect(read_only=True) as con:
             drop = {r[0] for r in con.execute("select line from removals where shard = ?", [shard]).fetchall()}
-            stats = con.execute("select read, rejected from shard_stats where shard = ?", [shard]).fetchone()
+            stats = con.execute("select read, rejected, coalesce(status, 'ok'), shard_fingerprint from shard_stats where shard = ?",
+                                [shard]).fetchone()
+            ok_to_mix = stats is not None and (stats[2] == "ok" or shards_db.accepted(con, shard, stats[3]))
         if stats is None:
-            raise dg.Failure(f"shard {shard!r} has not been scanned; materialize shard_matches for it first")
-        rej_path = out / "rejected" / f"{shard}.jsonl"
-        rejected = {json.loads(l)["line"] for l in rej_path.read_text().splitlines()} if rej_path.exists() else set()
-        res = artifacts.write_mix_shard(contam_settings.pool_path, out, shard, drop, rejected)
-        res["rejected"] = len(rejected)
+            failed[shard] = "not scanned; materialize shard_matches for it first"
+            continue
+        if not ok_to_mix:
+            gone = artifacts.remove_outputs(out, shard, rejected=False)
+            res = {"shard": shard, "written": 0, "dropped": 0, "rejected": 0, "path": None, "status": "quarantined"}
+            context.log.warning(f"{shard}: {stats[2]} stream, quarantined (no mix file{'; stale one removed' if gone else ''})")
+            totals["quarantined"] += 1
+        else:
+            rej_path = out / "rejected" / f"{shard}.jsonl"
+            rejected = {json.loads(line)["line"] for line in rej_path.read_text().splitlines()} if rej_path.exists() else set()
+            try:
+                res = artifacts.write_mix_shard(contam_settings.pool_path, out, shard, drop, rejected,
+                                                expected_read=stats[0] if stats[2] == "ok" else None,
+                                                max_doc_bytes=detect_config(contam_settings).max_doc_bytes,
+                                                accept_broken=stats[2] != "ok")
+            except (artifacts.MixError, OSError) as exc:
+                failed[shard] = str(exc)
+                continue
+            res["rejected"] = len(rejected)
         with contam_db.connect() as con:
             tables.ensure_schema(con)
             tables.replace_rows(con, "mix_stats", "shard = ?", [shard], pl.DataFrame([res]))
-        for k in totals:
+            shards_db.clear_errors(con, shard, ("mix",))
+        for k in ("written", "dropped", "rejected"):
             totals[k] += res[k]
-    return dg.MaterializeResult(metadata={f"documents_{k}": v for k, v in totals.items()} | {
-        "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
+    if failed:
+        with contam_db.connect() as con:
+            for shard, why in failed.items():
+                shards_db.record_error(con, shard, "mix", why)
+        raise dg.Failure(description=f"mix of {len(failed)} shard(s) not written: "
+                         + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
+                         metadata={"failed": dg.MetadataValue.json(failed)})
+    return dg.MaterializeResult(metadata={f"documents_{k}": v for k, v in totals.items() if k != "quarantined"} | {
+        "shards_quarantined": totals["quarantined"], "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
 
 
 @dg.asset_check(asset=decontaminated_mix, description="mix conservation: written + dropped + rejected = read, and the file holds exactly `written` lines")
@@ -373,15 +439,25 @@ def mix_conservation(contam_settings: ContamSettings, contam_db: ContamDB) -> dg
     with contam_db.connect(read_only=True) as con:
         if not store.table_exists(con, "mix_stats"):
             return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
-        rows = store.query_df(con, """select m.shard, m.written, m.dropped, m.rejected, m.path, s.read, s.removed
-            from mix_stats m join shard_stats s using (shard)""").to_dicts()
+        rows = store.query_df(con, """select m.shard, m.written, m.dropped, m.rejected, m.path, s.read, s.removed,
+                   coalesce(m.status, 'ok') status from mix_stats m join shard_stats s using (shard)""").to_dicts()
+    quarantined = [r["shard"] for r in rows if r["status"] == "quarantined"]
     for r in rows:
+        if r["status"] == "quarantined":
+            if shard_path(contam_settings.out_path / "mix", r["shard"]).exists():
+                problems.append({**r, "problem": "quarantined shard has a mix file"})
+            continue
+        mix_file = shard_path(contam_settings.out_path / "mix", r["shard"])
+        if r["status"] == "accepted_incomplete":
+            if artifacts.count_lines(mix_file) != r["written"]:
+                problems.append({**r, "problem": "file line count"})
+            continue
         if r["written"] + r["dropped"] + r["rejected"] != r["read"]:
             problems.append({**r, "problem": "counts"})
         elif r["dropped"] != r["removed"]:
             problems.append({**r, "problem": "dropped != removed (mix is stale; re-materialize it)"})
-        elif artifacts.count_lines(Path(r["path"])) != r["written"]:
+        elif artifacts.count_lines(mix_file) != r["written"]:
             problems.append({**r, "problem": "file line count"})
     return dg.AssetCheckResult(passed=not problems, metadata={
-        "shards_checked": len(rows), "violations": len(problems),
+        "shards_checked": len(rows), "violations": len(problems), "quarantined": dg.MetadataValue.json(quarantined),
         "details": dg.MetadataValue.md(md_table(["shard", "read", "written", "dropped", "rejected", "problem"], problems) if problems else "_none_")})

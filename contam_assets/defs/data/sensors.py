@@ -36,6 +36,7 @@ from contam_assets.rescan import state as scan_state
 from contam_assets.rescan import watch
 from contam_assets.rescan.plan import load_task_hashes
 from contam_assets.store import artifacts
+from contam_assets.store import shards as shards_db
 
 DEFAULT_STATUS = sensor_default_status()
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED
@@ -65,12 +66,18 @@ def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: Cont
     the same tick, so they are requested once); changed shards are scanned shards whose
     (size, mtime) differs from what their last scan read (table shard_scans).
     """
-    listing = watch.pool_listing(contam_settings.pool_path)
+    listing = watch.pool_listing(contam_settings.pool_path, contam_settings.follow_symlinks)
     cursor = watch.digest(sorted(listing.items()))
     if context.cursor == cursor:
         return dg.SensorResult(skip_reason="pool listing unchanged", cursor=cursor)
     known = set(context.instance.get_dynamic_partitions(shards_partitions.name))
     new = [s for s in listing if s not in known]
+    # shards that left the pool: their partition goes, and so do their rows and files (store/shards.retire)
+    gone = sorted(known - set(listing))
+    if gone and contam_settings.db_path.exists():
+        with store.connect(contam_settings.db_path) as con:
+            retired = shards_db.retire(con, contam_settings.out_path, gone)
+        context.log.info(f"{len(retired)} shard(s) left the pool and were retired: {_tag(gone)}")
     sigs = {}
     if contam_settings.db_path.exists():
         with store.connect(contam_settings.db_path, read_only=True) as con:
@@ -83,11 +90,10 @@ def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: Cont
         requests.append(scan_request([s], run_key=f"{s}@{size}-{mtime}", tags={"contam/trigger": "new_shard" if s in new else "changed_shard"}))
     if requests:
         context.log.info(f"{len(new)} new shard(s), {len(changed)} changed shard(s)")
-    return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=[shards_partitions.build_add_request(new)] if new else [],
-        cursor=cursor,
-    )
+    partition_requests = [shards_partitions.build_add_request(new)] if new else []
+    if gone:
+        partition_requests.append(shards_partitions.build_delete_request(gone))
+    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests, cursor=cursor)
 
 
 def _tag(names: list[str]) -> str:
@@ -137,7 +143,7 @@ def stale_task_groups(instance: dg.DagsterInstance, settings: ContamSettings, di
         states = scan_state.load_states(con)
     stale = set(watch.tasks_needing_rescan(states, tasks_now))
     order = instance.get_dynamic_partitions(shards_partitions.name)
-    sizes = {s: sz for s, (sz, _) in watch.pool_listing(settings.pool_path).items()}
+    sizes = {s: sz for s, (sz, _) in watch.pool_listing(settings.pool_path, settings.follow_symlinks).items()}
     return watch.group_runs(order, stale & set(sizes), sizes, RUN_MAX_BYTES, RUN_MAX_SHARDS)
 
 
@@ -202,7 +208,7 @@ def nightly_rescan_schedule(context: dg.ScheduleEvaluationContext, contam_settin
         return dg.SkipReason("nothing scanned yet")
     c = consistency(context.instance, contam_settings)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d") if context.scheduled_execution_time else "now"
-    sizes = {s: sz for s, (sz, _) in watch.pool_listing(contam_settings.pool_path).items()}
+    sizes = {s: sz for s, (sz, _) in watch.pool_listing(contam_settings.pool_path, contam_settings.follow_symlinks).items()}
     order = context.instance.get_dynamic_partitions(shards_partitions.name)
     wanted = {"auto": set(c.unscanned) | set(c.changed) | set(c.task_stale),
               "full": set(c.idf_stale) if os.environ.get("CONTAM_NIGHTLY_IDF_RESCAN", "1") != "0" else set()}

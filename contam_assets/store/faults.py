@@ -1,0 +1,28 @@
+"""Fault injection for the kill -9 tests: ``CONTAM_FAULT=<point>[:<n>]`` kills the process at a named point.
+
+The process sends itself SIGKILL the n-th time (default the first) it passes `point`,
+exactly as an OOM killer or an operator would stop it: no cleanup runs.  Points:
+``reference_build`` (records built, before they are written), ``index_save`` (records
+written, index not), ``scan`` (after a batch of a shard is scanned), ``table_write``
+(inside the transaction that merges a shard), ``mix_write`` (mid-copy of a mix file),
+``report_write`` (before the report is renamed into place).  Unset: nothing happens.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_counts: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    spec = os.environ.get("CONTAM_FAULT")
+    if not spec:
+        return
+    point, _, n = spec.partition(":")
+    if point != name:
+        return
+    _counts[name] = _counts.get(name, 0) + 1
+    if _counts[name] >= int(n or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
