@@ -27,7 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--n-shot", type=int, default=5, help="worked GSM8K examples in the fresh-gap prompt (default 5)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="cap on generated tokens per answer (default 256 for GSM, 384 for code)")
-    p.add_argument("--execute", action="store_true", help="run generated code with its tests (subprocess, limited) for pass@1")
+    p.add_argument("--execute", action="store_true",
+                   help="run generated code with its tests for pass@1, in a bubblewrap sandbox (refused without bwrap)")
     p.add_argument("--device", default=os.environ.get("CONTAM_DEVICE", "auto"), help="auto | cpu | cuda")
     p.add_argument("--dtype", default=os.environ.get("CONTAM_DTYPE", "auto"), help="auto | float32 | bfloat16 | float16")
     p.add_argument("--token-budget", type=int, default=int(os.environ.get("CONTAM_TOKEN_BUDGET", 16384)),
@@ -54,6 +55,12 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"checkpoint folder not found: {args.checkpoint} (use --hub for a Hub model id)")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise CliError("--max-new-tokens must be at least 1")
+    if args.execute:
+        from contam_assets.model.sandbox import sandbox_status
+
+        status = sandbox_status()
+        if not status.ok:  # refuse rather than run generated code unisolated
+            raise CliError(f"--execute needs the sandbox: {status.reason}")
     caps = {}
     if args.max_new_tokens:
         caps = {"gsm_max_new_tokens": args.max_new_tokens, "code_max_new_tokens": args.max_new_tokens}

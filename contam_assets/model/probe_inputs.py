@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contam_assets.model import benchmarks as bm
-from contam_assets.model.code_exec import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+from contam_assets.model.code_exec import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, Limits
 from contam_assets.model.membership import DEFAULT_K
 from contam_assets.model.recitation import MBPP_SHOT_IDS, CodeProblem, humaneval_problems, mbpp_problems, unix_newlines
 
@@ -28,9 +28,13 @@ class ProbeOptions:
     gsm_max_new_tokens: int = 256
     code_max_new_tokens: int = 384
     mbpp_shots: bool = True  # the MBPP paper's three worked examples before each problem
-    execute: bool = False  # run generated code for pass@1
-    exec_timeout_s: float = DEFAULT_TIMEOUT_S
-    exec_memory_mb: int = DEFAULT_MEMORY_MB
+    execute: bool = False  # run generated code for pass@1 (bubblewrap sandbox; refused without it)
+    exec_timeout_s: float = DEFAULT_TIMEOUT_S  # wall clock per item
+    exec_memory_mb: int = DEFAULT_MEMORY_MB  # address space per sandboxed process
+    exec_workers: int = 2  # items judged at a time
+
+    def exec_limits(self) -> Limits:
+        return Limits(timeout_s=self.exec_timeout_s, memory_mb=self.exec_memory_mb)
 
 
 @dataclass

@@ -82,8 +82,8 @@ def recitation_probe(lm: LoadedModel, opts: pin.ProbeOptions, result: dict, log:
         pin.all_problems(inputs),
         opts.code_max_new_tokens,
         execute=opts.execute,
-        timeout_s=opts.exec_timeout_s,
-        memory_mb=opts.exec_memory_mb,
+        limits=opts.exec_limits(),
+        workers=opts.exec_workers,
         log=log,
     )
     return recitation_metrics(items)

@@ -127,10 +127,16 @@ def recitation_rate(
 
     info = resolve_checkpoint(context.partition_key, contam_settings, checkpoint_loader, contam_db)
     opts = probe_options(contam_settings, probe_settings)
+    if opts.execute:
+        from contam_assets.model.sandbox import sandbox_status
+
+        status = sandbox_status()
+        if not status.ok:  # never run generated code unisolated
+            raise dg.Failure(description=f"execute_code is on but the sandbox is unavailable: {status.reason}")
     inputs = pin.code_problems(opts)
     lm = load_model(context, checkpoint_loader, info)
     results = run_recitation(lm, pin.all_problems(inputs), opts.code_max_new_tokens, opts.execute,
-                             opts.exec_timeout_s, opts.exec_memory_mb, log=context.log.info)
+                             opts.exec_limits(), opts.exec_workers, log=context.log.info)
     metrics = recitation_metrics(results)
     rows = [(r.benchmark, r.task_id, "exact", float(r.exact)) for r in results]
     rows += [(r.benchmark, r.task_id, "similarity", r.similarity) for r in results]
