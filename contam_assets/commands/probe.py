@@ -29,8 +29,23 @@ def register(subparsers) -> None:
                    help="cap on generated tokens per answer (default 256 for GSM, 384 for code)")
     p.add_argument("--execute", action="store_true",
                    help="run generated code with its tests for pass@1, in a bubblewrap sandbox (refused without bwrap)")
-    p.add_argument("--device", default=os.environ.get("CONTAM_DEVICE", "auto"), help="auto | cpu | cuda")
-    p.add_argument("--dtype", default=os.environ.get("CONTAM_DTYPE", "auto"), help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--device", default=os.environ.get("CONTAM_DEVICE", "auto"),
+                   help="auto (every GPU through accelerate's device_map, else CPU) | cpu | cuda | cuda:N")
+    p.add_argument("--device-map", default=os.environ.get("CONTAM_DEVICE_MAP") or None,
+                   help="accelerate strategy instead of --device: auto | balanced | balanced_low_0 | sequential")
+    p.add_argument("--max-memory", default=os.environ.get("CONTAM_MAX_MEMORY") or None,
+                   help="per-device caps for the device map, e.g. 0=20GiB,1=20GiB,cpu=64GiB")
+    p.add_argument("--offload-folder", default=None, help="folder for weights that fit on no device (device map)")
+    p.add_argument("--dtype", default=os.environ.get("CONTAM_DTYPE", "auto"),
+                   help="auto (the checkpoint's own, from its config) | float32 | bfloat16 | float16")
+    p.add_argument("--trust-remote-code", action="store_true", default=os.environ.get("CONTAM_TRUST_REMOTE_CODE") == "1",
+                   help="run modelling code shipped in the checkpoint folder (config.json auto_map: Qwen-1, Baichuan, ...)")
+    p.add_argument("--generation-backend", default=os.environ.get("CONTAM_GENERATION_BACKEND", "transformers"),
+                   choices=("transformers", "vllm"), help="generation probes on transformers (default) or vLLM")
+    p.add_argument("--skywork-batch-size", type=int, default=1,
+                   help="batch size of Skywork's eval_loss.py to reproduce (default 1: the loss as defined; >1 adds "
+                        "the script's EOS term for texts shorter than their batch)")
+    p.add_argument("--exec-workers", type=int, default=2, help="generated programs judged at a time (--execute)")
     p.add_argument("--token-budget", type=int, default=int(os.environ.get("CONTAM_TOKEN_BUDGET", 16384)),
                    help="padded tokens per forward batch (default 16384)")
     p.add_argument("--hub", action="store_true", help="allow --checkpoint to name a Hugging Face Hub model (downloads)")
@@ -73,9 +88,17 @@ def run(args: argparse.Namespace) -> int:
         k=args.k,
         n_shot=args.n_shot,
         execute=args.execute,
+        exec_workers=args.exec_workers,
+        skywork_batch_size=args.skywork_batch_size,
         **caps,
     )
-    load = LoadOptions(device=args.device, dtype=args.dtype, token_budget=args.token_budget, allow_hub=args.hub)
+    if args.skywork_batch_size < 1 or args.exec_workers < 1:
+        raise CliError("--skywork-batch-size and --exec-workers must be at least 1")
+    load = LoadOptions(
+        device=args.device, dtype=args.dtype, token_budget=args.token_budget, allow_hub=args.hub,
+        trust_remote_code=args.trust_remote_code, device_map=args.device_map, max_memory=args.max_memory,
+        offload_folder=args.offload_folder, generation_backend=args.generation_backend,
+    )
     try:
         result = run_probes(args.checkpoint, opts, load, log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except (CheckpointError, ValueError) as exc:

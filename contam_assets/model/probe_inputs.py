@@ -14,6 +14,7 @@ from contam_assets.model import benchmarks as bm
 from contam_assets.model.code_exec import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, Limits
 from contam_assets.model.membership import DEFAULT_K
 from contam_assets.model.recitation import MBPP_SHOT_IDS, CodeProblem, humaneval_problems, mbpp_problems, unix_newlines
+from contam_assets.model.scoring import SKYWORK_MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class ProbeOptions:
     ref_file: str | None = None  # GSM8K reference set (default: looked up in the benchmark folder)
     fresh_file: str | None = None  # fresh GSM-style set for the gap (GSM-Hard works)
     k: float = DEFAULT_K
+    skywork_batch_size: int = 1  # Δ as defined; eval_loss.py's batching (EOS term for shorter texts) at > 1
+    skywork_max_tokens: int = SKYWORK_MAX_TOKENS  # Skywork's --max-tokens (texts cut to // 3 characters)
     n_shot: int = 5
     gsm_max_new_tokens: int = 256
     code_max_new_tokens: int = 384

@@ -16,7 +16,7 @@ from contam_assets.model.batching import LogFn
 from contam_assets.model.bits_per_byte import bpb_metrics
 from contam_assets.model.checkpoint import read_info
 from contam_assets.model.fresh_gap import fewshot_prefix, gap_metrics, gsm_accuracy
-from contam_assets.model.loader import LoadedModel, LoadOptions, load_checkpoint
+from contam_assets.model.loader import LoadedModel, LoadOptions, describe, load_checkpoint
 from contam_assets.model.membership import membership_metrics
 from contam_assets.model.ppl_probe import ppl_metrics
 from contam_assets.model.recitation import recitation_metrics, run_recitation
@@ -32,6 +32,8 @@ def run_probes(checkpoint: str | Path, opts: pin.ProbeOptions, load: LoadOptions
         "skipped": {},
         "bad_rows": {},
     }
+    if log:
+        log(f"loaded {describe(lm)}")
     result.update(sequence_probes(lm, opts, result, log))
     result.update(recitation_probe(lm, opts, result, log))
     result.update(fresh_gap_probe(lm, opts, result, log))
@@ -49,7 +51,7 @@ def _note(result: dict, probe: str, inputs: pin.Inputs) -> None:
 def sequence_probes(lm: LoadedModel, opts: pin.ProbeOptions, result: dict, log: LogFn | None) -> dict:
     items, inputs = sequence_items(lm, opts, log=log)
     _note(result, "sequences", inputs)
-    return sequence_metrics(items, opts.k)
+    return sequence_metrics(items, opts.k, opts.skywork_batch_size)
 
 
 def sequence_items(
@@ -62,12 +64,12 @@ def sequence_items(
     """
     inputs = pin.scoring_sets(opts)
     values = inputs.values if sets is None else {name: inputs.values[name] for name in sets if name in inputs.values}
-    return score_sets(lm, values, k=opts.k, log=log), inputs
+    return score_sets(lm, values, k=opts.k, log=log, skywork_max_tokens=opts.skywork_max_tokens), inputs
 
 
-def sequence_metrics(items: Sequence[ItemScore], k: float) -> dict:
+def sequence_metrics(items: Sequence[ItemScore], k: float, skywork_batch_size: int = 1) -> dict:
     """The PPL, bits-per-byte and Min-K% metrics of scored items (probe.json keys)."""
-    metrics = ppl_metrics(items)
+    metrics = ppl_metrics(items, skywork_batch_size)
     metrics.update(bpb_metrics(items))
     metrics.update(membership_metrics(items, k=k))
     metrics["truncated-items"] = float(sum(it.truncated for it in items))
