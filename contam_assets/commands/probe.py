@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=int, default=None, help="score only the first N items of every set")
     p.add_argument("--fresh", default=None, help="fresh GSM-style JSONL for the GSM8K-vs-fresh accuracy gap (e.g. GSM-Hard)")
     p.add_argument("--ref", default=None, help="GSM8K reference set (default: Skywork's mock file in the benchmark folder)")
+    p.add_argument("--baseline-checkpoint", default=os.environ.get("CONTAM_BASELINE_CHECKPOINT") or None,
+                   help="a model that never saw the data: Min-K%% AUCs and Δ also relative to it (calibrated/*); "
+                        "its scores are cached in OUT/probes/baseline")
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR") or None, help="task specs folder")
     p.add_argument("--k", type=float, default=0.2, help="Min-K%% fraction (default 0.2)")
     p.add_argument("--n-shot", type=int, default=5, help="worked GSM8K examples in the fresh-gap prompt (default 5)")
@@ -66,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--limit must be at least 1")
     if args.fresh and not Path(args.fresh).is_file():
         raise CliError(f"fresh set not found: {args.fresh}")
+    if args.baseline_checkpoint and not Path(args.baseline_checkpoint).is_dir():
+        raise CliError(f"baseline checkpoint folder not found: {args.baseline_checkpoint}")
     if not args.hub and not Path(args.checkpoint).is_dir():
         raise CliError(f"checkpoint folder not found: {args.checkpoint} (use --hub for a Hub model id)")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
@@ -85,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         limit=args.limit,
         ref_file=args.ref,
         fresh_file=args.fresh,
+        baseline_checkpoint=args.baseline_checkpoint,
         k=args.k,
         n_shot=args.n_shot,
         execute=args.execute,
@@ -99,11 +105,12 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code, device_map=args.device_map, max_memory=args.max_memory,
         offload_folder=args.offload_folder, generation_backend=args.generation_backend,
     )
+    out = Path(args.out)
     try:
-        result = run_probes(args.checkpoint, opts, load, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        result = run_probes(args.checkpoint, opts, load, log=lambda msg: print(msg, file=sys.stderr, flush=True),
+                            cache_dir=out / "probes" / "baseline")
     except (CheckpointError, ValueError) as exc:
         raise CliError(str(exc)) from exc
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "probe.json"
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
@@ -113,8 +120,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _summary(result: dict, path: Path) -> None:
     keys = ("gsm8k-train-ppl", "gsm8k-test-ppl", "gsm8k-ref-ppl", "delta1", "delta2", "bpb/gsm8k-test", "mink/auc",
-            "minkpp/auc", "recitation/humaneval/exact", "fresh/gap")
+            "minkpp/auc", "recitation/humaneval/exact", "recitation/humaneval/pass@1", "fresh/gap",
+            "calibrated/delta1", "calibrated/mink/auc", "calibrated/minkpp/auc", "calibrated/llr/auc")
     for k in keys:
+        if k.startswith("calibrated/") and k not in result:
+            continue
         v = result.get(k)
         print(f"{k:28s} {'-' if v is None else f'{v:.4f}'}")
     for name, reason in result["skipped"].items():

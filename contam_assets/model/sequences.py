@@ -102,6 +102,8 @@ class ScoredSets:
     dtype: str = ""
     baseline: list[ItemScore] = field(default_factory=list)  # the same sets under --baseline-checkpoint
     baseline_info: dict = field(default_factory=dict)
+    k: float = DEFAULT_K
+    skywork_batch_size: int = 1
 
     def datasets(self) -> list[str]:
         return sorted({it.dataset for it in self.items})
