@@ -59,9 +59,12 @@ def run_probes(
 
 
 def baseline_items(
-    opts: pin.ProbeOptions, load: LoadOptions, cache_dir: Path | None, log: LogFn | None = None
+    opts: pin.ProbeOptions, load: LoadOptions, cache_dir: Path | None, log: LogFn | None = None, before_load=None
 ) -> tuple[list[ItemScore], dict]:
-    """The baseline checkpoint's scores on the probe sets: from the cache, else loaded, scored and freed."""
+    """The baseline checkpoint's scores on the probe sets: from the cache, else loaded, scored and freed.
+
+    ``before_load`` is called only when the baseline has to be loaded (e.g. to release another model).
+    """
     path = Path(opts.baseline_checkpoint or "")
     check_complete(path)
     key = cache_key({
@@ -75,6 +78,8 @@ def baseline_items(
         if log:
             log(f"baseline {path}: {len(cached[0])} cached item scores ({cache})")
         return cached[0], dict(cached[1], cached=True)
+    if before_load is not None:
+        before_load()
     lm = load_checkpoint(path, dataclasses.replace(load, generation_backend="transformers"))
     if log:
         log(f"baseline loaded {describe(lm)}")

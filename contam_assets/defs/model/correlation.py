@@ -3,7 +3,7 @@
 import dagster as dg
 
 from contam_assets.defs.resources import ContamDB, ContamSettings
-from contam_assets.model.correlation import ACROSS, Point, correlate, plot_points
+from contam_assets.model.correlation import Point, correlate, plot_points
 from contam_assets.model.tables import ensure_tables, replace_correlations
 from contam_assets.report.render import md_table, png_markdown
 from contam_assets.store import table_exists
@@ -15,7 +15,6 @@ join probe_metrics l on l.checkpoint = c.checkpoint and l.probe = 'bits_per_byte
 join probe_metrics g on g.checkpoint = c.checkpoint and g.probe = 'fresh_set_gap' and g.metric = 'fresh/gap'
 order by c.experiment, c.step nulls first, c.checkpoint
 """
-_COLUMNS = ["experiment", "points", "Spearman", "p", "Kendall", "p", "note"]
 
 
 @dg.asset(
@@ -23,9 +22,9 @@ _COLUMNS = ["experiment", "points", "Spearman", "p", "Kendall", "p", "note"]
     deps=["bits_per_byte", "fresh_set_gap"],
     kinds={"duckdb"},
     description="Spearman and Kendall correlation between per-character log-likelihood of GSM8K test and the "
-    "GSM8K - fresh accuracy gap: across experiments, one point per experiment's latest checkpoint (GSM1k "
-    "Figure 8; scope across-experiments), and, labelled apart, across the checkpoints of each run (scope "
-    "within-run, driven by training step). Table `probe_correlations` and two scatter plots.",
+    "GSM8K - fresh accuracy gap across experiments, one point per experiment's latest checkpoint (GSM1k Figure 8; "
+    "scope across-experiments), and, labelled apart, across the checkpoints of each run (scope within-run, moved "
+    "by training step); table `probe_correlations` and a scatter plot of each.",
 )
 def loglik_gap_correlation(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     with contam_db.connect() as con:
@@ -33,26 +32,26 @@ def loglik_gap_correlation(context: dg.AssetExecutionContext, contam_settings: C
         rows = con.execute(_POINTS_SQL).fetchall() if table_exists(con, "checkpoints") else []
         points = [Point(*r) for r in rows]
         results = correlate(points)
-        replace_correlations(con, results)
+        replace_correlations(con, results)  # the across-experiments row first, then one within-run row per experiment
     out_dir = contam_settings.out_path / "probes"
     out_dir.mkdir(parents=True, exist_ok=True)
-    across_png, within_png = out_dir / "loglik_gap_correlation.png", out_dir / "loglik_gap_within_run.png"
-    plot_points(points, across_png, across=True)
+    png = out_dir / "loglik_gap_correlation.png"
+    plot_points(points, png)  # across experiments
+    within_png = out_dir / "loglik_gap_within_run.png"
     plot_points(points, within_png, across=False)
-    table = lambda rs: md_table(_COLUMNS, [(r.experiment, r.n, r.spearman, r.spearman_p, r.kendall, r.kendall_p, r.note) for r in rs])  # noqa: E731
-    across = [r for r in results if r.scope == ACROSS]
-    within = [r for r in results if r.scope != ACROSS]
+    table = md_table(
+        ["scope", "experiment", "points", "Spearman", "p", "Kendall", "p", "note"],
+        [(r.scope, r.experiment, r.n, r.spearman, r.spearman_p, r.kendall, r.kendall_p, r.note) for r in results],
+    )
     if not points:
         context.log.warning("no checkpoint has both llpc/gsm8k-test and fresh/gap yet")
     return dg.MaterializeResult(
         metadata={
             "checkpoints": len(points),
-            "experiments": len(within),
-            "across_experiments": dg.MetadataValue.md("**Across experiments** (one point per model, GSM1k):\n\n" + table(across)),
-            "within_run": dg.MetadataValue.md("**Within each run** (checkpoints of one experiment; both variables "
-                                              "move with training step — not GSM1k's analysis):\n\n" + table(within)),
-            "plot_across_experiments": dg.MetadataValue.md(png_markdown(across_png, "across experiments")),
-            "plot_within_run": dg.MetadataValue.md(png_markdown(within_png, "within each run")),
-            "plot_path": dg.MetadataValue.path(str(across_png)),
+            "experiments": len(results) - 1,
+            "plot_within_run": dg.MetadataValue.md(png_markdown(within_png, "within each run (moves with training step)")),
+            "correlations": dg.MetadataValue.md(table),
+            "plot": dg.MetadataValue.md(png_markdown(png, "per-character log-likelihood vs gap")),
+            "plot_path": dg.MetadataValue.path(str(png)),
         }
     )

@@ -10,19 +10,14 @@ from pathlib import Path
 
 import dagster as dg
 
-from contam_assets.defs.model.common import (
-    load_model,
-    probe_options,
-    release_model,
-    resolve_checkpoint,
-    skipped_md,
-    write_rows,
-)
+from contam_assets.defs.model.common import load_model, probe_options, resolve_checkpoint, skipped_md, write_rows
+from contam_assets.defs.model.probe_calibration import calibrated, calibrated_rows, scored_sets, skywork_batched
 from contam_assets.defs.model.resources import CheckpointLoader, ProbeSettings
 from contam_assets.defs.partitions import checkpoints_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.model import probe_inputs as pin
 from contam_assets.model.report import histogram_png, metrics_md
+from contam_assets.model.sandbox import sandbox_status
 from contam_assets.model.sequences import ScoredSets
 from contam_assets.report.render import md_table, png_markdown
 
@@ -43,24 +38,19 @@ def sequence_scores(
     checkpoint_loader: CheckpointLoader,
     probe_settings: ProbeSettings,
 ) -> dg.Output[ScoredSets]:
-    from contam_assets.model.baseline import tokenizer_digest
     from contam_assets.model.sequences import score_sets
 
     info = resolve_checkpoint(context.partition_key, contam_settings, checkpoint_loader, contam_db)
     opts = probe_options(contam_settings, probe_settings)
     inputs = pin.scoring_sets(opts)
-    baseline, base_info = _baseline(context, contam_settings, checkpoint_loader, opts)
     lm = load_model(context, checkpoint_loader, info)
     items = score_sets(lm, inputs.values, k=opts.k, log=context.log.info, skywork_max_tokens=opts.skywork_max_tokens)
-    if baseline:
-        base_info["same_tokenizer"] = tokenizer_digest(lm.tokenizer) == base_info.get("tokenizer")
-    scored = ScoredSets(items, inputs.skipped, {k: len(v) for k, v in inputs.bad.items()}, lm.device, lm.dtype,
-                        baseline, base_info, opts.k, opts.skywork_batch_size)
+    scored = scored_sets(context, contam_settings, checkpoint_loader, opts, inputs, lm, items)  # + the baseline's
     rows = [
         (it.dataset, it.item, m, v)
         for it in items
-        for m, v in (("nll", it.nll), ("tokens", it.n_tokens), ("chars", it.n_chars), ("bytes", it.n_bytes),
-                     ("ppl", it.opencompass_ppl), ("skywork-nll", it.sk_nll), ("skywork-tokens", it.sk_tokens))
+        for m, v in (("nll", it.nll), ("tokens", it.n_tokens), ("chars", it.n_chars), ("bytes", it.n_bytes), ("ppl", it.opencompass_ppl),
+                     ("skywork-nll", it.sk_nll), ("skywork-tokens", it.sk_tokens))
     ]
     write_rows(contam_db, context.partition_key, "sequence_scores", {"items": float(len(items))}, rows)
     counts = [(name, sum(it.dataset == name for it in items), sum(it.truncated for it in items if it.dataset == name)) for name in scored.datasets()]
@@ -77,35 +67,6 @@ def sequence_scores(
     )
 
 
-def _baseline(context, settings: ContamSettings, loader: CheckpointLoader, opts) -> tuple[list, dict]:
-    """The baseline checkpoint's item scores (cached under <out>/probes/baseline), or nothing."""
-    if not opts.baseline_checkpoint:
-        return [], {}
-    from contam_assets.model.checkpoint import CheckpointError
-    from contam_assets.model.probe_run import baseline_items
-
-    release_model()  # the baseline may have to load: never two models at once
-    try:
-        return baseline_items(opts, loader.options(), settings.out_path / "probes" / "baseline", context.log.info)
-    except (CheckpointError, OSError, ValueError) as exc:
-        raise dg.Failure(description=f"baseline checkpoint {opts.baseline_checkpoint}: {exc}") from exc
-
-
-def _calibrated(scored: ScoredSets, keep) -> dict:
-    """The calibrated metrics whose names ``keep`` accepts (none without a baseline)."""
-    if not scored.baseline:
-        return {}
-    from contam_assets.model.baseline import calibrated_metrics
-
-    metrics = calibrated_metrics(scored.items, scored.baseline, scored.k, scored.skywork_batch_size,
-                                 scored.baseline_info.get("same_tokenizer"))
-    return {k: v for k, v in metrics.items() if keep(k)}
-
-
-def _is_delta(key: str) -> bool:
-    return "delta" in key or "-ppl" in key or key == "baseline/same-tokenizer"
-
-
 def _summary(context, contam_db: ContamDB, probe: str, metrics: dict, items=(), extra: dict | None = None) -> dg.MaterializeResult:
     n_metrics, n_items = write_rows(contam_db, context.partition_key, probe, metrics, items)
     meta = {"metrics": dg.MetadataValue.md(metrics_md(metrics)), "rows_written": n_metrics, "item_rows_written": n_items}
@@ -119,10 +80,10 @@ def _summary(context, contam_db: ContamDB, probe: str, metrics: dict, items=(), 
 def ppl_probe(context: dg.AssetExecutionContext, contam_db: ContamDB, sequence_scores: ScoredSets) -> dg.MaterializeResult:
     from contam_assets.model.ppl_probe import SETS, ppl_metrics
 
-    metrics = ppl_metrics(sequence_scores.items, sequence_scores.skywork_batch_size)
-    metrics.update(_calibrated(sequence_scores, _is_delta))
+    metrics = ppl_metrics(sequence_scores.items)
     missing = {s: sequence_scores.skipped.get(s, "not scored") for s in SETS if s not in sequence_scores.datasets()}
     extra = {"skipped": dg.MetadataValue.md(skipped_md(missing))} if missing else {}
+    metrics.update(skywork_batched(sequence_scores) | calibrated(sequence_scores, "ppl_probe"))
     return _summary(context, contam_db, "ppl_probe", metrics, extra=extra)
 
 
@@ -143,14 +104,10 @@ def membership_scores(context: dg.AssetExecutionContext, contam_db: ContamDB, se
     from contam_assets.model.membership import membership_metrics
 
     items = [it for it in sequence_scores.items if it.dataset in ("gsm8k-test", "gsm8k-ref")]
-    metrics = membership_metrics(items, k=sequence_scores.k)
-    metrics.update(_calibrated(sequence_scores, lambda key: not _is_delta(key)))
+    metrics = membership_metrics(items)
     rows = [(it.dataset, it.item, m, getattr(it, m)) for it in items for m in ("mink", "minkpp")]
-    if sequence_scores.baseline:
-        from contam_assets.model.baseline import per_item
-
-        base = [it for it in sequence_scores.baseline if it.dataset in ("gsm8k-test", "gsm8k-ref")]
-        rows += [(d, i, m, v) for d, i, scores in per_item(items, base) for m, v in scores.items()]
+    metrics.update(calibrated(sequence_scores, "membership_scores"))
+    rows += calibrated_rows(sequence_scores)
     extra = {}
     if items:
         with tempfile.TemporaryDirectory() as tmp:
@@ -176,12 +133,8 @@ def recitation_rate(
 
     info = resolve_checkpoint(context.partition_key, contam_settings, checkpoint_loader, contam_db)
     opts = probe_options(contam_settings, probe_settings)
-    if opts.execute:
-        from contam_assets.model.sandbox import sandbox_status
-
-        status = sandbox_status()
-        if not status.ok:  # never run generated code unisolated
-            raise dg.Failure(description=f"execute_code is on but the sandbox is unavailable: {status.reason}")
+    if opts.execute and not sandbox_status().ok:  # never run generated code unisolated
+        raise dg.Failure(description=f"execute_code is on but the sandbox is unavailable: {sandbox_status().reason}")
     inputs = pin.code_problems(opts)
     lm = load_model(context, checkpoint_loader, info)
     results = run_recitation(lm, pin.all_problems(inputs), opts.code_max_new_tokens, opts.execute,
@@ -213,16 +166,12 @@ def fresh_set_gap(
     opts = probe_options(contam_settings, probe_settings)
     inputs = pin.gsm_sets(opts)
     if "fresh" not in inputs.values:
-        write_rows(contam_db, context.partition_key, "fresh_set_gap", dict(inputs.counts))  # drop an earlier run's rows
+        write_rows(contam_db, context.partition_key, "fresh_set_gap", {})  # drop rows of an earlier run
         context.log.warning(f"fresh-set gap skipped: {inputs.skipped['fresh']}")
         return dg.MaterializeResult(metadata={"skipped": inputs.skipped["fresh"]})
     info = resolve_checkpoint(context.partition_key, contam_settings, checkpoint_loader, contam_db)
     lm = load_model(context, checkpoint_loader, info)
-    metrics, items = fresh_gap_metrics(lm, opts, inputs, context.log.info)
+    metrics, items = fresh_gap_metrics(lm, opts, inputs, context.log.info)  # incl. fresh/dropped-gsm8k-questions
     rows = [(i.dataset, i.item, "correct", float(i.correct)) for i in items]
     rows += [(i.dataset, i.item, "predicted", i.predicted) for i in items]
-    dropped = int(inputs.counts.get("fresh/dropped-gsm8k-questions", 0))
-    extra = {"fresh_file": opts.fresh_file or "", "dropped_gsm8k_questions": dropped}
-    if dropped:
-        context.log.info(f"dropped {dropped} fresh items whose question is a GSM8K question")
-    return _summary(context, contam_db, "fresh_set_gap", metrics, rows, extra)
+    return _summary(context, contam_db, "fresh_set_gap", metrics, rows, {"fresh_file": opts.fresh_file or ""})
