@@ -209,7 +209,7 @@ def _input_device(device_map: dict | None) -> str:
 def describe(lm: LoadedModel) -> str:
     """One line for the run log: device(s), dtype, context."""
     if lm.device_map:
-        devices = sorted({str(d) for d in lm.device_map.values()})
+        devices = sorted({f"cuda:{d}" if isinstance(d, int) else str(d) for d in lm.device_map.values()})
         where = f"device_map over {', '.join(devices)} ({len(lm.device_map)} modules)"
     else:
         where = lm.device
