@@ -294,3 +294,45 @@ def test_the_sandbox_holds_for_a_normal_user_too(sandbox):
     assert bomb_status == "passed" and int(bomb_out.split()[1]) < 16
     assert net_status == "passed" and "no network" in net_out
     assert wrong[0] == "failed" and right[0] == "passed"
+
+
+def test_the_probe_finishes_with_hostile_completions_among_the_others(sandbox, shared_data, tmp_path, monkeypatch):
+    """`run_probes` with --execute, where the model 'generates' attacks for some problems: the rest is judged right."""
+    from contam_assets.model import recitation
+    from contam_assets.model.generation import Generation
+    from contam_assets.model.loader import LoadOptions
+    from contam_assets.model.probe_inputs import ProbeOptions
+    from contam_assets.model.probe_run import run_probes
+
+    he = mt.humaneval()
+    mbpp = {r["task_id"]: r for r in mt.jsonl("mbpp.jsonl")}
+    attack = "import os, shutil\nshutil.rmtree(os.getcwd(), ignore_errors=True)\nprint('{\"status\": \"passed\"}')\nos._exit(0)\n"
+    bomb = "import os\nfor _ in range(100):\n    try:\n        os.fork() or os.execv('/usr/bin/sleep', ['sleep', '30'])\n" \
+           "    except OSError:\n        break\n"
+    answers = {  # prompt -> completion
+        he["HumanEval/0"]["prompt"]: he["HumanEval/0"]["canonical_solution"],
+        he["HumanEval/1"]["prompt"]: "    return []\n" + attack,
+        he["HumanEval/2"]["prompt"]: "    import time\n    time.sleep(3600)\n",
+    }
+    fakes = {11: mbpp[11]["code"].replace("\r\n", "\n"), 12: bomb + mbpp[12]["code"].replace("\r\n", "\n"),
+             13: "def count_common(words):\n    return []\n"}
+
+    def fake_generate(lm, prompts, max_new_tokens, stop=(), log=None, what=""):
+        out = []
+        for p in prompts:
+            if p in answers:
+                out.append(Generation(answers[p], False))
+            else:  # MBPP: the prompt ends with the problem's own text
+                tid = next(t for t in fakes if mbpp[t]["text"] in p.rsplit("[DONE]", 1)[-1])
+                out.append(Generation(fakes[tid], False))
+        return out
+
+    monkeypatch.setattr(recitation, "generate_greedy", fake_generate)
+    ckpt = mt.untrained_checkpoint(tmp_path / "ckpt")
+    opts = ProbeOptions(benchmarks_dir=shared_data, limit=3, execute=True, exec_timeout_s=4, n_shot=1, gsm_max_new_tokens=4)
+    result = run_probes(ckpt, opts, LoadOptions())
+    assert result["recitation/humaneval/pass@1"] == pytest.approx(1 / 3)  # the canonical one; the attack failed
+    assert result["recitation/humaneval/timeouts"] == 1.0
+    assert result["recitation/mbpp/pass@1"] == pytest.approx(2 / 3)  # the fork bomb's own solution is right
+    assert result["recitation/humaneval/exact"] == pytest.approx(1 / 3)
+    assert "delta1" in result and "fresh/gap" not in result  # the other probes ran too
