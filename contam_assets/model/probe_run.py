@@ -43,9 +43,8 @@ def run_probes(
     }
     if log:
         log(f"loaded {describe(lm)}")
-    items, inputs = sequence_items(lm, opts, log=log)
-    _note(result, "sequences", inputs)
-    result.update(sequence_metrics(items, opts.k, opts.skywork_batch_size))
+    items, metrics = _sequences(lm, opts, result, log)
+    result.update(metrics)
     if base is not None:
         same = tokenizer_digest(lm.tokenizer) == base[1].get("tokenizer")
         result.update(calibrated_metrics(items, base[0], opts.k, opts.skywork_batch_size, same))
@@ -110,9 +109,14 @@ def _note(result: dict, probe: str, inputs: pin.Inputs) -> None:
 
 
 def sequence_probes(lm: LoadedModel, opts: pin.ProbeOptions, result: dict, log: LogFn | None) -> dict:
+    return _sequences(lm, opts, result, log)[1]
+
+
+def _sequences(lm: LoadedModel, opts: pin.ProbeOptions, result: dict, log: LogFn | None):
+    """(items, metrics) of the sequence probes; skips and bad rows noted in ``result``."""
     items, inputs = sequence_items(lm, opts, log=log)
     _note(result, "sequences", inputs)
-    return sequence_metrics(items, opts.k, opts.skywork_batch_size)
+    return items, sequence_metrics(items, opts.k, opts.skywork_batch_size)
 
 
 def sequence_items(
