@@ -38,3 +38,16 @@ def dagster_home(tmp_path, monkeypatch) -> Path:
     (home / "dagster.yaml").touch()
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    """The pass@1 sandbox (bubblewrap); skipped where it cannot run, except in CI (CONTAM_REQUIRE_SANDBOX=1)."""
+    from contam_assets.model.sandbox import sandbox_status
+
+    status = sandbox_status()
+    if not status.ok:
+        if os.environ.get("CONTAM_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"sandbox required (CONTAM_REQUIRE_SANDBOX=1) but unavailable: {status.reason}")
+        pytest.skip(f"sandbox unavailable: {status.reason}")
+    return status

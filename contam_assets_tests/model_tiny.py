@@ -175,3 +175,59 @@ def trained_checkpoint(base: Path, steps: int = 300) -> Path:
         (folder / "train_loss.txt").write_text(f"{loss}\n")
         _TRAINED[key] = folder
     return _TRAINED[key]
+
+
+# --- a Llama-style checkpoint whose tokenizer prepends <s> (Skywork and OpenCompass conventions differ) ---
+
+
+def train_llama_tokenizer(vocab_size: int = 800):
+    """A BPE tokenizer with Llama's special tokens whose post-processor prepends ``<s>`` (as Llama's does)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = [f"{r['question']} {r['answer']}" for r in jsonl("gsm8k_train.jsonl")[:1000]]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(corpus, trainer)
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+@lru_cache(maxsize=None)
+def llama_tokenizer_cached():
+    return train_llama_tokenizer()
+
+
+def llama_checkpoint(folder: Path, max_positions: int = 512, dtype: str | None = None, seed: int = 0) -> Path:
+    """An untrained 2-layer Llama (no pad token, like Llama) saved as a real folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = llama_tokenizer_cached()
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=max_positions, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(cfg)
+    if dtype:
+        model = model.to(getattr(torch, dtype))
+    return save(folder, model, tok)
+
+
+def trained_llama_checkpoint(folder: Path, steps: int = 120, max_positions: int = 1024) -> Path:
+    """The tiny Llama after a little training on GSM8K train (with <s>, as Llamas are trained)."""
+    from transformers import AutoModelForCausalLM
+
+    path = llama_checkpoint(folder, max_positions=max_positions)
+    tok = llama_tokenizer_cached()
+    model = AutoModelForCausalLM.from_pretrained(path)
+    seqs = [tok(f"{r['question']} {r['answer']}")["input_ids"][:256] for r in jsonl("gsm8k_train.jsonl")[1000:1400]]
+    train(model, seqs, steps=steps, lr=3e-3)
+    return save(path, model, tok)

@@ -13,7 +13,7 @@ REQUIRED = (
 )
 
 
-def test_probe_writes_probe_json(tmp_path, shared_data, capsys):
+def test_probe_writes_probe_json(tmp_path, shared_data, capsys, sandbox):
     ckpt = mt.untrained_checkpoint(tmp_path / "exp" / "checkpoints" / "step-000010")
     out = tmp_path / "out"
     rc = main([
@@ -43,3 +43,12 @@ def test_probe_user_errors(tmp_path, shared_data, capsys):
     assert str(half) in err and "incomplete" in err and "weights" in err
     assert main(["probe", "--checkpoint", str(half), "--benchmarks", str(tmp_path / "none")]) == 2
     assert "benchmark folder not found" in capsys.readouterr().err
+
+
+def test_execute_is_refused_without_the_isolation_tool(tmp_path, monkeypatch, capsys):
+    ckpt = mt.untrained_checkpoint(tmp_path / "ckpt")
+    monkeypatch.setenv("CONTAM_SANDBOX_TOOL", "/nonexistent/bwrap")
+    assert main(["probe", "--checkpoint", str(ckpt), "--out", str(tmp_path / "o"), "--execute"]) == 2
+    err = capsys.readouterr().err
+    assert "--execute needs the sandbox" in err and "bubblewrap is not installed" in err
+    assert not (tmp_path / "o" / "probe.json").exists()  # refused before anything ran

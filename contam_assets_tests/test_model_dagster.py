@@ -173,9 +173,11 @@ def test_correlation_asset_over_checkpoints_of_an_experiment(tmp_path, dagster_h
     result = dg.materialize([loglik_gap_correlation], resources={k: res[k] for k in ("contam_settings", "contam_db")})
     assert result.success
     with connect(out / "contam.duckdb", read_only=True) as con:
-        (row,) = con.execute("select experiment, n, spearman, kendall from probe_correlations").fetchall()
+        (row,) = con.execute("select experiment, n, spearman, kendall from probe_correlations where scope = 'within-run'").fetchall()
+        (across,) = con.execute("select experiment, n, spearman, note from probe_correlations where scope = 'across-experiments'").fetchall()
     assert row[:2] == ("exp", 4) and row[2] == pytest.approx(0.8) and row[3] == pytest.approx(2 / 3)
-    assert (out / "probes" / "loglik_gap_correlation.png").is_file()
+    assert across[:3] == ("*", 1, None) and "at least 3" in across[3]  # one experiment is one model
+    assert (out / "probes" / "loglik_gap_correlation.png").is_file() and (out / "probes" / "loglik_gap_within_run.png").is_file()
 
 
 def test_model_definitions_load():
@@ -197,3 +199,23 @@ def test_sensor_forgets_deleted_checkpoints_and_starts_stopped(experiments, shar
     assert isinstance(new_checkpoints_sensor(ctx), dg.SkipReason)
     assert sorted(json.loads(ctx.cursor)) == ["demo/step-000100", "demo/step-000200"]  # the cursor stays bounded
     assert new_checkpoints_sensor.default_status == dg.DefaultSensorStatus.STOPPED  # CONTAM_AUTOMATION=1 turns it on
+
+
+def test_probes_calibrate_against_a_baseline_checkpoint(experiments, shared_data, tmp_path):
+    """A baseline identical to the target (same weights) calibrates Δ to 0 and every calibrated AUC to 0.5."""
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("checkpoints", ["demo/step-000100"])
+    twin = mt.untrained_checkpoint(tmp_path / "twin")  # seed 0, as the target
+    res = _resources(experiments, shared_data, shared_data / "gsmhard_v2.jsonl")
+    res["probe_settings"] = ProbeSettings(limit=3, n_shot=1, gsm_max_new_tokens=8, code_max_new_tokens=8,
+                                          baseline_checkpoint=str(twin))
+    assets = [checkpoints, sequence_scores, ppl_probe, membership_scores]
+    assert dg.materialize(assets, partition_key="demo/step-000100", resources=res, instance=instance).success
+    with connect(experiments / "contam.duckdb", read_only=True) as con:
+        m = dict(con.execute("select metric, value from probe_metrics where checkpoint = 'demo/step-000100'").fetchall())
+        calibrated_items = con.execute("select count(*) from probe_items where probe = 'membership_scores' "
+                                       "and metric = 'calibrated-mink'").fetchone()[0]
+    assert m["calibrated/delta1"] == pytest.approx(0, abs=1e-9) and m["baseline/delta1"] == pytest.approx(m["delta1"])
+    assert m["calibrated/mink/auc"] == 0.5 and m["calibrated/llr/auc"] == 0.5 and m["baseline/same-tokenizer"] == 1.0
+    assert calibrated_items == 6  # limit 3: three test and three reference items
+    assert list((experiments / "probes" / "baseline").glob("*.json"))  # cached for the next checkpoint

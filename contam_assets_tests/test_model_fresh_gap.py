@@ -3,8 +3,15 @@
 import pytest
 
 from contam_assets.model.benchmarks import fresh_rows
-from contam_assets.model.correlation import Point, correlate, plot_points
-from contam_assets.model.fresh_gap import fewshot_prefix, gap_metrics, gold_number, gsm_accuracy, last_number
+from contam_assets.model.correlation import ACROSS, WITHIN, Point, correlate, plot_points
+from contam_assets.model.fresh_gap import (
+    drop_gsm8k_questions,
+    fewshot_prefixes,
+    gap_metrics,
+    gold_number,
+    gsm_accuracy,
+    last_number,
+)
 from contam_assets.model.generation import generate_greedy
 from contam_assets.model.loader import LoadOptions, load_checkpoint
 from contam_assets_tests import model_tiny as mt
@@ -30,11 +37,29 @@ def test_fresh_rows_accept_gsm_hard_fields_and_count_bad_rows(shared_data, tmp_p
     assert len(got.rows) == 1 and len(got.bad) == 2
 
 
-def test_fewshot_prefix_is_seeded(shared_data):
+def test_shots_are_drawn_per_question_as_lm_eval_does(shared_data):
+    import random
+
     train = mt.jsonl("gsm8k_train.jsonl")
-    a, b = fewshot_prefix(train, 5), fewshot_prefix(train, 5)
-    assert a == b and a.count("Question: ") == 5 and a.endswith("\n\n")
-    assert fewshot_prefix(train, 0) == ""
+    prefixes = fewshot_prefixes(train, 4, 5)
+    assert prefixes == fewshot_prefixes(train, 4, 5)  # seeded
+    assert len(set(prefixes)) == 4 and all(p.count("Question: ") == 5 and p.endswith("\n\n") for p in prefixes)
+    # lm-evaluation-harness: one Random(1234) per task, rng.sample(fewshot docs, n) for each doc in order
+    rng = random.Random(1234)
+    expected = [rng.sample(train, 5) for _ in range(4)]
+    assert prefixes[2].startswith(f"Question: {expected[2][0]['question']}\nAnswer: {expected[2][0]['answer']}\n\n")
+    assert fewshot_prefixes(train, 3, 0) == ["", "", ""]
+
+
+def test_fresh_items_that_are_gsm8k_questions_are_dropped_and_counted(shared_data):
+    hard = fresh_rows(shared_data / "gsmhard_v2.jsonl").rows
+    kept, dropped = drop_gsm8k_questions(hard, mt.jsonl("gsm8k_test.jsonl"), mt.jsonl("gsm8k_train.jsonl"))
+    assert len(dropped) == 329 and len(kept) == 1319 - 329  # GSM-Hard's verbatim GSM8K test questions (SOURCES.md)
+    test_questions = {r["question"] for r in mt.jsonl("gsm8k_test.jsonl")}
+    assert all(hard[i]["question"] in test_questions for i in dropped)
+    assert not any(r["question"] in test_questions for r in kept)
+    spaced = [{"question": "  " + hard[dropped[0]]["question"].upper() + " ", "answer": 1}]
+    assert drop_gsm8k_questions(spaced, mt.jsonl("gsm8k_test.jsonl"))[1] == [0]  # case and whitespace aside
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +88,26 @@ def test_batched_generation_equals_one_at_a_time(trained_lm):
     assert together[0].text.strip()
 
 
-def test_rank_correlations_across_checkpoints(tmp_path):
-    pts = [Point(f"a/step-{i}", "a", -2.0 + 0.1 * i, 0.01 * i * i) for i in range(5)]
-    pts += [Point("b/base", "b", -1.0, 0.1), Point("b/step-1", "b", -0.9, 0.2)]
-    pts += [Point(f"c/{i}", "c", -1.0, 0.1 * i) for i in range(3)]
-    res = {r.experiment: r for r in correlate(pts)}
-    assert res["a"].spearman == pytest.approx(1.0) and res["a"].kendall == pytest.approx(1.0)
-    assert res["a"].n == 5 and 0 <= res["a"].spearman_p < 0.05
-    assert res["b"].spearman is None and "at least 3" in res["b"].note
-    assert res["c"].spearman is None and "constant" in res["c"].note
-    plot_points(pts, tmp_path / "plot.png")
-    assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+def test_rank_correlations_across_experiments_and_within_runs(tmp_path):
+    pts = [Point(f"a/step-{i}", "a", -2.0 + 0.1 * i, 0.01 * i * i, i) for i in range(5)]
+    pts += [Point("b/base", "b", -1.0, 0.1, None), Point("b/step-1", "b", -0.9, 0.2, 1)]
+    pts += [Point(f"c/{i}", "c", -1.0, 0.1 * i, i) for i in range(3)]
+    pts += [Point("d/final", "d", -1.5, 0.05, None)]
+    res = correlate(pts)
+    across, within = res[0], {r.experiment: r for r in res[1:]}
+    # GSM1k's view: one point per model, its latest checkpoint (a/step-4, b/step-1, c/2, d/final)
+    assert across.scope == ACROSS and across.experiment == "*" and across.n == 4
+    assert "a/step-4" in across.note and "b/step-1" in across.note and "c/2" in across.note
+    llpc, gap = [-1.6, -0.9, -1.0, -1.5], [0.16, 0.2, 0.2, 0.05]
+    from scipy.stats import spearmanr
+
+    assert across.spearman == pytest.approx(spearmanr(llpc, gap).statistic)
+    assert all(r.scope == WITHIN for r in within.values())
+    assert within["a"].spearman == pytest.approx(1.0) and within["a"].kendall == pytest.approx(1.0)
+    assert within["a"].n == 5 and 0 <= within["a"].spearman_p < 0.05
+    assert within["b"].spearman is None and "at least 3" in within["b"].note
+    assert within["c"].spearman is None and "constant" in within["c"].note
+    assert correlate(pts[:5])[0].spearman is None  # one experiment: no across-model correlation
+    for across_plot in (True, False):
+        plot_points(pts, tmp_path / f"plot{across_plot}.png", across=across_plot)
+        assert (tmp_path / f"plot{across_plot}.png").read_bytes()[:4] == b"\x89PNG"

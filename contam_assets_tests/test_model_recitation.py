@@ -1,11 +1,8 @@
-"""Recitation: normalisation, a tiny model that recites, and the execution sandbox."""
-
-import os
-import time
+"""Recitation: normalisation, a tiny model that recites, and judging in the sandbox (test_model_sandbox has the attacks)."""
 
 import pytest
 
-from contam_assets.model.code_exec import run_program
+from contam_assets.model.code_exec import Limits, run_job
 from contam_assets.model.code_text import function_body, normalize_code, similarity
 from contam_assets.model.loader import LoadOptions, load_checkpoint
 from contam_assets.model.recitation import (
@@ -48,21 +45,21 @@ def test_a_different_correct_body_is_not_recited(humaneval):
     assert not exact and 0 < sim < 1
 
 
-def test_mbpp_compares_whole_programs(shared_data):
+def test_mbpp_compares_whole_programs(shared_data, sandbox):
     rows = {r["task_id"]: r for r in mt.jsonl("mbpp.jsonl")}
     shots = [rows[i] for i in (2, 3, 4)]
     (p,) = mbpp_problems([rows[11]], shots)
     assert p.prompt.count("[BEGIN]") == 4 and p.prompt.endswith("[BEGIN]\n")
     assert compare(p, rows[11]["code"].replace("\r\n", "\n\n"))[0]
-    assert run_program(p.program(rows[11]["code"].replace("\r\n", "\n"))).passed
-    assert not run_program(p.program("def remove_Occ(s, ch):\n    return s\n")).passed
+    assert run_job(p.job(rows[11]["code"].replace("\r\n", "\n"))).passed
+    assert not run_job(p.job("def remove_Occ(s, ch):\n    return s\n")).passed
 
 
-def test_tiny_model_recites_what_it_memorised(humaneval, tmp_path_factory):
+def test_tiny_model_recites_what_it_memorised(humaneval, tmp_path_factory, sandbox):
     lm = load_checkpoint(mt.trained_checkpoint(tmp_path_factory.getbasetemp() / "model_tiny"), LoadOptions(token_budget=2048))
     ids = list(mt.RECITED) + list(mt.ALTERNATIVE) + ["HumanEval/0"]
     problems = humaneval_problems([humaneval[t] for t in ids])
-    items = {i.task_id: i for i in run_recitation(lm, problems, max_new_tokens=96, execute=True, timeout_s=10)}
+    items = {i.task_id: i for i in run_recitation(lm, problems, max_new_tokens=96, execute=True, limits=Limits(timeout_s=10))}
     for tid in mt.RECITED:
         assert items[tid].exact and items[tid].similar, items[tid].completion
         assert items[tid].status == "passed"
@@ -74,32 +71,6 @@ def test_tiny_model_recites_what_it_memorised(humaneval, tmp_path_factory):
     assert m["recitation/humaneval/exact"] == pytest.approx(3 / 5)
     assert m["recitation/humaneval/similar"] == pytest.approx(3 / 5)
     assert m["recitation/humaneval/pass@1"] == pytest.approx(4 / 5)
-
-
-def test_sandbox_kills_hanging_and_memory_hungry_programs(tmp_path):
-    assert run_program("assert sum([1, 2]) == 3").status == "passed"
-    assert run_program("assert 1 == 2").status == "failed"
-    assert run_program("import sys\nsys.exit(0)\nassert False").status == "failed"  # left before the tests
-    assert run_program("while True:\n    pass\n", timeout_s=2).status == "timeout"
-    bomb = run_program("blocks = []\nwhile True:\n    blocks.append(bytearray(64 * 1024 * 1024))\n", memory_mb=256)
-    assert bomb.status == "failed" and "MemoryError" in bomb.detail
-    # A child left behind sleeping is killed with the process group.
-    pid_file = tmp_path / "child.pid"
-    code = f"import subprocess\np = subprocess.Popen(['sleep', '60'])\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n"
-    assert run_program(code, timeout_s=10).status == "passed"
-    pid = int(pid_file.read_text())
-    time.sleep(0.2)
-    assert not _alive(pid)
-    assert os.getpid() != pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            state = next(line for line in fh if line.startswith("State:"))
-    except FileNotFoundError:
-        return False
-    return "Z" not in state.split()[1]  # a zombie waiting to be reaped is dead
 
 
 def test_similarity_bounds():

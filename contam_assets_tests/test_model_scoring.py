@@ -135,7 +135,8 @@ def test_roc_auc_against_pair_counting():
 
 
 def _item(dataset, nll, n_tokens, mink=None):
-    return ItemScore(dataset, "0", nll, n_tokens, n_tokens - 1, 10, 10, mink, mink, False)
+    return ItemScore(dataset, "0", nll, n_tokens, n_tokens - 1, 10, 10, mink, mink, False,
+                     sk_nll=nll, sk_predicted=n_tokens - 1, sk_tokens=n_tokens)
 
 
 def test_ppl_metrics_are_per_sample_means_and_deltas_token_weighted():

@@ -22,14 +22,33 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=int, default=None, help="score only the first N items of every set")
     p.add_argument("--fresh", default=None, help="fresh GSM-style JSONL for the GSM8K-vs-fresh accuracy gap (e.g. GSM-Hard)")
     p.add_argument("--ref", default=None, help="GSM8K reference set (default: Skywork's mock file in the benchmark folder)")
+    p.add_argument("--baseline-checkpoint", default=os.environ.get("CONTAM_BASELINE_CHECKPOINT") or None,
+                   help="a model that never saw the data: Min-K%% AUCs and Δ also relative to it (calibrated/*); "
+                        "its scores are cached in OUT/probes/baseline")
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR") or None, help="task specs folder")
     p.add_argument("--k", type=float, default=0.2, help="Min-K%% fraction (default 0.2)")
     p.add_argument("--n-shot", type=int, default=5, help="worked GSM8K examples in the fresh-gap prompt (default 5)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="cap on generated tokens per answer (default 256 for GSM, 384 for code)")
-    p.add_argument("--execute", action="store_true", help="run generated code with its tests (subprocess, limited) for pass@1")
-    p.add_argument("--device", default=os.environ.get("CONTAM_DEVICE", "auto"), help="auto | cpu | cuda")
-    p.add_argument("--dtype", default=os.environ.get("CONTAM_DTYPE", "auto"), help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--execute", action="store_true",
+                   help="run generated code with its tests for pass@1, in a bubblewrap sandbox (refused without bwrap)")
+    p.add_argument("--device", default=os.environ.get("CONTAM_DEVICE", "auto"),
+                   help="auto (every GPU through accelerate's device_map, else CPU) | cpu | cuda | cuda:N")
+    p.add_argument("--device-map", default=os.environ.get("CONTAM_DEVICE_MAP") or None,
+                   help="accelerate strategy instead of --device: auto | balanced | balanced_low_0 | sequential")
+    p.add_argument("--max-memory", default=os.environ.get("CONTAM_MAX_MEMORY") or None,
+                   help="per-device caps for the device map, e.g. 0=20GiB,1=20GiB,cpu=64GiB")
+    p.add_argument("--offload-folder", default=None, help="folder for weights that fit on no device (device map)")
+    p.add_argument("--dtype", default=os.environ.get("CONTAM_DTYPE", "auto"),
+                   help="auto (the checkpoint's own, from its config) | float32 | bfloat16 | float16")
+    p.add_argument("--trust-remote-code", action="store_true", default=os.environ.get("CONTAM_TRUST_REMOTE_CODE") == "1",
+                   help="run modelling code shipped in the checkpoint folder (config.json auto_map: Qwen-1, Baichuan, ...)")
+    p.add_argument("--generation-backend", default=os.environ.get("CONTAM_GENERATION_BACKEND", "transformers"),
+                   choices=("transformers", "vllm"), help="generation probes on transformers (default) or vLLM")
+    p.add_argument("--skywork-batch-size", type=int, default=1,
+                   help="batch size of Skywork's eval_loss.py to reproduce (default 1: the loss as defined; >1 adds "
+                        "the script's EOS term for texts shorter than their batch)")
+    p.add_argument("--exec-workers", type=int, default=2, help="generated programs judged at a time (--execute)")
     p.add_argument("--token-budget", type=int, default=int(os.environ.get("CONTAM_TOKEN_BUDGET", 16384)),
                    help="padded tokens per forward batch (default 16384)")
     p.add_argument("--hub", action="store_true", help="allow --checkpoint to name a Hugging Face Hub model (downloads)")
@@ -50,10 +69,18 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--limit must be at least 1")
     if args.fresh and not Path(args.fresh).is_file():
         raise CliError(f"fresh set not found: {args.fresh}")
+    if args.baseline_checkpoint and not Path(args.baseline_checkpoint).is_dir():
+        raise CliError(f"baseline checkpoint folder not found: {args.baseline_checkpoint}")
     if not args.hub and not Path(args.checkpoint).is_dir():
         raise CliError(f"checkpoint folder not found: {args.checkpoint} (use --hub for a Hub model id)")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise CliError("--max-new-tokens must be at least 1")
+    if args.execute:
+        from contam_assets.model.sandbox import sandbox_status
+
+        status = sandbox_status()
+        if not status.ok:  # refuse rather than run generated code unisolated
+            raise CliError(f"--execute needs the sandbox: {status.reason}")
     caps = {}
     if args.max_new_tokens:
         caps = {"gsm_max_new_tokens": args.max_new_tokens, "code_max_new_tokens": args.max_new_tokens}
@@ -63,17 +90,27 @@ def run(args: argparse.Namespace) -> int:
         limit=args.limit,
         ref_file=args.ref,
         fresh_file=args.fresh,
+        baseline_checkpoint=args.baseline_checkpoint,
         k=args.k,
         n_shot=args.n_shot,
         execute=args.execute,
+        exec_workers=args.exec_workers,
+        skywork_batch_size=args.skywork_batch_size,
         **caps,
     )
-    load = LoadOptions(device=args.device, dtype=args.dtype, token_budget=args.token_budget, allow_hub=args.hub)
+    if args.skywork_batch_size < 1 or args.exec_workers < 1:
+        raise CliError("--skywork-batch-size and --exec-workers must be at least 1")
+    load = LoadOptions(
+        device=args.device, dtype=args.dtype, token_budget=args.token_budget, allow_hub=args.hub,
+        trust_remote_code=args.trust_remote_code, device_map=args.device_map, max_memory=args.max_memory,
+        offload_folder=args.offload_folder, generation_backend=args.generation_backend,
+    )
+    out = Path(args.out)
     try:
-        result = run_probes(args.checkpoint, opts, load, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        result = run_probes(args.checkpoint, opts, load, log=lambda msg: print(msg, file=sys.stderr, flush=True),
+                            cache_dir=out / "probes" / "baseline")
     except (CheckpointError, ValueError) as exc:
         raise CliError(str(exc)) from exc
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "probe.json"
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
@@ -83,8 +120,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _summary(result: dict, path: Path) -> None:
     keys = ("gsm8k-train-ppl", "gsm8k-test-ppl", "gsm8k-ref-ppl", "delta1", "delta2", "bpb/gsm8k-test", "mink/auc",
-            "minkpp/auc", "recitation/humaneval/exact", "fresh/gap")
+            "minkpp/auc", "recitation/humaneval/exact", "recitation/humaneval/pass@1", "fresh/gap",
+            "calibrated/delta1", "calibrated/mink/auc", "calibrated/minkpp/auc", "calibrated/llr/auc")
     for k in keys:
+        if k.startswith("calibrated/") and k not in result:
+            continue
         v = result.get(k)
         print(f"{k:28s} {'-' if v is None else f'{v:.4f}'}")
     for name, reason in result["skipped"].items():

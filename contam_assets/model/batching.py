@@ -1,7 +1,8 @@
-"""Length-sorted batches under a padded-token budget, padding, and progress logging."""
+"""Length-sorted batches under a padded-token budget, padding, and progress logging (items/s, ETA)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -48,18 +49,43 @@ def pad(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right"):
 
 
 class Progress:
-    """Logs ``done/total`` at most every ``every_s`` seconds, and once at the end."""
+    """Logs ``done/total``, items per second and the time left, at most every ``every_s`` seconds and at the end.
 
-    def __init__(self, what: str, total: int, log: LogFn | None, every_s: float = 15.0):
-        self.what, self.total, self.log, self.every_s = what, total, log, every_s
+    Thread-safe (sandboxed code runs several items at a time).  ``clock`` is for tests.
+    """
+
+    def __init__(self, what: str, total: int, log: LogFn | None, every_s: float = 15.0, clock=time.monotonic):
+        self.what, self.total, self.log, self.every_s, self.clock = what, total, log, every_s, clock
         self.done = 0
-        self.start = self.last = time.monotonic()
+        self.start = self.last = clock()
+        self._lock = threading.Lock()
 
     def advance(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.log and (self.done >= self.total or now - self.last >= self.every_s):
-            rate = self.done / max(now - self.start, 1e-9)
-            pct = 100.0 * self.done / max(self.total, 1)
-            self.log(f"{self.what}: {self.done}/{self.total} ({pct:.0f}%), {rate:.1f}/s")
+        with self._lock:
+            self.done += n
+            now = self.clock()
+            if not self.log or (self.done < self.total and now - self.last < self.every_s):
+                return
             self.last = now
+            line = self.line(now)
+        self.log(line)
+
+    def line(self, now: float) -> str:
+        elapsed = max(now - self.start, 1e-9)
+        rate = self.done / elapsed
+        pct = 100.0 * self.done / max(self.total, 1)
+        left = (self.total - self.done) / rate if rate > 0 else float("inf")
+        tail = f"done in {format_seconds(elapsed)}" if self.done >= self.total else f"ETA {format_seconds(left)}"
+        return f"{self.what}: {self.done}/{self.total} ({pct:.0f}%), {rate:.2f} items/s, {tail}"
+
+
+def format_seconds(s: float) -> str:
+    """``42s``, ``3m05s``, ``2h07m``; ``?`` when unknown."""
+    if s != s or s == float("inf"):
+        return "?"
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

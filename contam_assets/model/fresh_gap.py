@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from contam_assets.detector.text import normalize_ws_case
 from contam_assets.model.batching import LogFn
 from contam_assets.model.generation import generate_greedy
 from contam_assets.model.loader import LoadedModel
@@ -59,22 +60,38 @@ def same_number(a: float | None, b: float | None) -> bool:
     return a is not None and b is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b))
 
 
-def fewshot_prefix(train_rows: Sequence[dict], n_shot: int, seed: int = SHOT_SEED) -> str:
+def shot_text(rows: Sequence[dict]) -> str:
+    return "".join(f"Question: {r['question']}\nAnswer: {r['answer']}\n\n" for r in rows)
+
+
+def fewshot_prefixes(train_rows: Sequence[dict], n_items: int, n_shot: int, seed: int = SHOT_SEED) -> list[str]:
+    """One prefix per question: lm-evaluation-harness's sampler (a seeded Random per set, a new sample each)."""
     if n_shot <= 0:
-        return ""
-    shots = random.Random(seed).sample(list(train_rows), min(n_shot, len(train_rows)))
-    return "".join(f"Question: {r['question']}\nAnswer: {r['answer']}\n\n" for r in shots)
+        return [""] * n_items
+    rng, pool = random.Random(seed), list(train_rows)
+    return [shot_text(rng.sample(pool, min(n_shot, len(pool)))) for _ in range(n_items)]
+
+
+def drop_gsm8k_questions(fresh: Sequence[dict], *gsm8k: Sequence[dict]) -> tuple[list[dict], list[int]]:
+    """(fresh rows whose question is not a GSM8K question, indices of the rows dropped)."""
+    known = {normalize_ws_case(r["question"]) for rows in gsm8k for r in rows if isinstance(r.get("question"), str)}
+    dropped = [i for i, row in enumerate(fresh) if normalize_ws_case(row["question"]) in known]
+    skip = set(dropped)
+    return [row for i, row in enumerate(fresh) if i not in skip], dropped
 
 
 def gsm_accuracy(
     lm: LoadedModel,
     rows: Sequence[dict],
-    prefix: str,
+    prefixes: Sequence[str] | str,
     dataset: str,
     max_new_tokens: int = 256,
     log: LogFn | None = None,
 ) -> list[GsmItem]:
-    prompts = [f"{prefix}Question: {r['question']}\nAnswer:" for r in rows]
+    """Greedy answers to every row; ``prefixes``: one few-shot prefix per row (or one for all)."""
+    if isinstance(prefixes, str):
+        prefixes = [prefixes] * len(rows)
+    prompts = [f"{prefix}Question: {r['question']}\nAnswer:" for prefix, r in zip(prefixes, rows)]
     gens = generate_greedy(lm, prompts, max_new_tokens, STOP, log=log, what=f"answering {dataset}")
     items = []
     for i, (row, g) in enumerate(zip(rows, gens)):

@@ -1,4 +1,8 @@
-"""Greedy generation in left-padded batches under the token budget."""
+"""Greedy generation in left-padded batches under the token budget (or by the optional vLLM backend).
+
+A prompt longer than the room left for the answer loses tokens on the left
+(as OpenCompass truncates); the answer is cut before the first stop string.
+"""
 
 from __future__ import annotations
 
@@ -36,9 +40,20 @@ def generate_greedy(
     encoded = []
     for p in prompts:
         ids = list(lm.tokenizer(p, add_special_tokens=True)["input_ids"]) or [lm.pad_id]
-        encoded.append((ids[-room:], len(ids) > room))
+        cut = len(ids) > room
+        if cut:  # the tokenizer truncates on the left (set at load) and keeps its special tokens, as OpenCompass
+            ids = list(lm.tokenizer(p, add_special_tokens=True, truncation=True, max_length=room)["input_ids"])
+        encoded.append((ids, cut))
     out: list[Generation | None] = [None] * len(prompts)
     progress = Progress(what, len(prompts), log)
+    if lm.generator is not None:  # vLLM: chunks only so that progress gets logged
+        for start in range(0, len(prompts), 64):
+            chunk = range(start, min(start + 64, len(prompts)))
+            texts = lm.generator.generate([encoded[i][0] for i in chunk], max_new, stop)
+            for i, text in zip(chunk, texts):
+                out[i] = Generation(cut_at_stop(text, stop), encoded[i][1])
+            progress.advance(len(chunk))
+        return out  # type: ignore[return-value]
     stop_kwargs = {"stop_strings": [s for s in stop if s], "tokenizer": lm.tokenizer} if any(stop) else {}
     for batch in pack_batches([len(encoded[i][0]) + max_new for i in range(len(prompts))], lm.token_budget):
         ids, mask, _ = pad([encoded[i][0] for i in batch], lm.pad_id, side="left")

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contam_assets.model import benchmarks as bm
-from contam_assets.model.code_exec import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+from contam_assets.model.code_exec import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, Limits
+from contam_assets.model.fresh_gap import drop_gsm8k_questions
 from contam_assets.model.membership import DEFAULT_K
 from contam_assets.model.recitation import MBPP_SHOT_IDS, CodeProblem, humaneval_problems, mbpp_problems, unix_newlines
+from contam_assets.model.scoring import SKYWORK_MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -23,14 +25,22 @@ class ProbeOptions:
     limit: int | None = None  # first N items of every set (None = full sets)
     ref_file: str | None = None  # GSM8K reference set (default: looked up in the benchmark folder)
     fresh_file: str | None = None  # fresh GSM-style set for the gap (GSM-Hard works)
+    baseline_checkpoint: str | None = None  # a model that never saw the data: calibrated membership and Δ
     k: float = DEFAULT_K
+    skywork_batch_size: int = 1  # Δ as defined; eval_loss.py's batching (EOS term for shorter texts) at > 1
+    skywork_max_tokens: int = SKYWORK_MAX_TOKENS  # Skywork's --max-tokens (texts cut to // 3 characters)
     n_shot: int = 5
+    shot_seed: int = 1234  # lm-evaluation-harness's default fewshot seed; shots drawn per question
     gsm_max_new_tokens: int = 256
     code_max_new_tokens: int = 384
     mbpp_shots: bool = True  # the MBPP paper's three worked examples before each problem
-    execute: bool = False  # run generated code for pass@1
-    exec_timeout_s: float = DEFAULT_TIMEOUT_S
-    exec_memory_mb: int = DEFAULT_MEMORY_MB
+    execute: bool = False  # run generated code for pass@1 (bubblewrap sandbox; refused without it)
+    exec_timeout_s: float = DEFAULT_TIMEOUT_S  # wall clock per item
+    exec_memory_mb: int = DEFAULT_MEMORY_MB  # address space per sandboxed process
+    exec_workers: int = 2  # items judged at a time
+
+    def exec_limits(self) -> Limits:
+        return Limits(timeout_s=self.exec_timeout_s, memory_mb=self.exec_memory_mb)
 
 
 @dataclass
@@ -38,6 +48,7 @@ class Inputs:
     values: dict = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     bad: dict[str, list[str]] = field(default_factory=dict)
+    counts: dict[str, float] = field(default_factory=dict)  # reported alongside the metrics (e.g. items dropped)
 
     def add(self, name: str, value, rows: bm.Rows | None = None) -> None:
         self.values[name] = value
@@ -55,7 +66,7 @@ def scoring_sets(opts: ProbeOptions) -> Inputs:
     _try(out, "humaneval", lambda: _texts(_rows("humaneval", "test", opts), lambda r: r["prompt"] + r["canonical_solution"]), lim)
     _try(out, "mbpp", lambda: _texts(_rows("mbpp", "test", opts), lambda r: f"{r['text']}\n{unix_newlines(r['code'])}"), lim)
     if opts.fresh_file:
-        _try(out, "fresh", lambda: _texts(bm.fresh_rows(opts.fresh_file), lambda r: f"{r['question']} {r['answer']}"), lim)
+        _try(out, "fresh", lambda: _fresh_texts(opts), lim)
     else:
         out.skipped["fresh"] = "no fresh set given"
     return out
@@ -97,10 +108,28 @@ def gsm_sets(opts: ProbeOptions) -> Inputs:
     except bm.DataMissing as exc:
         out.skipped["fresh"] = str(exc)
         return out
+    kept, dropped = drop_gsm8k_questions(fresh.rows, test.rows, train.rows)
     out.add("gsm8k-test", test.rows, test)
     out.add("gsm8k-train", train.rows, train)
-    out.add("fresh", fresh.rows, fresh)
+    out.add("fresh", kept, fresh)
+    out.counts["fresh/dropped-gsm8k-questions"] = float(len(dropped))
+    if not kept:
+        del out.values["fresh"]
+        out.skipped["fresh"] = f"all {len(dropped)} fresh items are GSM8K questions"
     return out
+
+
+def _fresh_texts(opts: ProbeOptions) -> tuple[list[str], bm.Rows]:
+    """The fresh set's texts without the items whose question is a GSM8K question (when GSM8K is available)."""
+    rows = bm.fresh_rows(opts.fresh_file)
+    gsm8k = []
+    for split in ("test", "train"):
+        try:
+            gsm8k.append(_rows("gsm8k", split, opts).rows)
+        except bm.DataMissing:
+            pass
+    kept, _ = drop_gsm8k_questions(rows.rows, *gsm8k)
+    return [f"{r['question']} {r['answer']}" for r in kept], bm.Rows(kept, rows.source, rows.bad)
 
 
 def _rows(task: str, split: str, opts: ProbeOptions) -> bm.Rows:

@@ -22,7 +22,7 @@ DDL = (
         checkpoint varchar, probe varchar, dataset varchar, item varchar, metric varchar,
         value double, computed_at timestamp)""",
     """create table if not exists probe_correlations (
-        experiment varchar, n bigint, spearman double, spearman_p double, kendall double,
+        scope varchar, experiment varchar, n bigint, spearman double, spearman_p double, kendall double,
         kendall_p double, note varchar, computed_at timestamp)""",
 )
 
@@ -30,6 +30,23 @@ DDL = (
 def ensure_tables(con) -> None:
     for ddl in DDL:
         con.execute(ddl)
+
+
+def replace_correlations(con, results) -> None:
+    """Replace ``probe_correlations`` whole (recreated: tables from before issue 15 lack ``scope``)."""
+    con.execute("begin transaction")
+    try:
+        con.execute("drop table if exists probe_correlations")
+        con.execute(DDL[3])
+        for r in results:
+            con.execute(
+                "insert into probe_correlations values (?, ?, ?, ?, ?, ?, ?, ?, now())",
+                [r.scope, r.experiment, r.n, r.spearman, r.spearman_p, r.kendall, r.kendall_p, r.note],
+            )
+        con.execute("commit")
+    except Exception:
+        con.execute("rollback")
+        raise
 
 
 def _finite(v) -> bool:

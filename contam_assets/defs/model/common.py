@@ -7,6 +7,7 @@ import dagster as dg
 from contam_assets.defs.model.resources import CheckpointLoader
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.model.checkpoint import CheckpointError, CheckpointInfo, discover, newest_mtime, read_info
+from contam_assets.model.loader import describe
 from contam_assets.store import table_exists
 
 _CACHE: dict = {}  # the last loaded model, reused by the probes of one in-process run
@@ -31,14 +32,25 @@ def load_model(context: dg.AssetExecutionContext, loader: CheckpointLoader, info
     """Load (or reuse) the checkpoint's model; a bad folder fails only this partition, with a clear message."""
     path = Path(info.path)
     try:
-        key = (str(path), newest_mtime(path), loader.device, loader.dtype, loader.token_budget)
+        key = (str(path), newest_mtime(path), loader.options())
         if _CACHE.get("key") != key:
-            _CACHE.clear()  # free the previous model before loading the next
+            release_model()  # free the previous model before loading the next
             context.log.info(f"loading {path} (device={loader.device}, dtype={loader.dtype})")
             _CACHE.update(key=key, lm=loader.load(path))
+            context.log.info(f"loaded {describe(_CACHE['lm'])}")
         return _CACHE["lm"]
-    except (CheckpointError, OSError) as exc:
+    except (CheckpointError, OSError, ValueError) as exc:  # ValueError: a bad dtype, or vLLM asked for but absent
         raise dg.Failure(description=str(exc), metadata={"path": str(path)}) from exc
+
+
+def release_model() -> None:
+    """Forget the cached model (before another one, e.g. the baseline, loads)."""
+    lm = _CACHE.pop("lm", None)
+    _CACHE.clear()
+    if lm is not None:
+        from contam_assets.model.probe_run import free
+
+        free(lm)
 
 
 def probe_options(settings: ContamSettings, probe_settings):

@@ -11,11 +11,13 @@ from pathlib import Path
 import dagster as dg
 
 from contam_assets.defs.model.common import load_model, probe_options, resolve_checkpoint, skipped_md, write_rows
+from contam_assets.defs.model.probe_calibration import calibrated, calibrated_rows, scored_sets, skywork_batched
 from contam_assets.defs.model.resources import CheckpointLoader, ProbeSettings
 from contam_assets.defs.partitions import checkpoints_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.model import probe_inputs as pin
 from contam_assets.model.report import histogram_png, metrics_md
+from contam_assets.model.sandbox import sandbox_status
 from contam_assets.model.sequences import ScoredSets
 from contam_assets.report.render import md_table, png_markdown
 
@@ -42,12 +44,13 @@ def sequence_scores(
     opts = probe_options(contam_settings, probe_settings)
     inputs = pin.scoring_sets(opts)
     lm = load_model(context, checkpoint_loader, info)
-    items = score_sets(lm, inputs.values, k=opts.k, log=context.log.info)
-    scored = ScoredSets(items, inputs.skipped, {k: len(v) for k, v in inputs.bad.items()}, lm.device, lm.dtype)
+    items = score_sets(lm, inputs.values, k=opts.k, log=context.log.info, skywork_max_tokens=opts.skywork_max_tokens)
+    scored = scored_sets(context, contam_settings, checkpoint_loader, opts, inputs, lm, items)  # + the baseline's
     rows = [
         (it.dataset, it.item, m, v)
         for it in items
-        for m, v in (("nll", it.nll), ("tokens", it.n_tokens), ("chars", it.n_chars), ("bytes", it.n_bytes), ("ppl", it.opencompass_ppl))
+        for m, v in (("nll", it.nll), ("tokens", it.n_tokens), ("chars", it.n_chars), ("bytes", it.n_bytes), ("ppl", it.opencompass_ppl),
+                     ("skywork-nll", it.sk_nll), ("skywork-tokens", it.sk_tokens))
     ]
     write_rows(contam_db, context.partition_key, "sequence_scores", {"items": float(len(items))}, rows)
     counts = [(name, sum(it.dataset == name for it in items), sum(it.truncated for it in items if it.dataset == name)) for name in scored.datasets()]
@@ -80,6 +83,7 @@ def ppl_probe(context: dg.AssetExecutionContext, contam_db: ContamDB, sequence_s
     metrics = ppl_metrics(sequence_scores.items)
     missing = {s: sequence_scores.skipped.get(s, "not scored") for s in SETS if s not in sequence_scores.datasets()}
     extra = {"skipped": dg.MetadataValue.md(skipped_md(missing))} if missing else {}
+    metrics.update(skywork_batched(sequence_scores) | calibrated(sequence_scores, "ppl_probe"))
     return _summary(context, contam_db, "ppl_probe", metrics, extra=extra)
 
 
@@ -102,6 +106,8 @@ def membership_scores(context: dg.AssetExecutionContext, contam_db: ContamDB, se
     items = [it for it in sequence_scores.items if it.dataset in ("gsm8k-test", "gsm8k-ref")]
     metrics = membership_metrics(items)
     rows = [(it.dataset, it.item, m, getattr(it, m)) for it in items for m in ("mink", "minkpp")]
+    metrics.update(calibrated(sequence_scores, "membership_scores"))
+    rows += calibrated_rows(sequence_scores)
     extra = {}
     if items:
         with tempfile.TemporaryDirectory() as tmp:
@@ -127,10 +133,12 @@ def recitation_rate(
 
     info = resolve_checkpoint(context.partition_key, contam_settings, checkpoint_loader, contam_db)
     opts = probe_options(contam_settings, probe_settings)
+    if opts.execute and not sandbox_status().ok:  # never run generated code unisolated
+        raise dg.Failure(description=f"execute_code is on but the sandbox is unavailable: {sandbox_status().reason}")
     inputs = pin.code_problems(opts)
     lm = load_model(context, checkpoint_loader, info)
     results = run_recitation(lm, pin.all_problems(inputs), opts.code_max_new_tokens, opts.execute,
-                             opts.exec_timeout_s, opts.exec_memory_mb, log=context.log.info)
+                             opts.exec_limits(), opts.exec_workers, log=context.log.info)
     metrics = recitation_metrics(results)
     rows = [(r.benchmark, r.task_id, "exact", float(r.exact)) for r in results]
     rows += [(r.benchmark, r.task_id, "similarity", r.similarity) for r in results]
@@ -153,7 +161,7 @@ def fresh_set_gap(
     checkpoint_loader: CheckpointLoader,
     probe_settings: ProbeSettings,
 ) -> dg.MaterializeResult:
-    from contam_assets.model.fresh_gap import fewshot_prefix, gap_metrics, gsm_accuracy
+    from contam_assets.model.probe_run import fresh_gap_metrics
 
     opts = probe_options(contam_settings, probe_settings)
     inputs = pin.gsm_sets(opts)
@@ -163,10 +171,7 @@ def fresh_set_gap(
         return dg.MaterializeResult(metadata={"skipped": inputs.skipped["fresh"]})
     info = resolve_checkpoint(context.partition_key, contam_settings, checkpoint_loader, contam_db)
     lm = load_model(context, checkpoint_loader, info)
-    prefix = fewshot_prefix(inputs.values["gsm8k-train"], opts.n_shot)
-    items = gsm_accuracy(lm, inputs.values["gsm8k-test"], prefix, "gsm8k-test", opts.gsm_max_new_tokens, context.log.info)
-    items += gsm_accuracy(lm, inputs.values["fresh"], prefix, "fresh", opts.gsm_max_new_tokens, context.log.info)
-    metrics = gap_metrics(items)
+    metrics, items = fresh_gap_metrics(lm, opts, inputs, context.log.info)  # incl. fresh/dropped-gsm8k-questions
     rows = [(i.dataset, i.item, "correct", float(i.correct)) for i in items]
     rows += [(i.dataset, i.item, "predicted", i.predicted) for i in items]
     return _summary(context, contam_db, "fresh_set_gap", metrics, rows, {"fresh_file": opts.fresh_file or ""})
