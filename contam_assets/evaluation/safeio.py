@@ -1,0 +1,212 @@
+"""Reading files and names a server does not control, without hanging, crashing or leaking paths.
+
+Small functions, independent of the rest of the project, for any HTTP
+server of contam-assets (the evaluation API; a review page can use the same):
+
+* ``check_name`` — one path component from a request: not empty, not ``.``
+  or ``..``, no ``/`` or NUL, valid UTF-8, at most 255 bytes (the limit of
+  Linux and macOS file systems, so a longer name is refused before any
+  system call sees it).
+* ``read_regular`` — the bytes of a regular file, at most ``max_bytes``.
+  The type is checked with ``lstat`` first and again with ``fstat`` on the
+  descriptor; the file is opened ``O_NONBLOCK | O_NOFOLLOW | O_NOCTTY``, so
+  a FIFO, socket, device or symlink swapped in at the last moment is refused
+  instead of blocking the reader (opening a FIFO for reading without
+  ``O_NONBLOCK`` waits for a writer forever).
+* ``loads_bounded`` — JSON with a nesting limit checked before parsing (so
+  a 100,000-deep file cannot exhaust the stack), NaN / Infinity / overflowing
+  numbers read as ``None``.
+* ``json_bytes`` — UTF-8 JSON that never holds a non-finite number.
+
+Every failure is a ``Refused`` with a ``kind`` and a short message that
+holds no path, no errno text beyond ``strerror`` and no code location.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from typing import Any
+
+import numpy as np
+
+MAX_NAME_BYTES = 255
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_DEPTH = 64
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+class Refused(ValueError):
+    """A file or name that cannot be served; ``kind`` names the reason, ``message`` says it without paths.
+
+    Kinds: ``bad_name``, ``not_a_file`` (FIFO, socket, device, folder),
+    ``too_large``, ``unreadable`` (an OS error), ``malformed`` (not UTF-8,
+    not JSON, nested too deep).
+    """
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+def display_name(name: str) -> str:
+    """A file name as printable text (bytes that are not UTF-8 become U+FFFD)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be one path component, or None."""
+    if not name:
+        return "name is empty"
+    if name in (".", ".."):
+        return f"name {name!r} is not allowed"
+    if "/" in name or "\x00" in name:
+        return "name contains '/' or a NUL byte"
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "name is not valid UTF-8"
+    if size > MAX_NAME_BYTES:
+        return f"name is {size} bytes long, more than {MAX_NAME_BYTES}"
+    return None
+
+
+def check_name(name: str, what: str = "name") -> str:
+    problem = name_problem(name)
+    if problem:
+        raise Refused("bad_name", f"invalid {what}: {problem}")
+    return name
+
+
+def components_problem(path: str) -> str | None:
+    """A component of ``path`` longer than 255 bytes (or not UTF-8), or None."""
+    for part in re.split(r"[\\/]", path):
+        try:
+            size = len(part.encode("utf-8"))
+        except UnicodeEncodeError:
+            return "a path component is not valid UTF-8"
+        if size > MAX_NAME_BYTES:
+            return f"a path component is {size} bytes long, more than {MAX_NAME_BYTES}"
+    return None
+
+
+def file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISLNK, "a symlink"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def os_message(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def read_regular(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES,
+                 lstat_result: os.stat_result | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (never a symlink: pass a resolved path)."""
+    try:
+        st = lstat_result or os.lstat(path)
+    except OSError as exc:
+        raise Refused("unreadable", f"cannot read: {os_message(exc)}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused("not_a_file", f"not a regular file ({file_type(st.st_mode)})")
+    if st.st_size > max_bytes:
+        raise Refused("too_large", f"{st.st_size} bytes, more than the limit of {max_bytes}")
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        raise Refused("unreadable", f"cannot open: {os_message(exc)}") from None
+    try:
+        fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode) or (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            raise Refused("not_a_file", "the file was replaced while it was opened")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise Refused("unreadable", f"cannot read: {os_message(exc)}") from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise Refused("too_large", f"grew past the limit of {max_bytes} bytes while read")
+    return b"".join(chunks)
+
+
+def nesting_depth(text: str) -> int | None:
+    """How deep JSON ``text`` nests arrays and objects, or None when its brackets do not balance.
+
+    Strings are blanked by a C-level regex, then the depth is the running sum
+    of ``+1`` per opening and ``-1`` per closing bracket (numpy), so neither a
+    recursive parser nor a Python loop over characters runs before the limit
+    is known.
+    """
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text)).encode("ascii")
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    steps = np.where((codes == 0x5B) | (codes == 0x7B), 1, -1).astype(np.int32)
+    running = np.cumsum(steps)
+    if running[-1] != 0 or running.min() < 0:
+        return None
+    return int(running.max())
+
+
+def _finite_float(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def loads_bounded(data: bytes | str, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """Parse JSON with a depth limit; NaN, ±Infinity and numbers beyond float range become None."""
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Refused("malformed", f"not UTF-8 text (byte {exc.start})") from None
+    else:
+        text = data
+    depth = nesting_depth(text)
+    if depth is None:
+        raise Refused("malformed", "not valid JSON: brackets do not balance")
+    if depth > max_depth:
+        raise Refused("malformed", f"JSON nested deeper than {max_depth} levels")
+    try:
+        return json.loads(text, parse_constant=lambda _c: None, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise Refused("malformed", f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4,300 digits
+        raise Refused("malformed", f"not valid JSON: {str(exc)[:120]}") from None
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN / ±Infinity float replaced by None (dicts and lists copied)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def json_bytes(obj: Any) -> bytes:
+    """Compact UTF-8 JSON; raises Refused when text holds an unpaired surrogate (``"\\udcff"`` in a file)."""
+    try:
+        text = json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        text = json.dumps(finite(obj), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Refused("malformed", "text holds an unpaired UTF-16 surrogate escape") from None

@@ -1,0 +1,175 @@
+"""The pieces every contam-assets HTTP app shares (FastAPI under uvicorn).
+
+* ``ApiError`` and ``install_error_handlers(app)``: every error is JSON
+  ``{"error": code, "message": text}`` (plus optional fields such as
+  ``kind``); an unexpected exception answers 500 ``internal_error`` with a
+  fixed message — the traceback goes to the server log, never into a body.
+* ``cached(request, body, etag, last_modified)``: a ``Response`` carrying
+  ``ETag``, ``Last-Modified`` and ``Cache-Control: no-cache``, or ``304 Not
+  Modified`` when ``If-None-Match`` (or, without it, ``If-Modified-Since``)
+  says the client already holds it.
+* ``serve(app, host, port)``: uvicorn that stops on SIGTERM or SIGINT within
+  ``STOP_WITHIN_S`` whatever its requests are doing: a graceful shutdown of
+  at most ``GRACE_S``, then a watchdog ends the process (a worker thread or
+  an event loop stuck in a system call cannot hold it up; see ``_SignalStop``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from email.utils import formatdate, parsedate_to_datetime
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("contam_assets.http")
+GRACE_S = 0.5
+STOP_WITHIN_S = 0.9
+MAX_MESSAGE = 500
+
+
+class ApiError(Exception):
+    """An answer other than 2xx: HTTP status, machine-readable code, message without server paths."""
+
+    def __init__(self, status: int, code: str, message: str, **extra):
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+
+def error_response(status: int, code: str, message: str, **extra) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": code, "message": message[:MAX_MESSAGE]} | extra)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_request, exc: ApiError):
+        return error_response(exc.status, exc.code, exc.message, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request, exc: RequestValidationError):
+        msgs = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+        return error_response(400, "bad_request", msgs)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, "internal_error", "internal error; the server log has the details")
+
+
+def http_date(ts: float) -> str:
+    return formatdate(int(ts), usegmt=True)
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    tags = [t.strip() for t in header.split(",")]
+    return "*" in tags or any(t.removeprefix("W/") == etag for t in tags)
+
+
+def not_modified(request: Request, etag: str, last_modified: float | None) -> bool:
+    inm = request.headers.get("if-none-match")
+    if inm is not None:
+        return _etag_matches(inm, etag)
+    ims = request.headers.get("if-modified-since")
+    if ims and last_modified is not None:
+        try:
+            return int(last_modified) <= parsedate_to_datetime(ims).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return False
+    return False
+
+
+def cached(request: Request, body: bytes, etag: str, last_modified: float | None,
+           media_type: str = "application/json") -> Response:
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    if last_modified is not None:
+        headers["Last-Modified"] = http_date(last_modified)
+    if not_modified(request, etag, last_modified):
+        return Response(status_code=304, headers=headers)
+    return Response(content=body, media_type=media_type, headers=headers)
+
+
+def _end_process(sig: int) -> None:
+    """Exit at once with the status a shell reports for ``sig`` (128 + signal number)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(128 + sig)
+
+
+class _SignalStop:
+    """SIGTERM/SIGINT taken by a thread of its own, so a stuck main thread or event loop cannot delay them.
+
+    The signals are blocked in the serving thread before uvicorn starts any
+    thread (threads inherit the mask) and received with ``sigwait`` here; a
+    signal asks uvicorn to shut down gracefully (at most ``GRACE_S`` for open
+    requests) and arms a watchdog that ends the process ``STOP_WITHIN_S``
+    after the signal in any case.
+    """
+
+    SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+    def __init__(self, server):
+        self.server, self.received = server, None
+        if threading.current_thread() is threading.main_thread():
+            signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
+            threading.Thread(target=self._wait, name="contam-signals", daemon=True).start()
+
+    def _wait(self) -> None:
+        while True:
+            self.stop(signal.sigwait(self.SIGNALS))
+
+    def stop(self, sig: int) -> None:
+        if self.received is not None:
+            self.server.force_exit = True  # a second signal: skip what is left of the graceful part
+            return
+        self.received = sig
+        self.server.should_exit = True
+        watchdog = threading.Timer(STOP_WITHIN_S, self._late, (sig,))
+        watchdog.daemon = True
+        watchdog.start()
+
+    @staticmethod
+    def _late(sig: int) -> None:
+        log.error("still running %.1fs after signal %d: stopping now", STOP_WITHIN_S, sig)
+        _end_process(sig)
+
+    def finish(self) -> None:
+        if self.received is not None:
+            _end_process(self.received)
+
+
+def serve(app: FastAPI, host: str, port: int, log_level: str = "info", **uvicorn_options) -> None:
+    """Run ``app`` with uvicorn until SIGTERM/SIGINT; the process then ends within ``STOP_WITHIN_S``.
+
+    Exit status after a signal: 128 + its number (143 for SIGTERM, 130 for SIGINT).
+    """
+    import uvicorn
+
+    stopper: _SignalStop | None = None
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):  # a signal that reached a thread started before serve()
+            stopper.stop(sig)
+
+    options = {"limit_concurrency": 256, "timeout_keep_alive": 5} | uvicorn_options
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_S,
+                            **options)
+    server = Server(config)
+    stopper = _SignalStop(server)
+    try:
+        server.run()
+    finally:
+        stopper.finish()
