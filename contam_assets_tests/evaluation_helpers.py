@@ -57,10 +57,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_api(cwd: Path, api_paths: str, log_level: str = "warning") -> tuple[subprocess.Popen, str]:
-    """``contam api`` in a subprocess on a free loopback port; returns once it answers /openapi.json."""
+def start_api(cwd: Path, api_paths: str, log_level: str = "warning", fresh_s: float | None = 0.0
+              ) -> tuple[subprocess.Popen, str]:
+    """``contam api`` in a subprocess on a free loopback port; returns once it answers /openapi.json.
+
+    ``fresh_s`` sets CONTAM_API_FRESH_S (0: every listing re-checks the folder; None: the default).
+    """
     port = free_port()
     env = dict(os.environ, API_PATHS=api_paths)
+    env.pop("CONTAM_API_FRESH_S", None)
+    if fresh_s is not None:
+        env["CONTAM_API_FRESH_S"] = str(fresh_s)
     proc = subprocess.Popen(
         [sys.executable, "-m", "contam_assets.cli", "api", "--host", HOST, "--port", str(port), "--log-level", log_level],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -80,9 +87,9 @@ def start_api(cwd: Path, api_paths: str, log_level: str = "warning") -> tuple[su
 
 
 @contextlib.contextmanager
-def api_server(cwd: Path, api_paths: str):
+def api_server(cwd: Path, api_paths: str, fresh_s: float | None = 0.0):
     """A running ``contam api`` and an httpx client on it; terminated (then killed) afterwards."""
-    proc, url = start_api(cwd, api_paths)
+    proc, url = start_api(cwd, api_paths, fresh_s=fresh_s)
     try:
         with httpx.Client(base_url=url, timeout=30) as client:
             yield client, proc

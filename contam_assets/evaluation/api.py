@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from contam_assets.evaluation.report import REPORT_FILE
 from contam_assets.evaluation.report_files import read_report
-from contam_assets.evaluation.report_index import IndexBusy, Indexes, listing_body
+from contam_assets.evaluation.report_index import FRESH_S, IndexBusy, Indexes
 from contam_assets.evaluation.safeio import Refused, components_problem, json_bytes, name_problem
 from contam_assets.evaluation.webapp import ApiError, cached, install_error_handlers
 from contam_assets.evaluation.webapp import serve as serve_app
@@ -175,15 +175,24 @@ def _report_response(request: Request, path: str, where: str) -> Response:
     return cached(request, body, etag, lst.st_mtime)
 
 
-def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = None) -> FastAPI:
-    """The app; ``roots`` default to API_PATHS (or, unset, the working directory)."""
+def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = None,
+               fresh_s: float | None = None) -> FastAPI:
+    """The app; ``roots`` default to API_PATHS (or, unset, the working directory).
+
+    ``fresh_s``: how old (seconds) a listing may be — ``CONTAM_API_FRESH_S``,
+    default 1.0; 0 re-checks the folder for every request (report_index).
+    """
+    if fresh_s is None:
+        fresh_s = float(os.environ.get("CONTAM_API_FRESH_S") or FRESH_S)
+    if not 0 <= fresh_s <= 3600:
+        raise ValueError(f"fresh_s must be between 0 and 3600 seconds, got {fresh_s}")
     cwd = Path(os.path.realpath(cwd or os.getcwd()))
     if roots is None:
         resolved = parse_roots(os.environ.get("API_PATHS"), cwd)
     else:
         resolved = [Path(os.path.realpath(cwd / Path(r))) for r in roots]
     guard = PathGuard(resolved or [cwd], cwd)
-    indexes = Indexes(guard.inside, route=ROUTE)
+    indexes = Indexes(guard.inside, route=ROUTE, fresh_s=fresh_s)
 
     app = FastAPI(
         title="contam-assets evaluations",
@@ -212,14 +221,12 @@ def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = N
         if experiment:
             guard.name(experiment, "experiment")
         index = indexes.get(real)
-        good, errors, generation = snapshot(real)
+        try:
+            body, generation = index.listing(output_dir, recipe or "", experiment or "")
+        except IndexBusy as exc:
+            raise ApiError(503, "busy", str(exc)) from None
         etag = _etag(index.token, generation, output_dir, recipe or "", experiment or "")
-        if recipe:
-            good = [it for it in good if it.recipe == recipe]
-        if experiment:
-            good = [it for it in good if it.experiment == experiment]
-            errors = [e for e in errors if e["experiment"] == experiment]
-        return cached(request, listing_body(output_dir, good, errors), etag, index.changed_at)
+        return cached(request, body, etag, index.changed_at)
 
     @app.get(ROUTE + "/{experiment}", responses=ERRORS | {422: {"model": ErrorBody}},
              summary="One evaluation report in full (given stage, else the latest step)")
@@ -254,7 +261,8 @@ def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = N
     return app
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, roots: list[str] | None = None, log_level: str = "info") -> None:
-    app = create_app(roots)
+def serve(host: str = "127.0.0.1", port: int = 8000, roots: list[str] | None = None, log_level: str = "info",
+          fresh_s: float | None = None) -> None:
+    app = create_app(roots, fresh_s=fresh_s)
     print(f"contam api: roots {', '.join(str(r) for r in app.state.guard.roots)}", flush=True)
     serve_app(app, host, port, log_level)

@@ -142,24 +142,47 @@ def read_report(path: str | os.PathLike, lstat_result: os.stat_result | None = N
 
 
 # -- walking an output folder ----------------------------------------------------------
+def file_key(st: os.stat_result | None) -> tuple | None:
+    """What changes when a file is replaced or written: device, inode, size, mtime, ctime, type."""
+    return None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
+def dir_key(st: os.stat_result | None) -> tuple | None:
+    """What changes when a folder gains, loses or renames an entry, or its permissions change."""
+    return None if st is None else (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def lstat_key(path: str) -> tuple | None:
+    try:
+        return file_key(os.lstat(path))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return ("error", exc.errno)
+
+
 @dataclass(frozen=True)
 class Found:
-    """One stage folder's report.json (``path`` set), or a problem found on the way (``kind`` set)."""
+    """One stage folder's report.json (``path`` set), or a problem found on the way (``kind`` set).
+
+    ``watch`` holds (path, lstat key) pairs whose change means this entry must
+    be looked at again: the report file, and the symlink leading to it if any.
+    ``kind == "missing"``: a stage folder without a report yet (watched, not listed).
+    """
 
     experiment: str
     stage: str | None
     rel: str  # shown to clients: relative to the output folder
+    folder: str = ""  # the experiment's folder name as on disk (``experiment`` is it made printable)
     path: str | None = None  # real path of the file to read
     lstat: os.stat_result | None = None
     kind: str | None = None
     error: str | None = None
+    watch: tuple = ()
 
     @property
-    def key(self) -> tuple | None:
-        """What changes when the file is replaced or written: device, inode, size, mtime, ctime, type."""
-        s = self.lstat
-        return None if s is None else (self.path, s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns,
-                                       s.st_mode)
+    def key(self) -> tuple:
+        return (self.path, self.watch)
 
     def error_entry(self, kind: str | None = None, error: str | None = None) -> dict:
         return {"experiment": self.experiment, "stage": self.stage, "path": self.rel,
@@ -184,7 +207,7 @@ def _resolve(path: str, is_link: bool, inside: Callable[[str], bool]) -> str | N
     return real if inside(real) else None
 
 
-def _folder(path: str) -> os.stat_result | None:
+def folder_stat(path: str) -> os.stat_result | None:
     """stat of a folder (following a symlink), None when it is missing or not a folder."""
     try:
         st = os.stat(path)
@@ -193,40 +216,46 @@ def _folder(path: str) -> os.stat_result | None:
     return st if stat.S_ISDIR(st.st_mode) else None
 
 
+def experiment_entries(root: str, lister: Lister = list_dir) -> list[Entry]:
+    """The entries of ``root`` that may be experiments (folders or symlinks, no leading ``.``)."""
+    st = folder_stat(root)
+    if st is None:
+        return []
+    return [e for e in lister(root, st) if not e[0].startswith(".") and (e[1] or e[2])]
+
+
 def walk(root: str, inside: Callable[[str], bool] = lambda _p: True, experiment: str | None = None,
-         lister: Lister = list_dir) -> Iterator[Found]:
+         lister: Lister = list_dir, missing: bool = False) -> Iterator[Found]:
     """Every report under ``root`` (a real path), in name order; problems are yielded, never raised.
 
     Symlinks are followed only when their real path satisfies ``inside``;
     a folder whose name starts with ``.`` is skipped.  ``lister`` lists a
-    folder given its stat (the index passes a cached one).
+    folder given its stat (the index passes a cached one); ``missing`` also
+    yields stage folders without a report (kind ``missing``).
     """
-    root_st = _folder(root)
-    if root_st is None:
-        return
     if experiment is not None:
         try:
-            exp_lst = os.lstat(os.path.join(root, experiment))
+            experiments = [(experiment, stat.S_ISLNK(os.lstat(os.path.join(root, experiment)).st_mode), True)]
         except OSError:
             return
-        experiments = [(experiment, stat.S_ISLNK(exp_lst.st_mode), True)]
     else:
         try:
-            experiments = lister(root, root_st)
+            experiments = experiment_entries(root, lister)
         except OSError as exc:
             yield Found(".", None, ".", kind="unreadable", error=f"cannot list the output folder: {os_message(exc)}")
             return
-    for name, is_link, is_dir in experiments:
-        if name.startswith(".") or not (is_dir or is_link):
-            continue
-        yield from _walk_experiment(root, name, is_link, inside, lister)
+    for name, is_link, _is_dir in experiments:
+        for found in _walk_experiment(root, name, is_link, inside, lister):
+            if missing or found.kind != "missing":
+                yield found
 
 
 def _walk_experiment(root: str, name: str, is_link: bool, inside, lister: Lister) -> Iterator[Found]:
     shown = display_name(name)
     exp_path = _resolve(os.path.join(root, name), is_link, inside)
     if exp_path is None:
-        yield Found(shown, None, shown, kind="refused", error="the folder lies outside the allowed roots (symlink)")
+        yield Found(shown, None, shown, name, kind="refused",
+                    error="the folder lies outside the allowed roots (symlink)")
         return
     eval_path = os.path.join(exp_path, "eval")
     try:
@@ -235,32 +264,30 @@ def _walk_experiment(root: str, name: str, is_link: bool, inside, lister: Lister
         return  # no eval folder: an experiment without reports
     real_eval = _resolve(eval_path, eval_link, inside)
     if real_eval is None:
-        yield Found(shown, None, f"{shown}/eval", kind="refused",
+        yield Found(shown, None, f"{shown}/eval", name, kind="refused",
                     error="the eval folder lies outside the allowed roots (symlink)")
         return
-    eval_st = _folder(real_eval)
+    eval_st = folder_stat(real_eval)
     if eval_st is None:
         return
     if name_problem(name):
-        yield Found(shown, None, shown, kind="bad_name", error=f"experiment {name_problem(name)}")
+        yield Found(shown, None, shown, name, kind="bad_name", error=f"experiment {name_problem(name)}")
         return
     try:
         stages = lister(real_eval, eval_st)
     except OSError as exc:
-        yield Found(shown, None, f"{shown}/eval", kind="unreadable", error=f"cannot list: {os_message(exc)}")
+        yield Found(shown, None, f"{shown}/eval", name, kind="unreadable", error=f"cannot list: {os_message(exc)}")
         return
     for stage, s_link, s_dir in stages:
         if stage.startswith(".") or not (s_dir or s_link):
             continue
-        found = _stage(real_eval, name, stage, s_link, inside)
-        if found is not None:
-            yield found
+        yield _stage(real_eval, name, stage, s_link, inside)
 
 
-def _stage(real_eval: str, experiment: str, stage: str, is_link: bool, inside) -> Found | None:
+def _stage(real_eval: str, experiment: str, stage: str, is_link: bool, inside) -> Found:
     shown = display_name(stage)
     rel = f"{display_name(experiment)}/eval/{shown}/{REPORT_FILE}"
-    base = Found(display_name(experiment), shown, rel)
+    base = Found(display_name(experiment), shown, rel, experiment)
     stage_path = _resolve(os.path.join(real_eval, stage), is_link, inside)
     if stage_path is None:
         return _with(base, "refused", "the stage folder lies outside the allowed roots (symlink)")
@@ -268,21 +295,23 @@ def _stage(real_eval: str, experiment: str, stage: str, is_link: bool, inside) -
     try:
         lst = os.lstat(path)
     except FileNotFoundError:
-        return None  # a stage folder without a report (yet)
+        return _with(base, "missing", "no report yet", [(path, None)])
     except OSError as exc:
-        return _with(base, "unreadable", f"cannot read: {os_message(exc)}")
+        return _with(base, "unreadable", f"cannot read: {os_message(exc)}", [(path, ("error", exc.errno))])
+    watch = [(path, file_key(lst))]
     if stat.S_ISLNK(lst.st_mode):
         path = _resolve(path, True, inside)
         if path is None:
-            return _with(base, "refused", "the file lies outside the allowed roots (symlink)")
+            return _with(base, "refused", "the file lies outside the allowed roots (symlink)", watch)
+        watch.append((path, lstat_key(path)))
         try:
             lst = os.lstat(path)
         except OSError as exc:
-            return _with(base, "unreadable", f"cannot read: {os_message(exc)}")
+            return _with(base, "unreadable", f"cannot read: {os_message(exc)}", watch)
     if name_problem(stage):
-        return _with(base, "bad_name", f"stage {name_problem(stage)}")
-    return Found(base.experiment, base.stage, rel, path=path, lstat=lst)
+        return _with(base, "bad_name", f"stage {name_problem(stage)}", watch)
+    return Found(base.experiment, base.stage, rel, experiment, path=path, lstat=lst, watch=tuple(watch))
 
 
-def _with(base: Found, kind: str, error: str) -> Found:
-    return Found(base.experiment, base.stage, base.rel, kind=kind, error=error)
+def _with(base: Found, kind: str, error: str, watch=()) -> Found:
+    return Found(base.experiment, base.stage, base.rel, base.folder, kind=kind, error=error, watch=tuple(watch))

@@ -30,11 +30,23 @@ from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import quote
 
-from contam_assets.evaluation.report_files import Found, list_dir, read_report, walk
+from contam_assets.evaluation.report_files import (
+    Found,
+    dir_key,
+    experiment_entries,
+    folder_stat,
+    list_dir,
+    lstat_key,
+    read_report,
+    walk,
+)
 from contam_assets.evaluation.reports import step_order, summary
 from contam_assets.evaluation.safeio import Refused, json_bytes
+from contam_assets.evaluation.webapp import Body
 
 LOCK_WAIT_S = 10.0
+BODIES = 8
+FRESH_S = 1.0  # default: a listing may show the folder as it was up to this long before the request
 
 
 class IndexBusy(RuntimeError):
@@ -43,44 +55,46 @@ class IndexBusy(RuntimeError):
 
 @dataclass(frozen=True)
 class Item:
-    """One report in the index: a summary (serialised) or an error entry."""
+    """One entry of the index: a summary (serialised), an error entry, or a stage without a report yet."""
 
     experiment: str
     stage: str | None
-    key: tuple | None  # Found.key when read from a file
+    folder: str  # the experiment folder's name on disk
+    key: tuple  # Found.key: what was looked at
+    watch: tuple  # Found.watch: (path, lstat key) pairs to check on each refresh
     error: dict | None = None  # the listing's error entry
+    hidden: bool = False  # a stage folder without report.json: watched, not listed
     recipe: str | None = None
     order: tuple = ()
     path: str | None = None  # real path of the report file (good entries)
-    mtime: float = 0.0
     head: bytes = b""  # the summary's JSON up to the url's output_dir value
     tail: bytes = b""
 
 
 def _item(found: Found, route: str) -> Item:
+    base = (found.experiment, found.stage, found.folder, found.key, found.watch)
+    if found.kind == "missing":
+        return Item(*base, hidden=True)
     if found.kind:
-        return Item(found.experiment, found.stage, None, error=found.error_entry())
+        return Item(*base, error=found.error_entry())
     try:
         report = read_report(found.path, found.lstat)
-        entry = summary(found.experiment, found.stage, report)
-        body = json_bytes(entry)
+        body = json_bytes(summary(found.experiment, found.stage, report))
     except Refused as exc:
-        return Item(found.experiment, found.stage, found.key, error=found.error_entry(exc.kind, exc.message))
+        return Item(*base, error=found.error_entry(exc.kind, exc.message))
     url = f"{route}/{quote(found.experiment, safe='')}?stage={quote(found.stage, safe='')}&output_dir="
-    head = body[:-1] + b',"url":"' + url.encode("ascii")
-    return Item(found.experiment, found.stage, found.key, recipe=report.get("recipe"),
-                order=(found.experiment, step_order(report, found.stage)), path=found.path,
-                mtime=found.lstat.st_mtime, head=head, tail=b'"}')
+    return Item(*base, recipe=report.get("recipe"), order=(found.experiment, step_order(report, found.stage)),
+                path=found.path, head=body[:-1] + b',"url":"' + url.encode("ascii"), tail=b'"}')
 
 
 class _CachedLister:
-    """``list_dir`` remembered per folder, keyed by (device, inode, mtime): unchanged folders are not listed."""
+    """``list_dir`` remembered per folder, keyed by its dir_key: an unchanged folder is not listed again."""
 
     def __init__(self):
         self.seen: dict[str, tuple[tuple, list]] = {}
 
     def __call__(self, path: str, st: os.stat_result) -> list:
-        key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        key = dir_key(st)
         hit = self.seen.get(path)
         if hit is not None and hit[0] == key:
             return hit[1]
@@ -88,25 +102,20 @@ class _CachedLister:
         self.seen[path] = (key, entries)
         return entries
 
-    def keep_only(self, used: set[str]) -> None:
-        for path in set(self.seen) - used:
-            del self.seen[path]
-
-
-class _TrackingLister(_CachedLister):
-    def __init__(self, base: _CachedLister):
-        self.seen, self.used = base.seen, set()
-
-    def __call__(self, path, st):
-        self.used.add(path)
-        return super().__call__(path, st)
-
 
 class ReportIndex:
-    """The reports under ``root`` (a real folder path); ``inside(real)`` refuses symlinks leaving the roots."""
+    """The reports under ``root`` (a real folder path); ``inside(real)`` refuses symlinks leaving the roots.
 
-    def __init__(self, root: str, inside: Callable[[str], bool] = lambda _p: True, route: str = "/api/evaluations"):
-        self.root, self.inside, self.route = root, inside, route
+    State checked on each refresh, cheapest first: the root folder's key (an
+    experiment added, removed or renamed: walk everything again), each
+    experiment's ``eval`` folder key (a stage added or removed: walk that
+    experiment), each watched file's lstat key (a report written, replaced
+    or removed: walk that experiment; only changed files are read).
+    """
+
+    def __init__(self, root: str, inside: Callable[[str], bool] = lambda _p: True, route: str = "/api/evaluations",
+                 fresh_s: float = 0.0):
+        self.root, self.inside, self.route, self.fresh_s = root, inside, route, fresh_s
         self.token = secrets.token_hex(4)
         self.generation = 0
         self.changed_at = time.time()
@@ -114,57 +123,116 @@ class ReportIndex:
         self._good: list[Item] = []
         self._errors: list[dict] = []
         self._lister = _CachedLister()
+        self._root_key: tuple | None = ("never",)
+        self._eval_keys: dict[str, tuple | None] = {}
+        self._watch: list[tuple[str, str, tuple | None]] = []
         self._lock = threading.Lock()
         self._last_start = float("-inf")
+        self._bodies: OrderedDict[tuple, Body] = OrderedDict()
+        self._bodies_lock = threading.Lock()
+
+    def listing(self, output_dir: str, recipe: str = "", experiment: str = "") -> tuple[Body, int]:
+        """The listing's JSON body (``listing_body``) for these filters, and the generation it shows.
+
+        Bodies are kept for the last BODIES (generation, output_dir, filters): a
+        listing that did not change is not joined again.
+        """
+        good, errors, generation = self.refresh()
+        key = (generation, output_dir, recipe, experiment)
+        with self._bodies_lock:
+            body = self._bodies.get(key)
+        if body is None:
+            if recipe:
+                good = [it for it in good if it.recipe == recipe]
+            if experiment:
+                good = [it for it in good if it.experiment == experiment]
+                errors = [e for e in errors if e["experiment"] == experiment]
+            body = Body(listing_body(output_dir, good, errors))
+            with self._bodies_lock:
+                self._bodies[key] = body
+                while len(self._bodies) > BODIES:
+                    self._bodies.popitem(last=False)
+        return body, generation
 
     def refresh(self, arrived: float | None = None) -> tuple[list[Item], list[dict], int]:
-        """(good items sorted by experiment and step, error entries, generation), current as of ``arrived``."""
-        arrived = time.monotonic() if arrived is None else arrived
+        """(good items sorted by experiment and step, error entries, generation).
+
+        Current as of ``arrived - fresh_s``: the answer comes from a refresh
+        that started no earlier than that (``fresh_s = 0``: after the request
+        arrived).  Requests that wait for a running refresh share it.
+        """
+        arrived = (time.monotonic() if arrived is None else arrived) - self.fresh_s
         if not self._lock.acquire(timeout=LOCK_WAIT_S):
             raise IndexBusy(f"the report index was busy for more than {LOCK_WAIT_S:.0f}s")
         try:
             if self._last_start < arrived:
                 start = time.monotonic()
-                self._rescan()
+                self._update()
                 self._last_start = start
             return self._good, self._errors, self.generation
         finally:
             self._lock.release()
 
-    def _rescan(self) -> None:
-        lister = _TrackingLister(self._lister)
-        items: dict[tuple, Item] = {}
-        changed = False
-        for found in walk(self.root, self.inside, lister=lister):
-            ident = (found.experiment, found.stage)
+    # -- what changed -------------------------------------------------------------------
+    def _eval_key(self, folder: str, is_link: bool) -> tuple | None:
+        path = os.path.join(self.root, folder)
+        if is_link and not self.inside(os.path.realpath(path)):
+            return ("refused",)
+        return dir_key(folder_stat(os.path.join(path, "eval")))
+
+    def _changed(self) -> tuple[bool, set[str]]:
+        """(the root changed, the experiment folders to walk again)."""
+        if dir_key(folder_stat(self.root)) != self._root_key:
+            return True, set()
+        links = {name for name, is_link, _ in self._lister.seen.get(self.root, (None, []))[1] if is_link}
+        folders = {f for f, key in self._eval_keys.items() if self._eval_key(f, f in links) != key}
+        folders |= {f for f, path, key in self._watch if f not in folders and lstat_key(path) != key}
+        return False, folders
+
+    def _update(self) -> None:
+        full, folders = self._changed()
+        if not full and not folders:
+            return
+        items = dict(self._items)
+        if full:
+            self._root_key = dir_key(folder_stat(self.root))  # before the walk: a change during it is seen next time
+            entries = experiment_entries(self.root, self._lister)
+            self._eval_keys = {name: self._eval_key(name, is_link) for name, is_link, _ in entries}
+            founds = list(walk(self.root, self.inside, lister=self._lister, missing=True))
+            for path in [p for p in self._lister.seen if p != self.root and not p.startswith(self.root + "/")]:
+                del self._lister.seen[path]  # folders reached through symlinks that are gone
+            items = {}
+        else:
+            links = {name for name, is_link, _ in self._lister.seen.get(self.root, (None, []))[1] if is_link}
+            founds = []
+            for folder in sorted(folders):
+                self._eval_keys[folder] = self._eval_key(folder, folder in links)
+                founds += walk(self.root, self.inside, experiment=folder, lister=self._lister, missing=True)
+            items = {ident: it for ident, it in items.items() if it.folder not in folders}
+        for found in founds:
+            ident = (found.folder, found.stage)
             old = self._items.get(ident)
-            if old is not None and found.key is not None and old.key == found.key:
-                items[ident] = old
-                continue
+            items[ident] = old if old is not None and old.key == found.key and found.path else _item(found, self.route)
             if old is not None and found.kind and old.error == found.error_entry():
                 items[ident] = old
-                continue
-            items[ident] = _item(found, self.route)
-            changed = True
-        changed = changed or items.keys() != self._items.keys()
-        self._lister.keep_only(lister.used)
+        self._watch = [(it.folder, path, key) for it in items.values() for path, key in it.watch]
+        if items == self._items:
+            return
         self._items = items
-        if changed:
-            self.generation += 1
-            self.changed_at = max(time.time(), int(self.changed_at) + 1.0)
-            good = [it for it in items.values() if it.error is None]
-            good.sort(key=lambda it: it.order)
-            self._good = good
-            errors = [it.error for it in items.values() if it.error is not None]
-            errors.sort(key=lambda e: (e["experiment"], e["stage"] or ""))
-            self._errors = errors
+        self.generation += 1
+        self.changed_at = max(time.time(), int(self.changed_at) + 1.0)
+        shown = [it for it in items.values() if not it.hidden]
+        self._good = sorted((it for it in shown if it.error is None), key=lambda it: it.order)
+        self._errors = sorted((it.error for it in shown if it.error is not None),
+                              key=lambda e: (e["experiment"], e["stage"] or ""))
 
 
 class Indexes:
     """One ReportIndex per output folder (real path), the least recently used dropped beyond ``size``."""
 
-    def __init__(self, inside: Callable[[str], bool], size: int = 32, route: str = "/api/evaluations"):
-        self.inside, self.size, self.route = inside, size, route
+    def __init__(self, inside: Callable[[str], bool], size: int = 32, route: str = "/api/evaluations",
+                 fresh_s: float = FRESH_S):
+        self.inside, self.size, self.route, self.fresh_s = inside, size, route, fresh_s
         self._by_root: OrderedDict[str, ReportIndex] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -172,7 +240,7 @@ class Indexes:
         with self._lock:
             index = self._by_root.get(root)
             if index is None:
-                index = self._by_root[root] = ReportIndex(root, self.inside, self.route)
+                index = self._by_root[root] = ReportIndex(root, self.inside, self.route, self.fresh_s)
             self._by_root.move_to_end(root)
             while len(self._by_root) > self.size:
                 self._by_root.popitem(last=False)

@@ -7,7 +7,8 @@
 * ``cached(request, body, etag, last_modified)``: a ``Response`` carrying
   ``ETag``, ``Last-Modified`` and ``Cache-Control: no-cache``, or ``304 Not
   Modified`` when ``If-None-Match`` (or, without it, ``If-Modified-Since``)
-  says the client already holds it.
+  says the client already holds it.  A ``Body`` is sent gzip-compressed to
+  clients that accept it, compressed once and remembered.
 * ``serve(app, host, port)``: uvicorn that stops on SIGTERM or SIGINT within
   ``STOP_WITHIN_S`` whatever its requests are doing: a graceful shutdown of
   at most ``GRACE_S``, then a watchdog ends the process (a worker thread or
@@ -17,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import logging
 import os
 import signal
@@ -68,6 +70,33 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(500, "internal_error", "internal error; the server log has the details")
 
 
+GZIP_MIN_BYTES = 1024
+
+
+class Body:
+    """Response bytes and their gzip form, compressed on first use and kept (level 1: fast, ~8x on JSON)."""
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        self._gz: bytes | None = None
+        self._lock = threading.Lock()
+
+    def gzipped(self) -> bytes:
+        with self._lock:
+            if self._gz is None:
+                self._gz = gzip.compress(self.raw, compresslevel=1, mtime=0)
+            return self._gz
+
+
+def accepts_gzip(request: Request) -> bool:
+    for part in request.headers.get("accept-encoding", "").split(","):
+        token, _, params = part.strip().partition(";")
+        if token.strip().lower() in ("gzip", "x-gzip", "*"):
+            q = params.strip().lower()
+            return not (q.startswith("q=") and q[2:].strip() in ("0", "0.0", "0.00", "0.000"))
+    return False
+
+
 def http_date(ts: float) -> str:
     return formatdate(int(ts), usegmt=True)
 
@@ -90,14 +119,24 @@ def not_modified(request: Request, etag: str, last_modified: float | None) -> bo
     return False
 
 
-def cached(request: Request, body: bytes, etag: str, last_modified: float | None,
+def cached(request: Request, body: bytes | Body, etag: str, last_modified: float | None,
            media_type: str = "application/json") -> Response:
-    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    """200 with validators, or 304; ``etag`` is a quoted strong tag (the gzip form gets ``-gz`` in it)."""
+    headers = {"Cache-Control": "no-cache"}
+    content = body
+    if isinstance(body, Body):
+        headers["Vary"] = "Accept-Encoding"
+        content = body.raw
+        if len(body.raw) >= GZIP_MIN_BYTES and accepts_gzip(request):
+            content, etag = body.gzipped(), etag[:-1] + '-gz"'
+            headers["Content-Encoding"] = "gzip"
+    headers["ETag"] = etag
     if last_modified is not None:
         headers["Last-Modified"] = http_date(last_modified)
     if not_modified(request, etag, last_modified):
+        headers.pop("Content-Encoding", None)
         return Response(status_code=304, headers=headers)
-    return Response(content=body, media_type=media_type, headers=headers)
+    return Response(content=content, media_type=media_type, headers=headers)
 
 
 def _end_process(sig: int) -> None:
