@@ -8,14 +8,22 @@ recipes vary), starts ``contam api`` in a subprocess and measures, from a
 second process, the time to the last byte of each answer:
 
 * ``cold``: the first listing (index built: every report read once);
-* ``1 client``: listings one after the other;
-* ``N clients``: N threads, each with its own keep-alive connection, listing
-  as fast as answers come (the target: p99 under 200 ms for 2,000 reports and
-  20 clients);
+* ``1 client, gzip``: listings one after the other, ``Accept-Encoding: gzip``
+  as browsers, curl ``--compressed``, requests and httpx send it;
+* ``N clients, gzip``: N threads, each with its own keep-alive connection,
+  listing as fast as answers come (the target: p99 under 200 ms for 2,000
+  reports and 20 clients);
+* ``N clients, identity``: the same without compression (the whole JSON);
 * ``N clients, If-None-Match``: the same with the last ETag (304 answers);
 * ``N clients, one report``: ``GET /api/evaluations/{experiment}`` (latest);
 * ``N clients while reports change``: listings while another thread rewrites
-  one report every 100 ms (each rewrite is re-read; the answers stay current).
+  one report every 100 ms;
+* ``rewrite listed after``: one more rewrite, then listings until it shows.
+
+Times are to the last byte of the answer (gzip answers are not decompressed
+in the timed loop; the script checks once that they decompress to the same
+bytes).  Every scenario runs against a server with ``CONTAM_API_FRESH_S=1``
+(the default) and one with ``0`` (every listing re-checks the folder).
 
     python benchmarks/api_load.py --data ../shared/data --out /tmp/contam_api_load
 """
@@ -136,14 +144,20 @@ def scenarios(url: str, experiments: Path, args) -> dict:
         body = first.json()
         assert first.status_code == 200 and body["count"] == args.reports and not body["errors"], body["errors"]
         results["listing_bytes"] = len(first.content)
-        etag = first.headers["etag"]
     print(f"  cold listing {results['cold']['ms']} ms, {results['listing_bytes']} bytes", flush=True)
-    n = args.clients
-    results["1 client"] = run_clients(url, 1, 50, L, params, name="1 client")
-    results[f"{n} clients"] = run_clients(url, n, args.requests, L, params, name=f"{n} clients")
-    results[f"{n} clients, If-None-Match"] = run_clients(url, n, args.requests, L, params, {"If-None-Match": etag},
+    with httpx.Client(base_url=url, timeout=300) as c:  # the gzip form is the same listing
+        gz = c.get(L, params=params, headers={"Accept-Encoding": "gzip"})
+        assert gz.headers["content-encoding"] == "gzip" and gz.content == first.content
+        results["listing_bytes_gzip"] = int(gz.headers["content-length"])
+        etag = gz.headers["etag"]
+    n, gzip = args.clients, {"Accept-Encoding": "gzip"}
+    results["1 client, gzip"] = run_clients(url, 1, 50, L, params, gzip, name="1 client, gzip")
+    results[f"{n} clients, gzip"] = run_clients(url, n, args.requests, L, params, gzip, name=f"{n} clients, gzip")
+    results[f"{n} clients, identity"] = run_clients(url, n, args.requests, L, params, name=f"{n} clients, identity")
+    results[f"{n} clients, If-None-Match"] = run_clients(url, n, args.requests, L, params, gzip | {"If-None-Match": etag},
                                                          expect=304, name="If-None-Match")
-    results[f"{n} clients, one report"] = run_clients(url, n, args.requests, f"{L}/exp-042", params, name="one report")
+    results[f"{n} clients, one report"] = run_clients(url, n, args.requests, f"{L}/exp-042", params, gzip,
+                                                      name="one report")
     stop = threading.Event()
     target = experiments / "exp-007" / "eval" / "step-000300" / "report.json"
     text, writes = target.read_text(), [0]
@@ -160,7 +174,7 @@ def scenarios(url: str, experiments: Path, args) -> dict:
     w = threading.Thread(target=writer)
     w.start()
     try:
-        results[f"{n} clients while reports change"] = run_clients(url, n, args.requests, L, params,
+        results[f"{n} clients while reports change"] = run_clients(url, n, args.requests, L, params, gzip,
                                                                    name="while reports change")
     finally:
         stop.set()

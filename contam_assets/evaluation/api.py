@@ -27,6 +27,8 @@ import hashlib
 import os
 import re
 import stat
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ from contam_assets.evaluation.report import REPORT_FILE
 from contam_assets.evaluation.report_files import read_report
 from contam_assets.evaluation.report_index import FRESH_S, IndexBusy, Indexes
 from contam_assets.evaluation.safeio import Refused, components_problem, json_bytes, name_problem
-from contam_assets.evaluation.webapp import ApiError, cached, install_error_handlers
+from contam_assets.evaluation.webapp import ApiError, Body, cached, install_error_handlers
 from contam_assets.evaluation.webapp import serve as serve_app
 
 MAX_PATH_CHARS = 4096
@@ -161,18 +163,33 @@ def _etag(*parts) -> str:
     return '"' + hashlib.blake2b(repr(parts).encode("utf-8", "surrogatepass"), digest_size=12).hexdigest() + '"'
 
 
-def _report_response(request: Request, path: str, where: str) -> Response:
-    """One report file in full (path resolved), 422 when it is not a readable report."""
-    try:
-        lst = os.lstat(path)
-        report = read_report(path, lst)
-        body = json_bytes(report)
-    except Refused as exc:
-        raise ApiError(422, "malformed_report", f"{where}: {exc.message}", kind=exc.kind) from None
-    except OSError:
-        raise ApiError(404, "not_found", f"{where} not found") from None
-    etag = _etag(path, lst.st_dev, lst.st_ino, lst.st_size, lst.st_mtime_ns, lst.st_ctime_ns)
-    return cached(request, body, etag, lst.st_mtime)
+class ReportCache:
+    """Full report answers by real path, kept while the file's lstat key is unchanged (the last ``size``)."""
+
+    def __init__(self, size: int = 64):
+        self.size, self._items, self._lock = size, OrderedDict(), threading.Lock()
+
+    def get(self, path: str, where: str) -> tuple[Body, str, float]:
+        try:
+            lst = os.lstat(path)
+        except OSError:
+            raise ApiError(404, "not_found", f"{where} not found") from None
+        key = (lst.st_dev, lst.st_ino, lst.st_size, lst.st_mtime_ns, lst.st_ctime_ns, lst.st_mode)
+        with self._lock:
+            hit = self._items.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1:]
+        try:
+            body = Body(json_bytes(read_report(path, lst)))
+        except Refused as exc:
+            raise ApiError(422, "malformed_report", f"{where}: {exc.message}", kind=exc.kind) from None
+        entry = (key, body, _etag(path, *key), lst.st_mtime)
+        with self._lock:
+            self._items[path] = entry
+            self._items.move_to_end(path)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return entry[1:]
 
 
 def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = None,
@@ -193,6 +210,7 @@ def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = N
         resolved = [Path(os.path.realpath(cwd / Path(r))) for r in roots]
     guard = PathGuard(resolved or [cwd], cwd)
     indexes = Indexes(guard.inside, route=ROUTE, fresh_s=fresh_s)
+    reports = ReportCache()
 
     app = FastAPI(
         title="contam-assets evaluations",
@@ -245,11 +263,11 @@ def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = N
             where = f"stage {_shown(stage)} of {_shown(experiment)}"
             folder = guard.follow(os.path.join(eval_dir, stage), where)
             path = guard.follow(os.path.join(folder, REPORT_FILE), where)
-            return _report_response(request, path, f"{experiment}/eval/{stage}/{REPORT_FILE}")
+            return cached(request, *reports.get(path, f"{experiment}/eval/{stage}/{REPORT_FILE}"))
         good, errors, _ = snapshot(real)
         mine = [it for it in good if it.experiment == experiment]
         if mine:
-            return _report_response(request, mine[-1].path, f"{experiment}/eval/{mine[-1].stage}/{REPORT_FILE}")
+            return cached(request, *reports.get(mine[-1].path, f"{experiment}/eval/{mine[-1].stage}/{REPORT_FILE}"))
         errors = [e for e in errors if e["experiment"] == experiment]
         if errors:
             e = errors[-1]

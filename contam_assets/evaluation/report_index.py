@@ -42,10 +42,11 @@ from contam_assets.evaluation.report_files import (
 )
 from contam_assets.evaluation.reports import step_order, summary
 from contam_assets.evaluation.safeio import Refused, json_bytes
-from contam_assets.evaluation.webapp import Body
+from contam_assets.evaluation.webapp import Body, deflate_part, gzip_join
 
 LOCK_WAIT_S = 10.0
 BODIES = 8
+CHUNKS = 4096
 FRESH_S = 1.0  # default: a listing may show the folder as it was up to this long before the request
 
 
@@ -130,6 +131,8 @@ class ReportIndex:
         self._last_start = float("-inf")
         self._bodies: OrderedDict[tuple, Body] = OrderedDict()
         self._bodies_lock = threading.Lock()
+        self._chunks: OrderedDict[tuple, tuple] = OrderedDict()
+        self._chunks_lock = threading.Lock()
 
     def listing(self, output_dir: str, recipe: str = "", experiment: str = "") -> tuple[Body, int]:
         """The listing's JSON body (``listing_body``) for these filters, and the generation it shows.
@@ -139,20 +142,56 @@ class ReportIndex:
         """
         good, errors, generation = self.refresh()
         key = (generation, output_dir, recipe, experiment)
-        with self._bodies_lock:
+
+        shown, errs = good, errors
+        if recipe:
+            shown = [it for it in shown if it.recipe == recipe]
+        if experiment:
+            shown = [it for it in shown if it.experiment == experiment]
+            errs = [e for e in errs if e["experiment"] == experiment]
+        parts = lambda: self._parts(output_dir, shown, errs)  # noqa: E731
+
+        with self._bodies_lock:  # one Body per key: concurrent requests share its single build
             body = self._bodies.get(key)
-        if body is None:
-            if recipe:
-                good = [it for it in good if it.recipe == recipe]
-            if experiment:
-                good = [it for it in good if it.experiment == experiment]
-                errors = [e for e in errors if e["experiment"] == experiment]
-            body = Body(listing_body(output_dir, good, errors))
-            with self._bodies_lock:
-                self._bodies[key] = body
+            if body is None:
+                body = self._bodies[key] = Body(lambda: b"".join(parts()[0]),
+                                                lambda: gzip_join(*parts()))
                 while len(self._bodies) > BODIES:
                     self._bodies.popitem(last=False)
         return body, generation
+
+    def _parts(self, output_dir: str, items: list[Item], errors: list[dict]) -> tuple[list[bytes], list[bytes]]:
+        """The listing in parts, raw and deflated: head, one part per experiment's run of entries, tail.
+
+        A part is compressed once and kept (CHUNKS of them, by output_dir and
+        the entries it holds), so a change recompresses one experiment only.
+        """
+        od = quote(output_dir, safe="").encode("ascii")
+        head = b"".join([b'{"output_dir":', json_bytes(output_dir), b',"count":', str(len(items)).encode(),
+                         b',"evaluations":['])
+        raws, deflated = [head], [deflate_part(head)]
+        start = 0
+        for end in range(1, len(items) + 1):
+            if end < len(items) and items[end].experiment == items[start].experiment:
+                continue
+            run = items[start:end]
+            key = (od, start == 0, tuple(map(id, run)))
+            with self._chunks_lock:
+                hit = self._chunks.get(key)
+                if hit is not None:
+                    self._chunks.move_to_end(key)
+            if hit is None:
+                raw = (b"," if start else b"") + b",".join(it.head + od + it.tail for it in run)
+                hit = (run, raw, deflate_part(raw))  # the items are kept so their ids stay unique
+                with self._chunks_lock:
+                    self._chunks[key] = hit
+                    while len(self._chunks) > CHUNKS:
+                        self._chunks.popitem(last=False)
+            raws.append(hit[1])
+            deflated.append(hit[2])
+            start = end
+        tail = b'],"errors":' + json_bytes(errors) + b"}"
+        return raws + [tail], deflated + [deflate_part(tail)]
 
     def refresh(self, arrived: float | None = None) -> tuple[list[Item], list[dict], int]:
         """(good items sorted by experiment and step, error entries, generation).
