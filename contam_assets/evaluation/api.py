@@ -38,7 +38,7 @@ from pydantic import BaseModel
 
 from contam_assets.evaluation.report import REPORT_FILE
 from contam_assets.evaluation.report_files import read_report
-from contam_assets.evaluation.report_index import FRESH_S, IndexBusy, Indexes
+from contam_assets.evaluation.report_index import FRESH_S, IndexBusy, Indexes, racy_until
 from contam_assets.evaluation.safeio import Refused, components_problem, json_bytes, name_problem
 from contam_assets.evaluation.webapp import ApiError, Body, cached, install_error_handlers
 from contam_assets.evaluation.webapp import serve as serve_app
@@ -177,7 +177,7 @@ class ReportCache:
         key = (lst.st_dev, lst.st_ino, lst.st_size, lst.st_mtime_ns, lst.st_ctime_ns, lst.st_mode)
         with self._lock:
             hit = self._items.get(path)
-        if hit is not None and hit[0] == key:
+        if hit is not None and hit[0] == key and not racy_until(lst):
             return hit[1:]
         try:
             body = Body(json_bytes(read_report(path, lst)))

@@ -47,6 +47,7 @@ from contam_assets.evaluation.webapp import Body, deflate_part, gzip_join
 LOCK_WAIT_S = 10.0
 BODIES = 8
 CHUNKS = 4096
+RACY_S = 2.0
 FRESH_S = 1.0  # default: a listing may show the folder as it was up to this long before the request
 
 
@@ -70,6 +71,7 @@ class Item:
     path: str | None = None  # real path of the report file (good entries)
     head: bytes = b""  # the summary's JSON up to the url's output_dir value
     tail: bytes = b""
+    racy_until: float = 0.0  # mtime + RACY_S: until then the stat key alone does not prove the file unchanged
 
 
 def _item(found: Found, route: str) -> Item:
@@ -81,11 +83,25 @@ def _item(found: Found, route: str) -> Item:
     try:
         report = read_report(found.path, found.lstat)
         body = json_bytes(summary(found.experiment, found.stage, report))
-    except Refused as exc:
-        return Item(*base, error=found.error_entry(exc.kind, exc.message))
+    except Refused as exc:  # e.g. a file caught half written: read again while racy
+        return Item(*base, error=found.error_entry(exc.kind, exc.message), racy_until=racy_until(found.lstat))
     url = f"{route}/{quote(found.experiment, safe='')}?stage={quote(found.stage, safe='')}&output_dir="
     return Item(*base, recipe=report.get("recipe"), order=(found.experiment, step_order(report, found.stage)),
-                path=found.path, head=body[:-1] + b',"url":"' + url.encode("ascii"), tail=b'"}')
+                path=found.path, head=body[:-1] + b',"url":"' + url.encode("ascii"), tail=b'"}',
+                racy_until=racy_until(found.lstat))
+
+
+def racy_until(st: os.stat_result) -> float:
+    """When a file's stat key starts to prove it unchanged (0: already).
+
+    File times tick coarsely (a few ms on Linux), so a same-size write in the
+    same tick as the one that was read leaves the key as it was.  Like git's
+    "racily clean" entries, a file modified less than RACY_S ago is read again
+    on each refresh until it is older; an unchanged one keeps its entry (and
+    the generation does not move).
+    """
+    until = st.st_mtime + RACY_S
+    return until if until > time.time() else 0.0
 
 
 class _CachedLister:
@@ -127,6 +143,7 @@ class ReportIndex:
         self._root_key: tuple | None = ("never",)
         self._eval_keys: dict[str, tuple | None] = {}
         self._watch: list[tuple[str, str, tuple | None]] = []
+        self._racy: dict[str, float] = {}  # folder -> until when one of its files is read again on each refresh
         self._lock = threading.Lock()
         self._last_start = float("-inf")
         self._bodies: OrderedDict[tuple, Body] = OrderedDict()
@@ -226,6 +243,8 @@ class ReportIndex:
         links = {name for name, is_link, _ in self._lister.seen.get(self.root, (None, []))[1] if is_link}
         folders = {f for f, key in self._eval_keys.items() if self._eval_key(f, f in links) != key}
         folders |= {f for f, path, key in self._watch if f not in folders and lstat_key(path) != key}
+        now = time.time()
+        folders |= {f for f, until in self._racy.items() if until > now}
         return False, folders
 
     def _update(self) -> None:
@@ -251,10 +270,17 @@ class ReportIndex:
         for found in founds:
             ident = (found.folder, found.stage)
             old = self._items.get(ident)
-            items[ident] = old if old is not None and old.key == found.key and found.path else _item(found, self.route)
+            same = old is not None and old.key == found.key and found.path and not old.racy_until > time.time()
+            items[ident] = old if same else _item(found, self.route)
+            if items[ident] == old:
+                items[ident] = old
             if old is not None and found.kind and old.error == found.error_entry():
                 items[ident] = old
         self._watch = [(it.folder, path, key) for it in items.values() for path, key in it.watch]
+        self._racy = {}
+        for it in items.values():
+            if it.racy_until:
+                self._racy[it.folder] = max(self._racy.get(it.folder, 0.0), it.racy_until)
         if items == self._items:
             return
         self._items = items
