@@ -24,9 +24,9 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from contam_assets.evaluation.report import REPORT_FILE, SCHEMA
 from contam_assets.evaluation.safeio import Refused, display_name, loads_bounded, name_problem, os_message, read_regular
@@ -35,40 +35,10 @@ MAX_REPORT_BYTES = 8 * 1024 * 1024
 MAX_DEPTH = 32  # a report nests 5 levels deep
 
 
-# -- the shape a report must have ----------------------------------------------------
-def _number(v: Any) -> Any:
-    if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
-        return v
-    raise ValueError("must be a number or null")
-
-
-def _integer(v: Any) -> Any:
-    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
-        return v
-    raise ValueError("must be an integer or null")
-
-
-def _text(v: Any) -> Any:
-    if v is None or isinstance(v, str):
-        return v
-    raise ValueError("must be a string or null")
-
-
-def _string(v: Any) -> Any:
-    if isinstance(v, str):
-        return v
-    raise ValueError("must be a string")
-
-
-def _flag(v: Any) -> Any:
-    if isinstance(v, bool):
-        return v
-    raise ValueError("must be true or false")
-
-
-Number = Annotated[Any, BeforeValidator(_number)]
-Integer = Annotated[Any, BeforeValidator(_integer)]
-Text = Annotated[Any, BeforeValidator(_text)]
+# -- the shape a report must have (pydantic's strict types: validated in Rust, bools are not numbers) -------
+Number = StrictFloat | None  # an int passes too
+Integer = StrictInt | None
+Text = StrictStr | None
 
 
 class _Open(BaseModel):
@@ -76,9 +46,9 @@ class _Open(BaseModel):
 
 
 class ModelShape(_Open):
-    stage: Annotated[Any, BeforeValidator(_string)]
+    stage: StrictStr
     step: Integer = None
-    is_base: Annotated[Any, BeforeValidator(_flag)] = False
+    is_base: StrictBool = False
     checkpoint: Text = None
     experiment: Text = None
 
@@ -109,7 +79,9 @@ class ReportShape(_Open):
 
 
 _MESSAGES = {"missing": "is missing", "model_type": "must be an object", "dict_type": "must be an object",
-             "list_type": "must be a list"}
+             "list_type": "must be a list", "float_type": "must be a number", "int_type": "must be an integer",
+             "string_type": "must be a string", "bool_type": "must be true or false"}
+_NOT_NULL = {("model", "stage"), ("model", "is_base")}
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -117,7 +89,9 @@ def validation_message(exc: ValidationError) -> str:
     errors = exc.errors(include_url=False, include_context=False, include_input=False)
     first = errors[0]
     loc = ".".join(str(p) for p in first["loc"]) or "report"
-    msg = _MESSAGES.get(first["type"]) or first["msg"].removeprefix("Value error, ")
+    msg = _MESSAGES.get(first["type"]) or first["msg"]
+    if first["type"] in ("float_type", "int_type", "string_type") and tuple(first["loc"]) not in _NOT_NULL:
+        msg += " or null"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"`{loc}` {msg}{more}"
 

@@ -13,9 +13,8 @@ server of contam-assets (the evaluation API; a review page can use the same):
   a FIFO, socket, device or symlink swapped in at the last moment is refused
   instead of blocking the reader (opening a FIFO for reading without
   ``O_NONBLOCK`` waits for a writer forever).
-* ``loads_bounded`` — JSON with a nesting limit checked before parsing (so
-  a 100,000-deep file cannot exhaust the stack), NaN / Infinity / overflowing
-  numbers read as ``None``.
+* ``loads_bounded`` — JSON with a nesting limit (a 100,000-deep file is
+  refused, never a crash), NaN / Infinity / overflowing numbers read as ``None``.
 * ``json_bytes`` — UTF-8 JSON that never holds a non-finite number.
 
 Every failure is a ``Refused`` with a ``kind`` and a short message that
@@ -31,14 +30,10 @@ import re
 import stat
 from typing import Any
 
-import numpy as np
-
 MAX_NAME_BYTES = 255
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 64
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 class Refused(ValueError):
@@ -143,32 +138,30 @@ def read_regular(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES,
     return b"".join(chunks)
 
 
-def nesting_depth(text: str) -> int | None:
-    """How deep JSON ``text`` nests arrays and objects, or None when its brackets do not balance.
-
-    Strings are blanked by a C-level regex, then the depth is the running sum
-    of ``+1`` per opening and ``-1`` per closing bracket (numpy), so neither a
-    recursive parser nor a Python loop over characters runs before the limit
-    is known.
-    """
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text)).encode("ascii")
-    if not brackets:
-        return 0
-    codes = np.frombuffer(brackets, dtype=np.uint8)
-    steps = np.where((codes == 0x5B) | (codes == 0x7B), 1, -1).astype(np.int32)
-    running = np.cumsum(steps)
-    if running[-1] != 0 or running.min() < 0:
-        return None
-    return int(running.max())
-
-
-def _finite_float(text: str) -> float | None:
-    value = float(text)
-    return value if math.isfinite(value) else None
+def _bounded(obj: Any, max_depth: int) -> Any:
+    """Check the nesting depth of parsed JSON and replace non-finite floats by None, in one iterative walk."""
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            raise Refused("malformed", f"JSON nested deeper than {max_depth} levels")
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            if isinstance(value, float):
+                if not math.isfinite(value):
+                    node[key] = None
+            elif isinstance(value, (dict, list)):
+                stack.append((value, depth + 1))
+    return obj
 
 
 def loads_bounded(data: bytes | str, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
-    """Parse JSON with a depth limit; NaN, ±Infinity and numbers beyond float range become None."""
+    """Parse JSON with a depth limit; NaN, ±Infinity and numbers beyond float range become None.
+
+    The C parser guards its own recursion (a 100,000-deep file raises
+    RecursionError at about 1,000 levels, well inside the stack), so the
+    limit is checked on the parsed value without recursion.
+    """
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")
@@ -176,17 +169,17 @@ def loads_bounded(data: bytes | str, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
             raise Refused("malformed", f"not UTF-8 text (byte {exc.start})") from None
     else:
         text = data
-    depth = nesting_depth(text)
-    if depth is None:
-        raise Refused("malformed", "not valid JSON: brackets do not balance")
-    if depth > max_depth:
-        raise Refused("malformed", f"JSON nested deeper than {max_depth} levels")
     try:
-        return json.loads(text, parse_constant=lambda _c: None, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=lambda _c: None)
     except json.JSONDecodeError as exc:
         raise Refused("malformed", f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
-    except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4,300 digits
+    except RecursionError:
+        raise Refused("malformed", f"JSON nested deeper than {max_depth} levels") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         raise Refused("malformed", f"not valid JSON: {str(exc)[:120]}") from None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return _bounded(value, max_depth) if isinstance(value, (dict, list)) else value
 
 
 def finite(obj: Any) -> Any:
