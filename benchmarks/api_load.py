@@ -25,7 +25,11 @@ in the timed loop; the script checks once that they decompress to the same
 bytes).  Every scenario runs against a server with ``CONTAM_API_FRESH_S=1``
 (the default) and one with ``0`` (every listing re-checks the folder).
 
-    python benchmarks/api_load.py --data ../shared/data --out /tmp/contam_api_load
+    python benchmarks/api_load.py
+
+Options: --data (default CONTAM_SHARED_DATA, else ../shared/data), --out (default a new folder under
+the system's temporary folder; printed, results.json inside), --reports,
+--experiments, --clients, --requests, --fresh.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
-import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -198,8 +203,8 @@ def scenarios(url: str, experiments: Path, args) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    ap.add_argument("--out", type=Path, default=Path("/tmp/contam_api_load"))
+    ap.add_argument("--data", type=Path, default=Path(os.environ.get("CONTAM_SHARED_DATA") or ROOT.parent / "shared" / "data"))
+    ap.add_argument("--out", type=Path, default=None, help="working folder (default: a new temporary folder)")
     ap.add_argument("--reports", type=int, default=2000)
     ap.add_argument("--experiments", type=int, default=100)
     ap.add_argument("--clients", type=int, default=20)
@@ -207,9 +212,11 @@ def main() -> None:
     ap.add_argument("--fresh", type=float, nargs="+", default=[1.0, 0.0],
                     help="CONTAM_API_FRESH_S values to run the server with (1.0 = the default, 0 = strict)")
     args = ap.parse_args()
-    if args.out.exists():
-        subprocess.run(["rm", "-rf", str(args.out)], check=True)
-    args.out.mkdir(parents=True)
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="contam_api_load-"))
+    elif args.out.exists():
+        shutil.rmtree(args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     experiments, report_bytes = build(args.out, args.data, args.reports, args.experiments)
     print(f"wrote {args.reports} reports of {report_bytes} bytes in {time.perf_counter() - t0:.1f}s", flush=True)
@@ -231,6 +238,7 @@ def main() -> None:
     out = {"machine": machine, "results": results}
     (args.out / "results.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
+    print(f"results: {args.out / 'results.json'}")
     print("\n| server | scenario | requests | p50 ms | p99 ms | max ms | requests/s |\n|---|---|---:|---:|---:|---:|---:|")
     for server, res in results.items():
         for name, r in res.items():
