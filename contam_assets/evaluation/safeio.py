@@ -9,10 +9,11 @@ server of contam-assets (the evaluation API; a review page can use the same):
   system call sees it).
 * ``read_regular`` — the bytes of a regular file, at most ``max_bytes``.
   The type is checked with ``lstat`` first and again with ``fstat`` on the
-  descriptor; the file is opened ``O_NONBLOCK | O_NOFOLLOW | O_NOCTTY``, so
-  a FIFO, socket, device or symlink swapped in at the last moment is refused
-  instead of blocking the reader (opening a FIFO for reading without
-  ``O_NONBLOCK`` waits for a writer forever).
+  descriptor; the file is opened ``O_NONBLOCK | O_NOFOLLOW | O_NOCTTY``, one
+  path component at a time (``open_no_symlinks``), so a FIFO, socket, device
+  or symlink swapped in at the last moment is refused instead of blocking the
+  reader or leading outside the checked path (opening a FIFO for reading
+  without ``O_NONBLOCK`` waits for a writer forever).
 * ``loads_bounded`` — JSON with a nesting limit (a 100,000-deep file is
   refused, never a crash), NaN / Infinity / overflowing numbers read as ``None``.
 * ``json_bytes`` — UTF-8 JSON that never holds a non-finite number.
@@ -23,6 +24,7 @@ holds no path, no errno text beyond ``strerror`` and no code location.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -103,9 +105,30 @@ def os_message(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def open_no_symlinks(path: str | os.PathLike, flags: int = _OPEN_FLAGS) -> int:
+    """A descriptor for ``path`` opened one component at a time, none of them followed if it is a symlink.
+
+    For a path already resolved and checked (``os.path.realpath``, then "is
+    it inside the roots"): a symlink swapped in at any component after the
+    check makes the open fail (ELOOP/ENOTDIR) instead of leading elsewhere.
+    """
+    parts = [p for p in os.path.abspath(path).split(os.sep) if p]
+    if not parts:
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+    fd = os.open(os.sep, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.open(parts[-1], flags, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def read_regular(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES,
                  lstat_result: os.stat_result | None = None) -> bytes:
-    """The bytes of the regular file ``path`` (never a symlink: pass a resolved path)."""
+    """The bytes of the regular file ``path``, a resolved path (no component is followed if a symlink)."""
     try:
         st = lstat_result or os.lstat(path)
     except OSError as exc:
@@ -115,7 +138,7 @@ def read_regular(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES,
     if st.st_size > max_bytes:
         raise Refused("too_large", f"{st.st_size} bytes, more than the limit of {max_bytes}")
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        fd = open_no_symlinks(path)
     except OSError as exc:
         raise Refused("unreadable", f"cannot open: {os_message(exc)}") from None
     try:
