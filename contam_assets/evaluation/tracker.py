@@ -65,7 +65,7 @@ LOCK_WAIT_S = 1800.0  # a send takes seconds; a queue of evaluations of one repo
 
 
 class TrackerError(RuntimeError):
-    """The marker cannot be read, or the lock was not obtained in time."""
+    """The marker cannot be read, the lock was not obtained in time, or wandb failed (resent next time)."""
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,11 @@ def _send_locked(report_path: Path, report: dict, tracker: TrackerConfig, base: 
         new["run_dir"] = run_dir
         save_marker(report_path, marker)
 
-    run_dir, metrics = _run(report_path, report, tracker, base, mode, new, started)
+    try:
+        run_dir, metrics = _run(report_path, report, tracker, base, mode, new, started)
+    except Exception as exc:  # the marker stays "sending": the next evaluation resends under the same run id
+        raise TrackerError(f"sending {report_path} to wandb project {project!r} failed: "
+                           f"{type(exc).__name__}: {exc}") from exc
     new |= {"state": "sent", "run_dir": run_dir, "metrics": metrics}
     save_marker(report_path, marker)
     return SendResult(True, reason, project, new["run_id"], run_dir, metrics, new["version"])
