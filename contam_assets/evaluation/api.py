@@ -200,7 +200,11 @@ def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = N
     default 1.0; 0 re-checks the folder for every request (report_index).
     """
     if fresh_s is None:
-        fresh_s = float(os.environ.get("CONTAM_API_FRESH_S") or FRESH_S)
+        raw = os.environ.get("CONTAM_API_FRESH_S") or str(FRESH_S)
+        try:
+            fresh_s = float(raw)
+        except ValueError:
+            raise ValueError(f"CONTAM_API_FRESH_S must be a number of seconds, got {raw!r}") from None
     if not 0 <= fresh_s <= 3600:
         raise ValueError(f"fresh_s must be between 0 and 3600 seconds, got {fresh_s}")
     cwd = Path(os.path.realpath(cwd or os.getcwd()))
