@@ -44,6 +44,9 @@ def setup(tmp_path, shared_data):
     for name in ("WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR"):
         env[name] = str(tmp_path / "wandb-home" / name.lower())
     env.pop("WANDB_DIR", None)
+    # a wandb service started by an earlier test in this process would be shared by the children (wandb
+    # passes WANDB_SERVICE on), and would keep the stream of a killed child's run open: "run ID is in use"
+    env.pop("WANDB_SERVICE", None)
     return exp, db, config, env
 
 
