@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import httpx
+
 from contam_assets import store
+
+HOST = "127.0.0.1"
 
 
 def write_jsonl(path: Path, rows) -> Path:
@@ -39,3 +49,55 @@ def write_probe_metrics(db_path: Path, rows: list[tuple[str, str, str, float | N
 def gsm8k_rows(shared_data: Path) -> list[dict]:
     with open(shared_data / "gsm8k_test.jsonl", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def start_api(cwd: Path, api_paths: str, log_level: str = "warning", fresh_s: float | None = 0.0
+              ) -> tuple[subprocess.Popen, str]:
+    """``contam api`` in a subprocess on a free loopback port; returns once it answers /openapi.json.
+
+    ``fresh_s`` sets CONTAM_API_FRESH_S (0: every listing re-checks the folder; None: the default).
+    """
+    port = free_port()
+    env = dict(os.environ, API_PATHS=api_paths)
+    env.pop("CONTAM_API_FRESH_S", None)
+    if fresh_s is not None:
+        env["CONTAM_API_FRESH_S"] = str(fresh_s)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "contam_assets.cli", "api", "--host", HOST, "--port", str(port), "--log-level", log_level],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://{HOST}:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"server did not start: {proc.stdout.read()}")
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def api_server(cwd: Path, api_paths: str, fresh_s: float | None = 0.0):
+    """A running ``contam api`` and an httpx client on it; terminated (then killed) afterwards."""
+    proc, url = start_api(cwd, api_paths, fresh_s=fresh_s)
+    try:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            yield client, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

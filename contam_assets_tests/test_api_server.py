@@ -5,27 +5,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
-import httpx
 import pytest
 
 from contam_assets import store
 from contam_assets.evaluation.config import parse_config
 from contam_assets.evaluation.report import evaluate
-from contam_assets_tests.evaluation_helpers import add_checkpoint, gsm8k_rows, write_jsonl, write_probe_metrics
-
-HOST = "127.0.0.1"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+from contam_assets_tests.evaluation_helpers import (
+    add_checkpoint,
+    api_server,
+    gsm8k_rows,
+    write_jsonl,
+    write_probe_metrics,
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,31 +52,8 @@ def server(tmp_path_factory, shared_data):
     os.symlink(outside / "evil" / "eval" / "step-000100", out / "gamma" / "eval" / "s1")  # stage leaving the root
     os.symlink(out, root / "link_in")  # symlink that stays inside
 
-    port = _free_port()
-    env = dict(os.environ, API_PATHS=f"{root},{base / 'nonexistent-root'}")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "contam_assets.cli", "api", "--host", HOST, "--port", str(port), "--log-level", "warning"],
-        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    url = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"server did not start: {proc.stdout.read()}")
-        time.sleep(0.2)
-    with httpx.Client(base_url=url, timeout=30) as client:
+    with api_server(root, f"{root},{base / 'nonexistent-root'}") as (client, _proc):
         yield client, root, out, outside
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def _error(resp, status: int, code: str) -> str:
@@ -154,7 +124,8 @@ def test_refusals(server):
     _error(get(L, output_dir=""), 400, "bad_request")
     _error(get(L, output_dir="output\x00x"), 400, "bad_request")
     _error(get(L, output_dir="x" * 5000), 400, "bad_request")
-    _error(get(L, output_dir="output", experiment="a*"), 400, "bad_request")
+    _error(get(L, output_dir="output", experiment="a/b"), 400, "bad_request")
+    _error(get(L, output_dir="output", experiment="é" * 128), 400, "bad_request")  # 256 bytes
     _error(get(L, output_dir=str(outside)), 403, "outside_roots")  # absolute path elsewhere
     _error(get(L, output_dir="/etc"), 403, "outside_roots")
     _error(get(L, output_dir="link_out"), 403, "outside_roots")  # symlink leaving the root
@@ -165,10 +136,11 @@ def test_refusals(server):
     _error(get(f"{L}/gamma", output_dir="output", stage="s1"), 403, "outside_roots")
     _error(get(f"{L}/nobody", output_dir="output"), 404, "not_found")
     _error(get(f"{L}/alpha", output_dir="output", stage="step-999"), 404, "not_found")
-    _error(get(f"{L}/alpha", output_dir="output", stage="a b"), 400, "bad_request")
+    _error(get(f"{L}/alpha", output_dir="output", stage="a b"), 404, "not_found")  # a legal name, no such stage
+    _error(get(f"{L}/alpha", output_dir="output", stage=".."), 400, "bad_request")
     _error(get(f"{L}/alpha", output_dir="output/../output"), 400, "bad_request")
-    assert "not valid JSON" in _error(get(f"{L}/broken", output_dir="output"), 500, "malformed_report")
-    _error(get(f"{L}/broken", output_dir="output", stage="s1"), 500, "malformed_report")
+    assert "not valid JSON" in _error(get(f"{L}/broken", output_dir="output"), 422, "malformed_report")
+    _error(get(f"{L}/broken", output_dir="output", stage="s1"), 422, "malformed_report")
     _error(get("/api/nothing"), 404, "not_found")
 
 

@@ -12,7 +12,7 @@ import pytest
 from contam_assets import store
 from contam_assets.evaluation.config import TrackerConfig, parse_config
 from contam_assets.evaluation.report import evaluate, flatten_numbers
-from contam_assets.evaluation.tracker import MARKER_FILE, read_marker, send_report
+from contam_assets.evaluation.tracker import MARKER_FILE, TrackerError, read_marker, send_report
 from contam_assets_tests.evaluation_helpers import add_checkpoint, gsm8k_rows, write_jsonl, write_probe_metrics
 
 
@@ -112,3 +112,18 @@ def test_wandb_disabled_sends_nothing(setup, tmp_path, monkeypatch):
     res = send_report(ev.path, ev.report, TrackerConfig(enabled=True, project="p"), tmp_path / "w")
     assert not res.sent and res.reason == "WANDB_MODE=disabled"
     assert not (ev.path.parent / MARKER_FILE).exists()
+
+
+def test_a_failed_send_is_a_clear_error_and_the_next_one_completes_it(setup, tmp_path):
+    exp, db, bench = setup
+    ev, _ = _report(exp, db, {"benchmarks": [bench]}, tmp_path)
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the wandb folder should be")
+    with pytest.raises(TrackerError, match="failed: FileExistsError"):
+        send_report(ev.path, ev.report, TrackerConfig(enabled=True, project="p", dir=str(blocked)), exp / "wandb")
+    entry = read_marker(ev.path)["wandb"]["p"]
+    assert entry["state"] == "sending" and entry["run_dir"] is None
+    res = send_report(ev.path, ev.report, TrackerConfig(enabled=True, project="p"), exp / "wandb")
+    assert res.sent and res.reason == "resent" and res.run_id == entry["run_id"]
+    assert read_marker(ev.path)["wandb"]["p"]["state"] == "sent"
+    assert _inspect(res.run_dir)["state"] == "finished"

@@ -17,6 +17,9 @@ def register(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--paths", default=None, help="allowed roots, overriding API_PATHS (',' or ':' separated)")
+    p.add_argument("--fresh-s", type=float, default=None,
+                   help="a listing may be up to this many seconds old (default CONTAM_API_FRESH_S, else 1.0; "
+                   "0 = check the folder on every request)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=_run)
 
@@ -26,9 +29,14 @@ def _run(args) -> int:
 
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be 1..65535, got {args.port}")
+    if args.fresh_s is not None and not 0 <= args.fresh_s <= 3600:
+        raise CliError(f"--fresh-s must be between 0 and 3600, got {args.fresh_s}")
     if args.paths is not None:
         os.environ["API_PATHS"] = args.paths
     from contam_assets.evaluation.api import serve
 
-    serve(args.host, args.port, log_level=args.log_level)
+    try:
+        serve(args.host, args.port, log_level=args.log_level, fresh_s=args.fresh_s)
+    except ValueError as exc:  # CONTAM_API_FRESH_S out of range
+        raise CliError(str(exc)) from exc
     return 0

@@ -30,7 +30,7 @@ def _run(args) -> int:
     from contam_assets.defs.resources import ContamSettings
     from contam_assets.evaluation.config import ConfigError, load_config
     from contam_assets.evaluation.report import ReportError, evaluate
-    from contam_assets.evaluation.tracker import send_report
+    from contam_assets.evaluation.tracker import TrackerError, send_report
 
     settings = ContamSettings.from_env(experiments_dir=args.experiments)
     try:
@@ -60,6 +60,12 @@ def _run(args) -> int:
         c = ev.report["contamination"]
         what = "base (contamination null)" if c is None else (
             f"items {c['items']} exact {c['exact']} near {c['near']} share_mean {c['share_mean']}")
-        sent = send_report(ev.path, ev.report, config.tracker, exp_dir / "wandb")
-        print(f"{key}: {ev.path} ({'written' if ev.changed else 'unchanged'}; {what}; tracker: {sent.reason})")
+        try:
+            sent = send_report(ev.path, ev.report, config.tracker, exp_dir / "wandb")
+        except TrackerError as exc:
+            print(f"{key}: {ev.path} ({'written' if ev.changed else 'unchanged'}; {what}; tracker: error: {exc})")
+            failed += 1
+            continue
+        run = f", run {sent.run_id}" if sent.run_id else ""
+        print(f"{key}: {ev.path} ({'written' if ev.changed else 'unchanged'}; {what}; tracker: {sent.reason}{run})")
     return 1 if failed else 0

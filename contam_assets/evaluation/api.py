@@ -3,8 +3,11 @@
 ``GET /api/evaluations?output_dir=&recipe=&experiment=``
     Every report ``<output_dir>/<experiment>/eval/<stage>/report.json``:
     experiment, stage, recipe, model, headline scores, benchmark values,
-    headline contamination.  ``recipe``/``experiment`` filter when non-empty.
-    Unreadable report files are listed under ``errors``.
+    headline contamination and the ``url`` of the report in full.
+    ``recipe``/``experiment`` filter when non-empty.  Reports that cannot be
+    read or validated are listed under ``errors``; the good ones are always
+    listed.  Answered from an index per folder (``report_index``), with an
+    ``ETag`` and ``Last-Modified``.
 ``GET /api/evaluations/{experiment}?output_dir=&stage=``
     One report in full: the given ``stage``, else the latest (highest step;
     reports without a step come first; ties by stage name).
@@ -14,45 +17,40 @@
 ``output_dir`` must lie inside one of the roots in ``API_PATHS`` (separated
 by ``,`` or ``:``; unset = the server's working directory).  Relative
 ``output_dir`` values resolve against the server's working directory.  Errors
-are JSON ``{"error": code, "message": text}``:
-
-* 400 ``bad_request``: missing/empty/overlong ``output_dir``, NUL byte, a
-  ``..`` component (refused even when it would stay inside a root), a bad
-  experiment or stage name (allowed: letters, digits, ``._=+@-``);
-* 403 ``outside_roots``: the real path (symlinks resolved) is outside every root;
-* 404 ``not_found``: the folder, experiment or stage does not exist;
-* 500 ``malformed_report``: the one requested report file is unreadable.
+are JSON ``{"error": code, "message": text}`` (docs/evaluation.md has the table);
+no answer names a server path the request did not name, nor a traceback.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import stat
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Query
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import Response
 from pydantic import BaseModel
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from contam_assets.evaluation.report import REPORT_FILE
-from contam_assets.evaluation.reports import MalformedReport, collect, read_report, summary
+from contam_assets.evaluation.report_files import read_report
+from contam_assets.evaluation.report_index import FRESH_S, IndexBusy, Indexes, racy_until
+from contam_assets.evaluation.safeio import Refused, components_problem, json_bytes, name_problem
+from contam_assets.evaluation.webapp import ApiError, Body, cached, install_error_handlers
+from contam_assets.evaluation.webapp import serve as serve_app
 
 MAX_PATH_CHARS = 4096
-NAME_RE = re.compile(r"[A-Za-z0-9._=+@-]{1,200}")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str):
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+ROUTE = "/api/evaluations"
 
 
 class ErrorBody(BaseModel):
     error: str
     message: str
+    kind: str | None = None
 
 
 class Summary(BaseModel):
@@ -63,13 +61,14 @@ class Summary(BaseModel):
     scores: dict[str, float | None]
     benchmarks: dict[str, dict[str, Any]]
     contamination: dict[str, Any] | None
+    url: str
 
 
 class ReportErrorEntry(BaseModel):
     experiment: str
-    stage: str
+    stage: str | None
     path: str
-    kind: str  # "malformed" (unreadable file) or "refused" (symlink leaving the roots)
+    kind: str  # refused, bad_name, not_a_file, too_large, unreadable, malformed, invalid (report_files)
     error: str
 
 
@@ -81,9 +80,10 @@ class EvaluationList(BaseModel):
 
 
 ERRORS = {
-    400: {"model": ErrorBody, "description": "malformed input or a `..` component"},
+    400: {"model": ErrorBody, "description": "malformed input, a `..` component, a name over 255 bytes"},
     403: {"model": ErrorBody, "description": "outside every API_PATHS root"},
     404: {"model": ErrorBody, "description": "folder, experiment or stage not found"},
+    503: {"model": ErrorBody, "description": "the report index stayed busy (a hung file system)"},
 }
 
 
@@ -98,14 +98,22 @@ def parse_roots(value: str | None, cwd: Path) -> list[Path]:
     return roots
 
 
+def _shown(value: str) -> str:
+    return repr(value[:80] + ("…" if len(value) > 80 else ""))
+
+
 class PathGuard:
+    """What a request may name: an output folder inside the roots, then plain names below it."""
+
     def __init__(self, roots: list[Path], cwd: Path):
         self.roots, self.cwd = roots, cwd
+        self._root_strs = [str(r) for r in roots]
 
-    def inside(self, real: Path) -> bool:
-        return any(real == r or real.is_relative_to(r) for r in self.roots)
+    def inside(self, real: str | Path) -> bool:
+        real = str(real)
+        return any(real == r or real.startswith(r.rstrip("/") + "/") for r in self._root_strs)
 
-    def output_dir(self, raw: str | None) -> Path:
+    def output_dir(self, raw: str | None) -> str:
         if raw is None or not raw.strip():
             raise ApiError(400, "bad_request", "query parameter output_dir is required")
         if len(raw) > MAX_PATH_CHARS:
@@ -114,115 +122,169 @@ class PathGuard:
             raise ApiError(400, "bad_request", "output_dir contains a NUL byte")
         if ".." in re.split(r"[\\/]", raw):
             raise ApiError(400, "bad_request", "output_dir must not contain '..'")
+        problem = components_problem(raw)
+        if problem:
+            raise ApiError(400, "bad_request", f"output_dir: {problem}")
         p = Path(raw)
-        real = Path(os.path.realpath(p if p.is_absolute() else self.cwd / p))
+        real = os.path.realpath(p if p.is_absolute() else self.cwd / p)
         if not self.inside(real):
-            raise ApiError(403, "outside_roots", f"output_dir {raw!r} is outside the allowed roots (API_PATHS)")
-        if not real.is_dir():
-            raise ApiError(404, "not_found", f"output_dir {raw!r} is not an existing folder")
+            raise ApiError(403, "outside_roots", f"output_dir {_shown(raw)} is outside the allowed roots (API_PATHS)")
+        try:
+            is_dir = stat.S_ISDIR(os.stat(real).st_mode)
+        except OSError:
+            is_dir = False
+        if not is_dir:
+            raise ApiError(404, "not_found", f"output_dir {_shown(raw)} is not an existing folder")
         return real
 
     def name(self, value: str, what: str) -> str:
-        if not NAME_RE.fullmatch(value) or value in (".", ".."):
-            raise ApiError(400, "bad_request", f"invalid {what} name {value[:80]!r} (allowed: letters, digits, ._=+@-)")
+        problem = name_problem(value)
+        if problem:
+            raise ApiError(400, "bad_request", f"invalid {what} name {_shown(value)}: {problem}")
         return value
 
-    def existing(self, path: Path, what: str) -> Path:
-        real = Path(os.path.realpath(path))
+    def follow(self, path: str, what: str) -> str:
+        """``path`` (a symlink resolved when it stays inside the roots); 403 outside, 404 missing."""
+        try:
+            lst = os.lstat(path)
+        except OSError:
+            raise ApiError(404, "not_found", f"{what} not found") from None
+        if not stat.S_ISLNK(lst.st_mode):
+            return path
+        real = os.path.realpath(path)
         if not self.inside(real):
             raise ApiError(403, "outside_roots", f"{what} leads outside the allowed roots (symlink)")
-        if not real.exists():
+        if not os.path.exists(real):
             raise ApiError(404, "not_found", f"{what} not found")
         return real
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": code, "message": message})
+def _etag(*parts) -> str:
+    return '"' + hashlib.blake2b(repr(parts).encode("utf-8", "surrogatepass"), digest_size=12).hexdigest() + '"'
 
 
-def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = None) -> FastAPI:
-    """The app; ``roots`` default to API_PATHS (or, unset, the working directory)."""
+class ReportCache:
+    """Full report answers by real path, kept while the file's lstat key is unchanged (the last ``size``)."""
+
+    def __init__(self, size: int = 64):
+        self.size, self._items, self._lock = size, OrderedDict(), threading.Lock()
+
+    def get(self, path: str, where: str) -> tuple[Body, str, float]:
+        try:
+            lst = os.lstat(path)
+        except OSError:
+            raise ApiError(404, "not_found", f"{where} not found") from None
+        key = (lst.st_dev, lst.st_ino, lst.st_size, lst.st_mtime_ns, lst.st_ctime_ns, lst.st_mode)
+        with self._lock:
+            hit = self._items.get(path)
+        if hit is not None and hit[0] == key and not racy_until(lst):
+            return hit[1:]
+        try:
+            body = Body(json_bytes(read_report(path, lst)))
+        except Refused as exc:
+            raise ApiError(422, "malformed_report", f"{where}: {exc.message}", kind=exc.kind) from None
+        entry = (key, body, _etag(path, *key), lst.st_mtime)
+        with self._lock:
+            self._items[path] = entry
+            self._items.move_to_end(path)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return entry[1:]
+
+
+def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = None,
+               fresh_s: float | None = None) -> FastAPI:
+    """The app; ``roots`` default to API_PATHS (or, unset, the working directory).
+
+    ``fresh_s``: how old (seconds) a listing may be — ``CONTAM_API_FRESH_S``,
+    default 1.0; 0 re-checks the folder for every request (report_index).
+    """
+    if fresh_s is None:
+        raw = os.environ.get("CONTAM_API_FRESH_S") or str(FRESH_S)
+        try:
+            fresh_s = float(raw)
+        except ValueError:
+            raise ValueError(f"CONTAM_API_FRESH_S must be a number of seconds, got {raw!r}") from None
+    if not 0 <= fresh_s <= 3600:
+        raise ValueError(f"fresh_s must be between 0 and 3600 seconds, got {fresh_s}")
     cwd = Path(os.path.realpath(cwd or os.getcwd()))
     if roots is None:
         resolved = parse_roots(os.environ.get("API_PATHS"), cwd)
     else:
         resolved = [Path(os.path.realpath(cwd / Path(r))) for r in roots]
     guard = PathGuard(resolved or [cwd], cwd)
+    indexes = Indexes(guard.inside, route=ROUTE, fresh_s=fresh_s)
+    reports = ReportCache()
 
     app = FastAPI(
         title="contam-assets evaluations",
-        version="1",
+        version="2",
         description="Evaluation reports with contamination. output_dir must lie inside API_PATHS.",
     )
     app.state.guard = guard
+    app.state.indexes = indexes
+    install_error_handlers(app)
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_request, exc: ApiError):
-        return _error(exc.status, exc.code, exc.message)
+    def snapshot(real: str):
+        try:
+            return indexes.get(real).refresh()
+        except IndexBusy as exc:
+            raise ApiError(503, "busy", str(exc)) from None
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_request, exc: RequestValidationError):
-        msgs = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
-        return _error(400, "bad_request", msgs[:500])
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_request, exc: StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, code, str(exc.detail))
-
-    @app.exception_handler(Exception)
-    async def _internal(_request, exc: Exception):  # pragma: no cover - last resort
-        return _error(500, "internal_error", f"{type(exc).__name__}: {exc}"[:500])
-
-    @app.get("/api/evaluations", response_model=EvaluationList, responses=ERRORS,
+    @app.get(ROUTE, response_model=EvaluationList, responses=ERRORS,
              summary="List every evaluation report under an output folder")
     def list_evaluations(
+        request: Request,
         output_dir: str | None = Query(None, description="folder of experiments, inside API_PATHS"),
         recipe: str | None = Query(None, description="only reports with this recipe (empty = all)"),
         experiment: str | None = Query(None, description="only this experiment (empty = all)"),
-    ) -> dict:
-        out = guard.output_dir(output_dir)
+    ) -> Response:
+        real = guard.output_dir(output_dir)
         if experiment:
             guard.name(experiment, "experiment")
-        good, errors = collect(out, experiment or None, allow=guard.inside)
-        if recipe:
-            good = [(rf, r) for rf, r in good if r.get("recipe") == recipe]
-        items = [summary(rf, r) for rf, r in good]
-        return {"output_dir": output_dir, "count": len(items), "evaluations": items, "errors": errors}
+        index = indexes.get(real)
+        try:
+            body, generation = index.listing(output_dir, recipe or "", experiment or "")
+        except IndexBusy as exc:
+            raise ApiError(503, "busy", str(exc)) from None
+        etag = _etag(index.token, generation, output_dir, recipe or "", experiment or "")
+        return cached(request, body, etag, index.changed_at)
 
-    @app.get("/api/evaluations/{experiment}", responses=ERRORS | {500: {"model": ErrorBody}},
+    @app.get(ROUTE + "/{experiment}", responses=ERRORS | {422: {"model": ErrorBody}},
              summary="One evaluation report in full (given stage, else the latest step)")
     def get_evaluation(
+        request: Request,
         experiment: str,
         output_dir: str | None = Query(None, description="folder of experiments, inside API_PATHS"),
         stage: str | None = Query(None, description="stage folder (default: the latest step)"),
-    ) -> JSONResponse:
-        out = guard.output_dir(output_dir)
+    ) -> Response:
+        real = guard.output_dir(output_dir)
         guard.name(experiment, "experiment")
-        guard.existing(out / experiment / "eval", f"experiment {experiment!r}")
+        exp = guard.follow(os.path.join(real, experiment), f"experiment {_shown(experiment)}")
+        eval_dir = guard.follow(os.path.join(exp, "eval"), f"experiment {_shown(experiment)}")
         if stage:
             guard.name(stage, "stage")
-            path = guard.existing(out / experiment / "eval" / stage / REPORT_FILE, f"stage {stage!r} of {experiment!r}")
-            try:
-                return JSONResponse(read_report(path))
-            except MalformedReport as exc:
-                raise ApiError(500, "malformed_report", f"{experiment}/eval/{stage}/{REPORT_FILE}: {exc}") from exc
-        good, errors = collect(out, experiment, allow=guard.inside)
-        if good:
-            return JSONResponse(good[-1][1])
+            where = f"stage {_shown(stage)} of {_shown(experiment)}"
+            folder = guard.follow(os.path.join(eval_dir, stage), where)
+            path = guard.follow(os.path.join(folder, REPORT_FILE), where)
+            return cached(request, *reports.get(path, f"{experiment}/eval/{stage}/{REPORT_FILE}"))
+        good, errors, _ = snapshot(real)
+        mine = [it for it in good if it.experiment == experiment]
+        if mine:
+            return cached(request, *reports.get(mine[-1].path, f"{experiment}/eval/{mine[-1].stage}/{REPORT_FILE}"))
+        errors = [e for e in errors if e["experiment"] == experiment]
         if errors:
             e = errors[-1]
             if e["kind"] == "refused":
                 raise ApiError(403, "outside_roots", f"{e['path']}: {e['error']}")
-            raise ApiError(500, "malformed_report", f"{e['path']}: {e['error']}")
-        raise ApiError(404, "not_found", f"experiment {experiment!r} has no evaluation reports")
+            raise ApiError(422, "malformed_report", f"{e['path']}: {e['error']}", kind=e["kind"])
+        raise ApiError(404, "not_found", f"experiment {_shown(experiment)} has no evaluation reports")
 
     return app
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, roots: list[str] | None = None, log_level: str = "info") -> None:
-    import uvicorn
-
-    app = create_app(roots)
+def serve(host: str = "127.0.0.1", port: int = 8000, roots: list[str] | None = None, log_level: str = "info",
+          fresh_s: float | None = None) -> None:
+    app = create_app(roots, fresh_s=fresh_s)
     print(f"contam api: roots {', '.join(str(r) for r in app.state.guard.roots)}", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, limit_concurrency=256, timeout_keep_alive=5)
+    serve_app(app, host, port, log_level)

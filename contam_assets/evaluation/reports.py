@@ -1,67 +1,18 @@
-"""Reading the reports under an output folder: listing, summaries, the comparison.
+"""The reports under an output folder: summaries, the comparison across runs, consistency.
 
 Used by the HTTP API and the ``evaluation_comparison`` asset.  A report file
-that cannot be read is returned as an error entry, never raised, so one bad
-file does not hide the others.
+that cannot be read or validated is returned as an error entry, never
+raised, so one bad file does not hide the others (``report_files`` reads).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from contam_assets.evaluation.report import REPORT_FILE, SCHEMA
-
-
-class MalformedReport(ValueError):
-    """A report.json that is not a readable report."""
-
-
-@dataclass(frozen=True)
-class ReportFile:
-    experiment: str
-    stage: str
-    path: Path
-
-
-def find_reports(output_dir: Path, experiment: str | None = None) -> list[ReportFile]:
-    """``<output_dir>/<experiment>/eval/<stage>/report.json`` files, sorted by experiment and stage."""
-    pattern = f"{experiment}/eval/*/{REPORT_FILE}" if experiment else f"*/eval/*/{REPORT_FILE}"
-    found = []
-    for p in sorted(Path(output_dir).glob(pattern)):
-        found.append(ReportFile(p.parent.parent.parent.name, p.parent.name, p))
-    return found
-
-
-def read_report(path: Path) -> dict:
-    """Parse and check one report; raises MalformedReport with the reason."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise MalformedReport(f"not UTF-8 text: {exc}") from exc
-    except ValueError as exc:
-        raise MalformedReport(f"not valid JSON: {exc}") from exc
-    except OSError as exc:
-        raise MalformedReport(f"cannot read: {exc.strerror or exc}") from exc
-    if not isinstance(data, dict):
-        raise MalformedReport("not a JSON object")
-    if data.get("schema") != SCHEMA:
-        raise MalformedReport(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    model = data.get("model")
-    if not isinstance(model, dict) or not isinstance(model.get("stage"), str):
-        raise MalformedReport("`model` must be an object with a `stage`")
-    step = model.get("step")
-    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
-        raise MalformedReport("`model.step` must be an integer or null")
-    for key in ("scores", "benchmarks"):
-        if not isinstance(data.get(key), dict):
-            raise MalformedReport(f"`{key}` must be an object")
-    if "contamination" not in data or not isinstance(data["contamination"], (dict, type(None))):
-        raise MalformedReport("`contamination` must be an object or null")
-    return data
+from contam_assets.evaluation.report_files import Found, read_report, walk
+from contam_assets.evaluation.safeio import Refused
 
 
 def headline_contamination(c: dict | None) -> dict | None:
@@ -71,16 +22,16 @@ def headline_contamination(c: dict | None) -> dict | None:
     return {k: c.get(k) for k in keys}
 
 
-def summary(rf: ReportFile, report: dict) -> dict:
-    """What the listing shows of one report: model, recipe, headline scores, contamination."""
+def summary(experiment: str, stage: str, report: dict) -> dict:
+    """What the listing shows of one (validated) report: model, recipe, headline scores, contamination."""
     return {
-        "experiment": rf.experiment,
-        "stage": rf.stage,
+        "experiment": experiment,
+        "stage": stage,
         "recipe": report.get("recipe"),
         "model": report["model"],
         "scores": report["scores"],
         "benchmarks": {n: {"metric": b.get("metric"), "value": b.get("value")}
-                       for n, b in report["benchmarks"].items() if isinstance(b, dict)},
+                       for n, b in report["benchmarks"].items()},
         "contamination": headline_contamination(report["contamination"]),
     }
 
@@ -92,22 +43,22 @@ def step_order(report: dict, stage: str) -> tuple:
 
 
 def collect(output_dir: Path, experiment: str | None = None,
-            allow: Callable[[Path], bool] | None = None) -> tuple[list[tuple[ReportFile, dict]], list[dict]]:
-    """Every readable report and an error entry (path, error) for every unreadable one.
+            allow: Callable[[str], bool] | None = None) -> tuple[list[tuple[Found, dict]], list[dict]]:
+    """Every readable report and an error entry (experiment, stage, path, kind, error) for every other one.
 
-    ``allow(real_path)`` may refuse a file before it is opened (the API uses it
-    to refuse reports reached through a symlink that leaves its roots).
+    ``allow(real_path)`` refuses symlinks that leave the allowed roots before
+    anything behind them is listed or opened (see ``report_files.walk``).
     """
     good, errors = [], []
-    for rf in find_reports(output_dir, experiment):
-        entry = {"experiment": rf.experiment, "stage": rf.stage, "path": str(rf.path.relative_to(output_dir))}
-        if allow is not None and not allow(Path(os.path.realpath(rf.path))):
-            errors.append(entry | {"kind": "refused", "error": "the file lies outside the allowed roots (symlink)"})
+    root = os.path.realpath(output_dir)
+    for found in walk(root, allow or (lambda _p: True), experiment):
+        if found.kind:
+            errors.append(found.error_entry())
             continue
         try:
-            good.append((rf, read_report(rf.path)))
-        except MalformedReport as exc:
-            errors.append(entry | {"kind": "malformed", "error": str(exc)})
+            good.append((found, read_report(found.path, found.lstat)))
+        except Refused as exc:
+            errors.append(found.error_entry(exc.kind, exc.message))
     good.sort(key=lambda x: (x[0].experiment, step_order(x[1], x[0].stage)))
     return good, errors
 

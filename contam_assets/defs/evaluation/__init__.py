@@ -56,7 +56,7 @@ def evaluation_report(
     from contam_assets.evaluation.config import ConfigError, load_config
     from contam_assets.evaluation.report import ReportError, evaluate
     from contam_assets.evaluation.reports import report_problems
-    from contam_assets.evaluation.tracker import send_report
+    from contam_assets.evaluation.tracker import TrackerError, send_report
 
     key = context.partition_key
     if key.count("/") != 1:
@@ -72,7 +72,10 @@ def evaluation_report(
         )
     except (ConfigError, ReportError) as exc:
         raise dg.Failure(description=f"{key}: {exc}") from exc
-    sent = send_report(ev.path, ev.report, config.tracker, contam_settings.experiments_path / "wandb")
+    try:
+        sent = send_report(ev.path, ev.report, config.tracker, contam_settings.experiments_path / "wandb")
+    except TrackerError as exc:
+        raise dg.Failure(description=f"{key}: report written at {ev.path}; tracker: {exc}") from exc
     context.log.info(f"{key}: report {'written' if ev.changed else 'unchanged'} at {ev.path}; tracker: {sent.reason}")
     report = ev.report
     c = report["contamination"]
@@ -84,7 +87,8 @@ def evaluation_report(
         "recipe": report["recipe"] or "",
         "scores": len(report["scores"]),
         "benchmarks": dg.MetadataValue.md(_benchmarks_md(report)),
-        "tracker": sent.reason + (f" ({sent.project}, run {sent.run_id})" if sent.project else ""),
+        "tracker": sent.reason + (f" ({sent.project}, run {sent.run_id}, version {sent.version})"
+                                  if sent.run_id else ""),
     }
     if c is not None:
         metadata |= {k: c[k] for k in ("items", "exact", "near") if c[k] is not None}
