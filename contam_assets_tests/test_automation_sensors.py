@@ -197,3 +197,26 @@ def _resources(s):
     from contam_assets_tests.automation_helpers import resources
 
     return resources(s)
+
+
+def test_a_deleted_shard_loses_its_partition_rows_and_files(world):
+    import duckdb
+
+    s, inst, pool = world["s"], world["inst"], world["pool"]
+    r0 = new_shards_sensor(_ctx(inst, s))
+    out = s.out_path
+    con = duckdb.connect(str(s.db_path), read_only=True)
+    assert con.execute("select count(*) from shard_stats where shard = 'part-002.jsonl'").fetchone()[0] == 1
+    con.close()
+    (out / "mix").mkdir(exist_ok=True)
+    (out / "mix" / "part-002.jsonl").write_text("{}\n")  # its mix file, as the mix asset writes it
+    (pool / "part-002.jsonl").unlink()
+    r1 = new_shards_sensor(_ctx(inst, s, r0.cursor))
+    deletes = [r for r in r1.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
+    assert [r.partition_keys for r in deletes] == [["part-002.jsonl"]]
+    assert "part-002.jsonl" not in {r.partition_key for r in r1.run_requests}
+    assert not (out / "mix" / "part-002.jsonl").exists()
+    con = duckdb.connect(str(s.db_path), read_only=True)
+    assert con.execute("select count(*) from shard_stats where shard = 'part-002.jsonl'").fetchone()[0] == 0
+    assert con.execute("select count(*) from retired_shards where shard = 'part-002.jsonl'").fetchone()[0] == 1
+    con.close()
