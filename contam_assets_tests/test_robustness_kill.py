@@ -110,8 +110,9 @@ def test_a_shard_that_left_the_pool_is_retired(clean_run):
     assert con.execute("select matches, removals from retired_shards where shard = 'web.jsonl.gz'").fetchone() == (2, 2)
     con.close()
     assert "web.jsonl.gz" in (out / "report.html").read_text()
-    import dagster as dg
     import os
+
+    import dagster as dg
 
     os.environ["DAGSTER_HOME"] = home["DAGSTER_HOME"]
     assert "web.jsonl.gz" not in dg.DagsterInstance.get().get_dynamic_partitions("shards")
