@@ -54,7 +54,7 @@ def histogram_png(scores: list[float], flagged: list[bool], floor: float = 0.5) 
     return buf.getvalue()
 
 
-def _marked_eval_text(eval_text: str, train_text: str) -> str:
+def marked_eval_text(eval_text: str, train_text: str) -> str:
     """Eval text as HTML (whitespace kept), words in a run of SHARED_WINDOW words also in the training text marked."""
     parts = re.split(r"(\s+)", eval_text)
     word_idx = [i for i, p in enumerate(parts) if p and not p.isspace()]
@@ -98,7 +98,7 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 def _match_card(m: dict, rank: int, raw: RawDocument | None = None, open_: bool = False) -> str:
     train = " ".join(s["text"] for s in json.loads(m["training_segments"] or "[]") if s["kind"] == "question")
-    eval_q = _marked_eval_text(m["eval_question"] or "", train)
+    eval_q = marked_eval_text(m["eval_question"] or "", train)
     answer_html = ""
     if m["eval_answer"]:
         cls = "answer-found" if (m["answer_overlap"] or 0) > 0 else "answer-missing"
