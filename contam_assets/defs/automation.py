@@ -61,9 +61,12 @@ def on_new_probe_results() -> dg.AutomationCondition:
     return (AC.any_deps_updated().since_last_handled() & deps_settled()).with_label("on_new_probe_results")
 
 
-def on_schedule(cron: str) -> dg.AutomationCondition:
-    """A check that runs once per cron tick (and whenever its asset runs)."""
-    return AC.cron_tick_passed(cron, "UTC").since_last_handled().with_label(f"on_schedule({cron})")
+def on_schedule(cron: str, at_start: bool = False) -> dg.AutomationCondition:
+    """A check that runs once per cron tick (and whenever its asset runs); `at_start`: also when automation starts."""
+    tick = AC.cron_tick_passed(cron, "UTC")
+    if at_start:
+        tick = tick | AC.initial_evaluation()
+    return tick.since_last_handled().with_label(f"on_schedule({cron}{', at start' if at_start else ''})")
 
 
 contam_automation_sensor = dg.AutomationConditionSensorDefinition(
