@@ -102,6 +102,13 @@ def _wait_loaded(port: int, proc: subprocess.Popen, log: Path, timeout: float = 
     raise AssertionError("the webserver did not load the code location:\n" + log.read_text()[-3000:])
 
 
+def test_the_demo_runs_named_jobs_on_an_instance_without_telemetry(demo):
+    inst = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(demo["home"])))
+    jobs = {r.job_name for r in inst.get_runs()}
+    assert jobs == {"build_reference", "scan_shards", "apply_reviews", "write_mix"}, jobs
+    assert "enabled: false" in (demo["home"] / "dagster.yaml").read_text()
+
+
 def test_dg_check_and_list_defs(demo):
     r = bash(command(README, "dg check defs"), demo["env"], timeout=300)
     assert r.returncode == 0 and "All definitions loaded successfully" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -166,6 +166,7 @@ where flagged and needs_review and decision is null
 group by shard, line order by best_score desc, shard, line
 """
 OPEN_CARDS = 5  # the first top matches are unfolded
+RAW_TEXT_SHARDS = 10  # the report reads raw text from at most this many shards (the others show normalised text)
 
 
 def _section(title: str, body: str, open_: bool = True, anchor: str = "") -> str:
@@ -223,7 +224,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
     settings = settings or {}
     settings_html = _table([{"setting": k, "value": v} for k, v in settings.items()], ["setting", "value"])
     raws = raw_documents(pool_dir, top_rows, content_key, str(settings.get("tokenizer", "cl100k")),
-                         bool(settings.get("unescape", True))) if top_rows else {}
+                         bool(settings.get("unescape", True)), max_shards=RAW_TEXT_SHARDS) if top_rows else {}
     cards = "".join(_match_card(m, i + 1, raws.get(m["match_id"]), open_=i < OPEN_CARDS) for i, m in enumerate(top_rows))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     counts = f"""<div class="grid"><div><h3>per task and split</h3>{_table(by_task, ['task','split','flagged_matches','documents','instances','near_misses'])}</div>
