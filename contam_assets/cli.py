@@ -12,7 +12,6 @@ import argparse
 import importlib
 import pkgutil
 import sys
-import warnings
 
 from contam_assets import commands as _commands_pkg
 
@@ -33,8 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Dagster marks some parameters we use (backfill_policy, pool) as beta; that is not news to a user.
-    warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

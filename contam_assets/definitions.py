@@ -1,29 +1,29 @@
-"""Entry point for ``dagster dev`` (see workspace.yaml) and the CLI.
+"""The code location: every definition under ``contam_assets/defs/``, loaded the way dg projects load them.
 
-Each module or package under ``contam_assets/defs/`` exports ``defs``; they are
-merged here so one code location shows the whole graph.  Shared resources live
-in ``contam_assets/defs/resources.py``; domain packages add resources under
-keys of their own.
+``[tool.dg]`` in pyproject.toml names this module; ``dg dev``, ``dg check defs``,
+``dg list defs``, ``dagster dev`` (pyproject.toml or workspace.yaml) and the dagster
+CLI all load ``defs`` from here under one code location name, ``contam_assets``.
+``load_from_defs_folder`` imports each module under ``defs/`` and collects what it
+declares (assets, checks, jobs, sensors, schedules, and the resources of the
+``@dg.definitions`` functions), so a new file there loads without being listed.
+The environment (CONTAM_*) is read when the location loads, not when this module
+is imported.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from pathlib import Path
 
 import dagster as dg
 
-from contam_assets import defs as _defs_pkg
+CODE_LOCATION = "contam_assets"
 
 
 def build_definitions() -> dg.Definitions:
-    parts = []
-    for info in sorted(pkgutil.iter_modules(_defs_pkg.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{_defs_pkg.__name__}.{info.name}")
-        d = getattr(module, "defs", None)
-        if isinstance(d, dg.Definitions):
-            parts.append(d)
-    return dg.Definitions.merge(*parts)
+    """The whole graph (tests and the runner call this; tools call ``defs``)."""
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).resolve().parent)
 
 
-defs = build_definitions()
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions()

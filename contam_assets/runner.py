@@ -1,8 +1,10 @@
-"""Run the data-side graph in-process (what `contam detect` and `contam demo` do).
+"""Run the data-side graph in-process (what `contam detect`, `contam apply` and `contam demo` do).
 
-The same asset definitions as `dagster dev`; each step is a `materialize` call on
-a Dagster instance: $DAGSTER_HOME when set, else `<out>/.dagster_home`, so the
-runs show up in the UI when `dagster dev` uses that home.
+The same asset definitions and the same named jobs as `dagster dev` (build_reference,
+scan_shards, apply_reviews, write_mix, defs/data/jobs.py), executed in this process on a
+Dagster instance: $DAGSTER_HOME when set, else `<out>/.dagster_home` (its dagster.yaml
+turns telemetry off), so the runs show up in the UI under their job names when
+`dagster dev` uses that home.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import dagster as dg
 
 from contam_assets import store
 from contam_assets.defs.data import assets as data_assets
+from contam_assets.defs.data.engine import engine_from_env
+from contam_assets.defs.data.jobs import mix_job, reference_job, report_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, DetectorKnobs
 from contam_assets.store import shards as shards_db
@@ -32,7 +36,12 @@ from contam_assets.store.pool import list_pool
 LOG_LEVEL = os.environ.get("CONTAM_LOG_LEVEL", "CRITICAL")
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
-INSTANCE_YAML = "telemetry:\n  enabled: false\n"
+# The instance config written into a new (or empty) DAGSTER_HOME: no telemetry, no banner.
+INSTANCE_YAML = "# written by contam-assets (runner.instance_for); deploy/dagster.yaml has a full example\ntelemetry:\n  enabled: false\n"
+DATA_ASSETS = [data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index, data_assets.shard_matches,
+               data_assets.removals, data_assets.removal_report, data_assets.decontaminated_mix]
+DATA_CHECKS = [data_assets.shard_conservation, data_assets.shard_accounting, data_assets.scan_state_current,
+               data_assets.removals_consistent, data_assets.mix_conservation]
 
 
 def instance_for(out_dir: Path, dagster_home: str | None = None) -> dg.DagsterInstance:
@@ -43,8 +52,9 @@ def instance_for(out_dir: Path, dagster_home: str | None = None) -> dg.DagsterIn
     with open(home / ".contam-instance.lock", "a+") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # the SQLite schema is created by the first process only
         try:
-            if not (home / "dagster.yaml").exists():
-                atomic_write_text(home / "dagster.yaml", INSTANCE_YAML)
+            cfg = home / "dagster.yaml"
+            if not cfg.exists() or not cfg.read_text().strip():
+                atomic_write_text(cfg, INSTANCE_YAML)
             instance = dg.DagsterInstance.get()
             instance.get_runs(limit=1)  # touches every storage, so their schemas exist before the lock is released
             instance.get_dynamic_partitions(shards_partitions.name)
@@ -75,7 +85,14 @@ def recorded_settings(out_dir: Path) -> ContamSettings | None:
 
 
 def resources_for(settings: ContamSettings) -> dict:
-    return {"contam_settings": settings, "contam_db": ContamDB(path=str(settings.db_path))}
+    return {"contam_settings": settings, "contam_db": ContamDB(path=str(settings.db_path)),
+            "contam_scan_engine": engine_from_env()}
+
+
+def data_definitions(settings: ContamSettings) -> dg.Definitions:
+    """The data side's assets, checks and jobs, bound to these settings (not the environment's)."""
+    return dg.Definitions(assets=DATA_ASSETS, asset_checks=DATA_CHECKS,
+                          jobs=[reference_job, scan_shards_job, report_job, mix_job], resources=resources_for(settings))
 
 
 class StepFailed(RuntimeError):
@@ -89,11 +106,11 @@ def _reason(err) -> str:
     return re.sub(r"^dagster\._core\.definitions\.events\.Failure: ", "", msg)
 
 
-def _materialize(assets, resources, instance, partition_key=None, selection=None, checks=(), job="contam_cli",
-                 log: Callable[[str], None] = print):
-    result = dg.materialize(list(assets) + list(checks), resources=resources, instance=instance,
-                            partition_key=partition_key, selection=selection, raise_on_error=False,
-                            run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}})
+def _run_job(defs: dg.Definitions, job, instance, partition_key=None, log: Callable[[str], None] = print):
+    """Execute one of the named jobs in this process; asset warnings are printed, a failure raises StepFailed."""
+    result = defs.resolve_job_def(job.name).execute_in_process(
+        instance=instance, partition_key=partition_key, raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}})
     for entry in instance.all_logs(result.run_id):  # the warnings asset code logged, one line each
         if entry.level >= logging.WARNING and not entry.is_dagster_event and entry.user_message:
             log(f"warning: {entry.user_message.splitlines()[0]}")
@@ -128,7 +145,7 @@ def retire_missing(settings: ContamSettings, instance: dg.DagsterInstance, shard
 
 
 def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> dict:
-    res = resources_for(settings)
+    defs = data_definitions(settings)
     if not settings.pool_path.is_dir():
         raise FileNotFoundError(f"pool folder not found: {settings.pool_path}")
     swept = sweep_temp_files(settings.out_path)
@@ -145,7 +162,7 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     if settings.evals_path:
         sources.append(f"decon reference folder {settings.evals_path}")
     log(f"reference set and index ({'; '.join(sources)})")
-    _materialize([data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index], res, instance, log=log)
+    _run_job(defs, reference_job, instance, log=log)
     with store.connect(settings.db_path) as con:
         shards_db.record_pool_skips(con, listing.skipped)
     retired = retire_missing(settings, instance, shards, log)
@@ -157,19 +174,17 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     for i, shard in enumerate(shards, 1):
         log(f"scan [{i}/{len(shards)}] {shard}")
         try:
-            _materialize([data_assets.shard_matches], res, instance, partition_key=shard,
-                         checks=[data_assets.shard_conservation], log=log)
+            _run_job(defs, scan_shards_job, instance, partition_key=shard, log=log)
         except StepFailed as exc:
             failed[shard] = str(exc)
             log(f"  failed: {exc}")
     log("removals and report")
-    _materialize([data_assets.removals, data_assets.removal_report], res, instance, log=log)
+    _run_job(defs, report_job, instance, log=log)
     for shard in shards:
         if shard in failed:
             continue
         try:
-            _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard,
-                         checks=[data_assets.mix_conservation], log=log)
+            _run_job(defs, mix_job, instance, partition_key=shard, log=log)
         except StepFailed as exc:
             failed[shard] = str(exc)
             log(f"  mix of {shard} failed: {exc}")
@@ -192,19 +207,18 @@ def decon_outputs(settings: ContamSettings, log: Callable[[str], None] = print) 
 
 def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> dict:
     """Re-apply review decisions: removals, report and mix (no rescan)."""
-    res = resources_for(settings)
+    defs = data_definitions(settings)
     with store.connect(settings.db_path, read_only=True) as con:
         shards = [r[0] for r in con.execute("select shard from shard_stats order by shard").fetchall()]
     known = set(instance.get_dynamic_partitions(shards_partitions.name))
     if set(shards) - known:
         instance.add_dynamic_partitions(shards_partitions.name, sorted(set(shards) - known))
     log("applying review decisions")
-    _materialize([data_assets.removals, data_assets.removal_report], res, instance)
+    _run_job(defs, report_job, instance, log=log)
     failed: dict[str, str] = {}
     for shard in shards:
         try:
-            _materialize([data_assets.decontaminated_mix], res, instance, partition_key=shard,
-                         checks=[data_assets.mix_conservation], log=log)
+            _run_job(defs, mix_job, instance, partition_key=shard, log=log)
         except StepFailed as exc:
             failed[shard] = str(exc)
             log(f"  mix of {shard} failed: {exc}")

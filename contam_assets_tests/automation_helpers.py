@@ -78,7 +78,9 @@ def settings(out: Path, pool: Path, tasks_dir: Path, shared: Path, **kw) -> Cont
 
 
 def resources(s: ContamSettings) -> dict:
-    return {"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path))}
+    from contam_assets.defs.data.engine import engine_from_env
+
+    return {"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path)), "contam_scan_engine": engine_from_env()}
 
 
 def build_reference(s: ContamSettings, instance: dg.DagsterInstance) -> None:

@@ -31,10 +31,12 @@ SHARDS = [f"part-{k:03d}.jsonl" for k in range(4)]
 WORKER = textwrap.dedent("""
     import sys, dagster as dg
     from contam_assets.defs.data import assets as A
+    from contam_assets.defs.data.engine import engine_from_env
     from contam_assets.defs.resources import ContamDB, ContamSettings
     s = ContamSettings(out_dir=sys.argv[2], pool_dir=sys.argv[3], tasks_dir=sys.argv[4], benchmarks_dir=sys.argv[5])
     r = dg.materialize([A.shard_matches], partition_key=sys.argv[1], instance=dg.DagsterInstance.get(),
-                       resources={"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path))})
+                       resources={"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path)),
+                                  "contam_scan_engine": engine_from_env()})
     sys.exit(0 if r.success else 1)
 """)
 

@@ -49,9 +49,9 @@ def _ctx(inst, s, cursor=None):
 
 
 def test_sensors_and_schedule_validate_and_default_to_stopped():
-    from contam_assets.definitions import defs
+    from contam_assets.definitions import build_definitions
 
-    repo = defs.get_repository_def()
+    repo = build_definitions().get_repository_def()
     for name in ("new_shards_sensor", "new_tasks_sensor", "tasks_rescan_sensor"):
         assert repo.get_sensor_def(name).default_status == dg.DefaultSensorStatus.STOPPED
     assert repo.get_schedule_def("nightly_rescan_schedule").default_status == dg.DefaultScheduleStatus.STOPPED
@@ -115,10 +115,12 @@ def test_nightly_schedule_rescans_idf_stale_shards_in_full(world):
 DEFS_MODULE = """
 import dagster as dg
 import contam_assets.defs.data as data
+from contam_assets.defs.data import assets, jobs, sensors
 from contam_assets.defs.resources import ContamDB, ContamSettings
 
 s = ContamSettings(out_dir={out!r}, pool_dir={pool!r}, tasks_dir={tasks!r}, benchmarks_dir={bench!r})
-defs = dg.Definitions.merge(data.defs, dg.Definitions(resources={{"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path))}}))
+defs = dg.Definitions.merge(dg.load_definitions_from_modules([assets, jobs, sensors]), data.defs,
+                            dg.Definitions(resources={{"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path))}}))
 """
 
 
@@ -188,9 +190,9 @@ def test_new_and_changed_shards(world):
 
 
 def _graph():
-    from contam_assets.definitions import defs
+    from contam_assets.definitions import build_definitions
 
-    return defs.get_repository_def().asset_graph
+    return build_definitions().get_repository_def().asset_graph
 
 
 def _resources(s):

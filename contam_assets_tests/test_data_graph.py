@@ -15,6 +15,7 @@ import zstandard
 
 from contam_assets import store
 from contam_assets.defs.data import assets as A
+from contam_assets.defs.data.engine import engine_from_env
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.demo import HostText
@@ -136,7 +137,7 @@ def test_report_and_mix(detected):
 def test_rematerializing_a_shard_gives_the_same_rows(detected):
     s, inst = detected["settings"], detected["instance"]
     before = q(s, "select * from matches order by match_id")
-    res = {"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path))}
+    res = {"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path)), "contam_scan_engine": engine_from_env()}
     for _ in range(2):
         r = dg.materialize([A.shard_matches, A.shard_conservation], partition_key="b/planted.jsonl.gz", resources=res, instance=inst)
         assert r.success
@@ -177,11 +178,13 @@ def test_two_shard_runs_in_parallel_processes_lose_no_rows(detected, tmp_path):
     script = textwrap.dedent(f"""
         import sys, dagster as dg
         from contam_assets.defs.data import assets as A
+        from contam_assets.defs.data.engine import engine_from_env
         from contam_assets.defs.resources import ContamDB, ContamSettings
         s = ContamSettings(out_dir={s.out_dir!r}, pool_dir={s.pool_dir!r}, benchmarks_dir={s.benchmarks_dir!r}, tasks={s.tasks!r})
         inst = dg.DagsterInstance.get()
         r = dg.materialize([A.shard_matches], partition_key=sys.argv[1], instance=inst,
-                           resources={{"contam_settings": s, "contam_db": ContamDB(path={str(s.db_path)!r})}})
+                           resources={{"contam_settings": s, "contam_db": ContamDB(path={str(s.db_path)!r}),
+                                      "contam_scan_engine": engine_from_env()}})
         sys.exit(0 if r.success else 1)
     """)
     before = q(s, "select shard, count(*) from matches group by 1 order by 1")
@@ -200,16 +203,17 @@ def test_missing_shard_fails_its_partition_with_a_clear_message(detected):
     s, inst = detected["settings"], detected["instance"]
     inst.add_dynamic_partitions(shards_partitions.name, ["gone.jsonl"])
     r = dg.materialize([A.shard_matches], partition_key="gone.jsonl", instance=inst, raise_on_error=False,
-                       resources={"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path))})
+                       resources={"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path)),
+                                  "contam_scan_engine": engine_from_env()})
     assert not r.success
     msgs = [e.step_failure_data.error.message for e in r.all_events if e.event_type_value == "STEP_FAILURE"]
     assert any("not found in the pool" in m for m in msgs)
 
 
 def test_definitions_load_with_the_whole_graph():
-    from contam_assets.definitions import defs
+    from contam_assets.definitions import build_definitions
 
-    keys = {k.to_user_string() for k in defs.get_repository_def().asset_graph.get_all_asset_keys()}
+    keys = {k.to_user_string() for k in build_definitions().get_repository_def().asset_graph.get_all_asset_keys()}
     assert {"task_registry", "reference_set", "ngram_index", "shard_matches", "removals", "removal_report",
             "decontaminated_mix"} <= keys
 

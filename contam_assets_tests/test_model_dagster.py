@@ -142,7 +142,8 @@ def test_a_bad_checkpoint_fails_only_its_own_partition(experiments, shared_data)
     assert "metrics" in mats.asset_materialization.metadata
 
 
-def test_without_a_benchmark_folder_probes_report_what_is_missing(experiments):
+def test_without_a_benchmark_folder_probes_skip_and_their_checks_say_why(experiments):
+    """No row of dashes: a probe without its inputs materializes nothing; its inputs_present check fails (WARN) with the reason."""
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("checkpoints", ["demo/step-000100"])
     res = _resources(experiments)  # embedded default: HumanEval only, no fresh set
@@ -150,9 +151,19 @@ def test_without_a_benchmark_folder_probes_report_what_is_missing(experiments):
     assert result.success
     mats = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()]
     meta = {m.asset_key.to_user_string(): m.metadata for m in mats}
-    assert "gsm8k" in meta["ppl_probe"]["skipped"].value
-    assert "no fresh set" in meta["fresh_set_gap"]["skipped"].value
+    assert set(meta) == {"checkpoints", "sequence_scores", "bits_per_byte", "recitation_rate"}
     assert meta["recitation_rate"]["rows_written"].value > 0
+    checks = {(c.asset_key.to_user_string(), c.check_name): c for c in result.get_asset_check_evaluations()}
+    for probe in ("ppl_probe", "membership_scores", "fresh_set_gap"):
+        check = checks[(probe, "inputs_present")]
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert "gsm8k" in checks[("ppl_probe", "inputs_present")].metadata["reason"].value
+    assert "no fresh set" in checks[("fresh_set_gap", "inputs_present")].metadata["reason"].value
+    assert all(checks[(p, "inputs_present")].passed for p in ("sequence_scores", "bits_per_byte", "recitation_rate"))
+    # asked for alone, a probe without its inputs fails with the reason instead of skipping
+    alone = dg.materialize([fresh_set_gap], partition_key="demo/step-000100", resources=res, instance=instance,
+                           raise_on_error=False)
+    assert not alone.success and "no fresh set" in _failure(alone)
     with connect(experiments / "contam.duckdb", read_only=True) as con:
         sets = {r[0] for r in con.execute("select distinct dataset from probe_items where probe = 'sequence_scores'").fetchall()}
     assert sets == {"humaneval"}
@@ -181,9 +192,9 @@ def test_correlation_asset_over_checkpoints_of_an_experiment(tmp_path, dagster_h
 
 
 def test_model_definitions_load():
-    from contam_assets.defs.resources import defs as shared_defs
+    from contam_assets.definitions import build_definitions
 
-    repo = dg.Definitions.merge(model_defs, shared_defs).get_repository_def()
+    repo = build_definitions().get_repository_def()
     assert repo.has_sensor_def("new_checkpoints_sensor")
     assert repo.get_job("checkpoint_probes") is not None
     assert {"checkpoint_loader", "probe_settings"} <= set(model_defs.resources)

@@ -32,10 +32,12 @@ RAY_RUN = textwrap.dedent("""
     import json, sys, dagster as dg
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
     from contam_assets.defs.data import assets as A
+    from contam_assets.defs.data.engine import engine_from_env
     from contam_assets.defs.resources import ContamDB, ContamSettings
     s = ContamSettings(out_dir=sys.argv[1], pool_dir=sys.argv[2], tasks_dir=sys.argv[3], benchmarks_dir=sys.argv[4])
     r = dg.materialize([A.shard_matches], instance=dg.DagsterInstance.get(),
-                       resources={"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path))},
+                       resources={"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path)),
+                                  "contam_scan_engine": engine_from_env()},
                        tags={ASSET_PARTITION_RANGE_START_TAG: sys.argv[5], ASSET_PARTITION_RANGE_END_TAG: sys.argv[6]})
     md = r.asset_materializations_for_node("shard_matches")[0].metadata
     print("RESULT " + json.dumps({k: md[k].value for k in ("engine", "workers", "shards_full")}))

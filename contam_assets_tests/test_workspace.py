@@ -17,9 +17,9 @@ def test_workspace_validates(dagster_home):
 
 
 def test_every_domain_is_in_the_graph():
-    from contam_assets.definitions import defs
+    from contam_assets.definitions import build_definitions
 
-    repo = defs.get_repository_def()
+    repo = build_definitions().get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
     # data side, model side, evaluation
     assert {"task_registry", "reference_set", "ngram_index", "shard_matches", "removals", "removal_report",

@@ -25,6 +25,8 @@ def run(args) -> int:
     settings = runner.recorded_settings(out)
     if settings is None:
         raise CliError(f"{out}/run.json missing: run `contam detect` first")
+    # the folder named on the command line, even when it was moved or copied since the scan
+    settings = settings.model_copy(update={"out_dir": str(out)})
     if args.pool:
         settings = settings.model_copy(update={"pool_dir": str(Path(args.pool).resolve())})
     if not settings.pool_path.is_dir():

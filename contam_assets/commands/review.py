@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -29,6 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reject-shard", nargs="+", metavar="SHARD", help="keep an incomplete shard quarantined (the default)")
     p.add_argument("--reviewer", default=os.environ.get("USER", "reviewer"))
     p.add_argument("--note", default="")
+    p.add_argument("--serve", action="store_true",
+                   help="serve the review page: filter, read raw text beside the eval item, accept/reject, apply")
+    p.add_argument("--host", default="127.0.0.1", help="with --serve: address to bind (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=int(os.environ.get("CONTAM_REVIEW_PORT", "8300")),
+                   help="with --serve: port (default 8300, or CONTAM_REVIEW_PORT)")
+    p.add_argument("--dagster-home", help="with --serve: DAGSTER_HOME of the apply runs (default as `contam apply`)")
     p.set_defaults(func=run)
 
 
@@ -65,27 +69,17 @@ def _segments(seg_json: str, c) -> str:
 
 
 def _record_decisions(con, args) -> int:
+    """The decisions named on the command line, written by store.reviews (as the review page writes them)."""
     from contam_assets.cli import CliError
+    from contam_assets.store import reviews
 
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
-    rows = []
-    for decision, ids in (("accept", args.accept or []), ("reject", args.reject or [])):
-        for mid in ids:
-            hit = con.execute("select suite, split, instance_index, subject from matches where match_id = ?", [mid]).fetchone()
-            if hit is None:
-                raise CliError(f"no match with id {mid!r}")
-            rows.append((mid, *hit, decision))
-    for decision, insts in (("accept", args.accept_instance or []), ("reject", args.reject_instance or [])):
-        for spec in insts:
-            parts = spec.split("/")
-            if len(parts) not in (3, 4) or not parts[2].isdigit():
-                raise CliError(f"instance must be SUITE/SPLIT/INDEX[/SUBJECT], got {spec!r}")
-            rows.append((None, parts[0], parts[1], int(parts[2]), parts[3] if len(parts) == 4 else None, decision))
-    for mid, suite, split, idx, subject, decision in rows:
-        did = hashlib.sha1(f"{mid}|{suite}|{split}|{idx}|{subject}|{decision}|{now.isoformat()}".encode()).hexdigest()[:16]
-        con.execute("insert into review_decisions values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [did, mid, suite, split, idx, subject, decision, args.reviewer, args.note, now])
-    return len(rows)
+    try:
+        decisions = [*reviews.for_matches(con, args.accept or [], "accept"), *reviews.for_matches(con, args.reject or [], "reject"),
+                     *reviews.for_instances(args.accept_instance or [], "accept"),
+                     *reviews.for_instances(args.reject_instance or [], "reject")]
+    except reviews.DecisionError as exc:
+        raise CliError(str(exc)) from exc
+    return reviews.record(con, decisions, args.reviewer, args.note)
 
 
 def _print_stats(con) -> None:
@@ -119,6 +113,12 @@ def run(args) -> int:
 
     out = Path(args.out).resolve()
     path = db_path(out)
+    if args.serve:
+        if args.accept or args.reject or args.accept_instance or args.reject_instance:
+            raise CliError("--serve takes no --accept/--reject: decide in the page")
+        from contam_assets.commands.review_serve import serve
+
+        return serve(out, args.host, args.port, args.reviewer, args.dagster_home)
     if args.accept_shard or args.reject_shard:
         from contam_assets.store import shards as shards_db
 

@@ -1,8 +1,11 @@
 """Removal report: one self-contained HTML page a person can review.
 
-Counts per task, split, source and shard; a score histogram; and the top
-matches shown as a review pair: the evaluation instance beside the training
-document, shared passages highlighted, the matched answer marked.
+Counts per task, split, source and shard; a score histogram; the source x benchmark
+matrix (removed documents and tokens, table and heat map); the documents waiting for a
+review; and the top matches shown as a review pair: the evaluation instance beside the
+training document as it is in the pool (raw text, matched spans marked; the normalised
+text only when the pool cannot be read).  Sections fold (``<details>``) so the page
+opens short; documents and matches are counted separately and labelled as such.
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ import io
 import json
 import re
 from datetime import datetime, timezone
+from pathlib import Path
 
 import duckdb
 
 from contam_assets.detector.text import clean_text
+from contam_assets.report.matrix import heatmap_png, source_task_matrix
+from contam_assets.report.raw_text import RawDocument, raw_documents
+from contam_assets.store.tables import REMOVABLE_SQL
 
 SHARED_WINDOW = 3  # words: a run of this many words found on both sides is highlighted
 
@@ -47,7 +54,7 @@ def histogram_png(scores: list[float], flagged: list[bool], floor: float = 0.5) 
     return buf.getvalue()
 
 
-def _marked_eval_text(eval_text: str, train_text: str) -> str:
+def marked_eval_text(eval_text: str, train_text: str) -> str:
     """Eval text as HTML (whitespace kept), words in a run of SHARED_WINDOW words also in the training text marked."""
     parts = re.split(r"(\s+)", eval_text)
     word_idx = [i for i, p in enumerate(parts) if p and not p.isspace()]
@@ -89,9 +96,9 @@ def _table(rows: list[dict], cols: list[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _match_card(m: dict, rank: int) -> str:
+def _match_card(m: dict, rank: int, raw: RawDocument | None = None, open_: bool = False) -> str:
     train = " ".join(s["text"] for s in json.loads(m["training_segments"] or "[]") if s["kind"] == "question")
-    eval_q = _marked_eval_text(m["eval_question"] or "", train)
+    eval_q = marked_eval_text(m["eval_question"] or "", train)
     answer_html = ""
     if m["eval_answer"]:
         cls = "answer-found" if (m["answer_overlap"] or 0) > 0 else "answer-missing"
@@ -103,21 +110,28 @@ def _match_card(m: dict, rank: int) -> str:
     if m["needs_review"]:
         status += " · needs review"
     subj = f" · {html.escape(m['subject'])}" if m["subject"] else ""
+    if raw is not None and raw.text is not None:
+        doc_html, doc_label = raw.html(), "raw text"
+        if raw.note:
+            doc_label += f" ({html.escape(raw.note)})"
+    else:
+        doc_html = _segments_html(m["training_segments"])
+        doc_label = "normalised text" + (f" — {html.escape(raw.note)}" if raw is not None and raw.note else "")
     choice = ""
     if m["choice_index"] is not None:
         choice = f" · choice {m['choice_index']}" + (" (correct)" if m["is_correct"] else "")
     fmt = lambda v: "–" if v is None else f"{v:.3f}"
     return f"""
-<section class="card {'flag' if m['flagged'] else 'near'}" id="m-{html.escape(m['match_id'])}">
-  <header><span class="rank">#{rank}</span> <b>{html.escape(m['suite'])}</b> · {html.escape(m['split'])} · instance {m['instance_index']}{subj}{choice}
-  <span class="score">score {m['score']:.3f} (needs {m['required_score']:.3f}) · {status}</span></header>
+<details class="card {'flag' if m['flagged'] else 'near'}" id="m-{html.escape(m['match_id'])}"{' open' if open_ else ''}>
+  <summary><span class="rank">#{rank}</span> <b>{html.escape(m['suite'])}</b> · {html.escape(m['split'])} · instance {m['instance_index']}{subj}{choice}
+  <span class="score">score {m['score']:.3f} (needs {m['required_score']:.3f}) · {status}</span></summary>
   <div class="pair">
     <div class="side"><div class="label">evaluation instance</div><div class="q">{eval_q}</div>{answer_html}{passage_html}</div>
-    <div class="side"><div class="label">training document · {html.escape(m['shard'])} line {m['line']} · {html.escape(str(m['doc_id']))}{' · ' + html.escape(m['source']) if m['source'] else ''}</div>
-      <div class="doc">{_segments_html(m['training_segments'])}</div></div>
+    <div class="side"><div class="label">training document · {html.escape(m['shard'])} line {m['line']} · {html.escape(str(m['doc_id']))}{' · ' + html.escape(m['source']) if m['source'] else ''} · {doc_label}</div>
+      <div class="doc">{doc_html}</div></div>
   </div>
   <footer>overlap: question {fmt(m['question_overlap'])} · answer {fmt(m['answer_overlap'])} · passage {fmt(m['passage_overlap'])} · match id <code>{html.escape(m['match_id'])}</code></footer>
-</section>"""
+</details>"""
 
 
 CSS = """
@@ -128,12 +142,14 @@ h1{font-size:1.6rem} h2{margin-top:2rem;border-bottom:1px solid #ddd;padding-bot
 table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left}
 th{background:#f4f6f8}.grid{display:flex;flex-wrap:wrap;gap:0 2.5rem;align-items:flex-start}
 .card{border:1px solid #ddd;border-radius:8px;margin:1rem 0;overflow:hidden}.card.flag{border-left:6px solid #c0392b}
-.card.near{border-left:6px solid #95a5a6}.card header{background:#fafafa;padding:.5rem .8rem;font-size:.95rem}
+.card.near{border-left:6px solid #95a5a6}.card summary{background:#fafafa;padding:.5rem .8rem;font-size:.95rem;cursor:pointer}
+details.section>summary{font-size:1.25rem;font-weight:600;margin-top:1.5rem;border-bottom:1px solid #ddd;padding-bottom:.3rem;cursor:pointer}
+td.heat{text-align:right}
 .card footer{padding:.4rem .8rem;font-size:.8rem;color:#666;background:#fafafa}
 .score{float:right;color:#444}.rank{color:#999}.pair{display:grid;grid-template-columns:1fr 1fr}
 .side{padding:.6rem .8rem;font-size:.9rem;line-height:1.45;white-space:pre-wrap;word-break:break-word}
 .side+.side{border-left:1px solid #eee}.label{font-size:.75rem;text-transform:uppercase;color:#888;margin:.2rem 0}
-mark{background:#ffe58a;padding:0 1px}mark.passage{background:#d6eaff}
+mark{background:#ffe58a;padding:0 1px}mark.passage{background:#d6eaff}mark.answer{background:#c8f7c5;border-bottom:2px solid #27ae60}
 .answer{background:#c8f7c5;border-bottom:2px solid #27ae60;font-weight:600}
 .answer-found{background:#c8f7c5;padding:.2rem}.answer-missing{color:#555;padding:.2rem;border-left:3px solid #e67e22}
 .ctx{color:#555} code{font-size:.8rem}
@@ -172,48 +188,97 @@ def shard_health_html(con: duckdb.DuckDBPyConnection) -> str:
     return "".join(parts)
 
 
+PENDING_SQL = f"""
+select shard, line, any_value(doc_id) as doc_id, any_value(source) as source, count(*) as matches,
+       string_agg(distinct suite, ', ' order by suite) as suites, max(score) as best_score,
+       string_agg(match_id, ' ' order by score desc) as match_ids
+from ({REMOVABLE_SQL}) r
+where flagged and needs_review and decision is null
+  and not exists (select 1 from removals x where x.shard = r.shard and x.line = r.line)
+group by shard, line order by best_score desc, shard, line
+"""
+OPEN_CARDS = 5  # the first top matches are unfolded
+RAW_TEXT_SHARDS = 10  # the report reads raw text from at most this many shards (the others show normalised text)
+
+
+def _section(title: str, body: str, open_: bool = True, anchor: str = "") -> str:
+    ident = f' id="{anchor}"' if anchor else ""
+    return f'<details class="section"{ident}{" open" if open_ else ""}><summary>{html.escape(title)}</summary>{body}</details>'
+
+
+def _matrix_html(con) -> str:
+    m = source_task_matrix(con)
+    if m.empty:
+        return "<p class='muted'>no removed document</p>"
+    peak = max(m.documents.values())
+    head = "<tr><th rowspan=2>source</th>" + "".join(f"<th colspan=2>{html.escape(t)}</th>" for t in m.tasks)
+    head += "<th colspan=2>all tasks (each document once)</th></tr><tr>" + "<th>documents</th><th>tokens</th>" * (len(m.tasks) + 1) + "</tr>"
+    body = []
+    for s in m.sources:
+        cells = []
+        for t in m.tasks:
+            d, k = m.documents.get((s, t), 0), m.tokens.get((s, t), 0)
+            alpha = 0.08 + 0.6 * d / peak if d else 0
+            cells.append(f'<td class="heat" style="background:rgba(192,57,43,{alpha:.2f})" data-task="{html.escape(t)}">{d:,}</td>'
+                         f'<td class="heat">{k:,}</td>')
+        d, k = m.source_totals.get(s, (0, 0))
+        body.append(f"<tr><th>{html.escape(s)}</th>{''.join(cells)}<td class='heat'><b>{d:,}</b></td><td class='heat'><b>{k:,}</b></td></tr>")
+    img = base64.b64encode(heatmap_png(m)).decode()
+    return (f'<table class="matrix"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
+            "<p class='muted'>A document with matches of several tasks is counted under each; the last columns count it once. "
+            "Tokens: the scan's token count of the removed document.</p>"
+            f'<img alt="heat map: removed documents per source and task" src="data:image/png;base64,{img}">')
+
+
 def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets removal report", top: int = 50,
-                  settings: dict | None = None) -> str:
+                  settings: dict | None = None, pool_dir: Path | None = None, content_key: str = "text") -> str:
     totals = _q(con, "select coalesce(sum(read),0) read, coalesce(sum(removed),0) removed, coalesce(sum(kept),0) kept, coalesce(sum(rejected),0) rejected, coalesce(sum(pending_review),0) pending, count(*) shards from shard_stats")[0]
-    n_matches = _q(con, "select count(*) n, count(*) filter (where flagged) f from matches")[0]
+    n_matches = _q(con, "select count(*) n, count(*) filter (where flagged) f, count(distinct case when flagged then shard || ':' || line end) fd from matches")[0]
     by_task = _q(con, """select task, split, count(*) filter (where flagged) as flagged_matches,
         count(distinct case when flagged then shard || ':' || line end) as documents,
         count(*) filter (where not flagged) as near_misses, count(distinct instance_index) filter (where flagged) as instances
         from matches group by task, split order by flagged_matches desc, task, split""")
     by_suite = _q(con, """select suite, bool_or(needs_review) as needs_review, count(*) filter (where flagged) as flagged_matches,
+        count(distinct case when flagged then shard || ':' || line end) as documents,
         count(*) filter (where not flagged) as near_misses from matches group by suite order by flagged_matches desc""")
     by_source = _q(con, "select coalesce(source, '(none)') as source, count(*) as removed_documents from removals group by 1 order by 2 desc")
     by_shard = _q(con, "select shard, read, removed, kept, rejected, pending_review, flagged, too_short from shard_stats order by shard")
     rejects = _q(con, "select shard, reject_reasons from shard_stats where rejected > 0 order by shard")
     scores = _q(con, "select score, flagged from matches")
     top_rows = _q(con, f"select * from matches order by flagged desc, score desc, shard, line limit {int(top)}")
-    pending = _q(con, """select m.match_id, m.suite, m.split, m.instance_index, m.shard, m.line, m.score from matches m
-        where m.flagged and m.needs_review and m.match_id not in (select match_id from review_decisions where match_id is not null)
-        order by m.score desc limit 200""")
+    pending = _q(con, PENDING_SQL)
+    pending_matches = sum(r["matches"] for r in pending)
     img = ""
     if scores:
         png = histogram_png([r["score"] for r in scores], [r["flagged"] for r in scores])
         img = f'<img alt="score histogram" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
     kpi = lambda label, v: f'<div class="kpi"><b>{v:,}</b>{html.escape(label)}</div>'
-    settings_html = _table([{"setting": k, "value": v} for k, v in (settings or {}).items()], ["setting", "value"])
-    cards = "".join(_match_card(m, i + 1) for i, m in enumerate(top_rows))
+    settings = settings or {}
+    settings_html = _table([{"setting": k, "value": v} for k, v in settings.items()], ["setting", "value"])
+    raws = raw_documents(pool_dir, top_rows, content_key, str(settings.get("tokenizer", "cl100k")),
+                         bool(settings.get("unescape", True)), max_shards=RAW_TEXT_SHARDS) if top_rows else {}
+    cards = "".join(_match_card(m, i + 1, raws.get(m["match_id"]), open_=i < OPEN_CARDS) for i, m in enumerate(top_rows))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    counts = f"""<div class="grid"><div><h3>per task and split</h3>{_table(by_task, ['task','split','flagged_matches','documents','instances','near_misses'])}</div>
+<div><h3>per suite</h3>{_table(by_suite, ['suite','needs_review','flagged_matches','documents','near_misses'])}</div>
+<div><h3>removed documents per source</h3>{_table(by_source, ['source','removed_documents'])}</div></div>"""
+    pending_body = f"""<p>{len(pending):,} document(s) with {pending_matches:,} flagged match(es) of derived suites (e.g.
+<code>humaneval_solution</code>) wait for a decision; they are not removed until accepted: in the browser with
+<code>contam review OUT --serve</code>, or <code>contam review OUT --accept MATCH_ID</code> (or <code>--reject</code>), then
+<code>contam apply OUT</code>.</p>
+{_table(pending[:200], ['shard','line','doc_id','source','suites','matches','best_score','match_ids'])}"""
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head><body>
 <h1>{html.escape(title)}</h1><p class="muted">generated {now}</p>
-<div class="kpis">{kpi('documents read', totals['read'])}{kpi('removed', totals['removed'])}{kpi('kept', totals['kept'])}
-{kpi('rejected (bad input)', totals['rejected'])}{kpi('pending review', totals['pending'])}{kpi('matches stored', n_matches['n'])}{kpi('flagged matches', n_matches['f'])}</div>
-<h2>Shards</h2>{shard_health_html(con)}
-<h2>Settings</h2>{settings_html}
-<h2>Score distribution</h2>{img or "<p class='muted'>no matches</p>"}
-<h2>Counts</h2><div class="grid"><div><h3>per task and split</h3>{_table(by_task, ['task','split','flagged_matches','documents','instances','near_misses'])}</div>
-<div><h3>per suite</h3>{_table(by_suite, ['suite','needs_review','flagged_matches','near_misses'])}</div>
-<div><h3>removed documents per source</h3>{_table(by_source, ['source','removed_documents'])}</div></div>
-<h3>per shard</h3>{_table(by_shard, ['shard','read','removed','kept','rejected','pending_review','flagged','too_short'])}
-<h3>rejected input</h3>{_table(rejects, ['shard','reject_reasons'])}
-<h2>Pending review (derived suites)</h2><p>Matches of derived suites (e.g. <code>humaneval_solution</code>) are not removed until accepted:
-<code>contam review OUT --accept MATCH_ID</code> (or <code>--reject</code>), then <code>contam apply OUT</code>.</p>
-{_table(pending, ['match_id','suite','split','instance_index','shard','line','score'])}
-<h2>Top matches</h2><p class="muted">Left: the evaluation instance, words shared with the training document highlighted. Right: the training document (normalised text), matched question <mark>highlighted</mark>, passage <mark class="passage">in blue</mark>, matched answer <span class="answer">marked</span>.</p>
-{cards or "<p class='muted'>no matches</p>"}
+<div class="kpis">{kpi('documents read', totals['read'])}{kpi('documents removed', totals['removed'])}{kpi('documents kept', totals['kept'])}
+{kpi('documents rejected (bad input)', totals['rejected'])}{kpi('documents pending review', totals['pending'])}{kpi('matches stored', n_matches['n'])}{kpi('flagged matches', n_matches['f'])}{kpi('documents with a flagged match', n_matches['fd'])}</div>
+{_section('Shards that need attention', shard_health_html(con), anchor='health')}
+{_section('Settings', settings_html, open_=False, anchor='settings')}
+{_section('Score distribution', img or "<p class='muted'>no matches</p>", anchor='scores')}
+{_section('Removed documents and tokens: source x benchmark', _matrix_html(con), anchor='matrix')}
+{_section('Counts', counts, anchor='counts')}
+{_section('Per shard', _table(by_shard, ['shard','read','removed','kept','rejected','pending_review','flagged','too_short']), open_=False, anchor='shards')}
+{_section('Rejected input', _table(rejects, ['shard','reject_reasons']), open_=False, anchor='rejects')}
+{_section(f'Pending review: {len(pending):,} documents, {pending_matches:,} matches', pending_body, anchor='pending')}
+{_section(f'Top matches ({len(top_rows)})', '<p class="muted">Left: the evaluation instance, words shared with the training document highlighted. Right: the training document as it is in the pool, matched question <mark class="question">highlighted</mark>, passage <mark class="passage">in blue</mark>, matched answer <mark class="answer">marked</mark>; the first five unfolded.</p>' + (cards or "<p class='muted'>no matches</p>"), anchor='top')}
 </body></html>"""

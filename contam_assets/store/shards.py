@@ -91,6 +91,7 @@ def retire(con: duckdb.DuckDBPyConnection, out_dir: Path, shards: list[str]) -> 
             counts[t] = con.execute(f"select count(*) from {t} where shard = ?", [shard]).fetchone()[0] \
                 if table_exists(con, t) else 0
         files = remove_outputs(out_dir, shard)
+        (Path(out_dir) / "mix_state" / f"{shard}.json").unlink(missing_ok=True)
         cache = Path(out_dir) / "token_cache" / shard
         if cache.is_dir():
             shutil.rmtree(cache, ignore_errors=True)

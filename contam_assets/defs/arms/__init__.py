@@ -9,10 +9,8 @@ arms_job = dg.define_asset_job(
     "arms_job",
     selection=dg.AssetSelection.assets(assets.arm_mix, assets.arm_checkpoints),
     description="Build one arm's stream and train it (run per arm partition).",
+    tags={"contam/side": "model"},
 )
 
-defs = dg.Definitions(
-    assets=[assets.arms_tokenizer, assets.exposure, assets.arm_mix, assets.arm_checkpoints],
-    jobs=[arms_job],
-    resources={"arms_settings": ArmsSettings.from_env()},
-)
+# assets.py is found by load_from_defs_folder; this module adds the job and the domain's resource
+defs = dg.Definitions(jobs=[arms_job], resources={"arms_settings": ArmsSettings.from_env()})

@@ -12,10 +12,12 @@ import json
 import dagster as dg
 
 from contam_assets.defs.arms.resources import ArmsSettings
+from contam_assets.defs.meta import MODEL_OWNERS, tags
 from contam_assets.defs.partitions import arms_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 
 GROUP = "arms"
+_ARMS = dict(group_name=GROUP, owners=MODEL_OWNERS, tags=tags("model", "arms"))
 REMOVALS = dg.AssetKey("removals")
 MIX = dg.AssetKey("decontaminated_mix")
 
@@ -55,7 +57,7 @@ def _skips(context, inputs) -> dict:
     }
 
 
-@dg.asset(group_name=GROUP, kinds={"python"})
+@dg.asset(**_ARMS, kinds={"python"})
 def arms_tokenizer(context: dg.AssetExecutionContext, contam_settings: ContamSettings,
                    arms_settings: ArmsSettings) -> dg.MaterializeResult:
     """Byte-level BPE trained on the natural pool; shared by every arm (<out>/arms/tokenizer/)."""
@@ -75,7 +77,7 @@ def arms_tokenizer(context: dg.AssetExecutionContext, contam_settings: ContamSet
     })
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "duckdb"},
+@dg.asset(**_ARMS, kinds={"python", "duckdb"},
           deps=[REMOVALS, dg.AssetDep(MIX, partition_mapping=dg.AllPartitionMapping()), arms_tokenizer])
 def exposure(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB,
              arms_settings: ArmsSettings) -> dg.MaterializeResult:
@@ -105,7 +107,7 @@ def exposure(context: dg.AssetExecutionContext, contam_settings: ContamSettings,
     })
 
 
-@dg.asset(group_name=GROUP, kinds={"python"}, partitions_def=arms_partitions,
+@dg.asset(**_ARMS, kinds={"python"}, partitions_def=arms_partitions,
           deps=[REMOVALS, dg.AssetDep(MIX, partition_mapping=dg.AllPartitionMapping()), arms_tokenizer, exposure])
 def arm_mix(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB,
             arms_settings: ArmsSettings) -> dg.MaterializeResult:
@@ -136,7 +138,7 @@ def arm_mix(context: dg.AssetExecutionContext, contam_settings: ContamSettings, 
 
 # Training uses every core it is given: limit the pool to one run at a time with
 # `dagster instance concurrency set arms_training 1` (or give each run fewer threads).
-@dg.asset(group_name=GROUP, kinds={"pytorch"}, partitions_def=arms_partitions, deps=[arm_mix],
+@dg.asset(**_ARMS, kinds={"pytorch"}, partitions_def=arms_partitions, deps=[arm_mix],
           pool="arms_training")
 def arm_checkpoints(context: dg.AssetExecutionContext, contam_settings: ContamSettings,
                     arms_settings: ArmsSettings) -> dg.MaterializeResult:

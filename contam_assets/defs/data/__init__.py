@@ -1,21 +1,13 @@
-"""Data side of the graph (issue: decontamination asset graph; automation: issue 5)."""
+"""Data side of the graph: registry -> reference set -> index -> shard scans -> removals -> report -> mix.
+
+Assets and checks (assets.py), jobs (jobs.py), sensors and the nightly schedule (sensors.py)
+are found by ``load_from_defs_folder``; this module adds the resource of the domain:
+``contam_scan_engine``, where shard scans run (engine.py, chosen by CONTAM_SCAN_ENGINE
+when the code location loads).
+"""
 
 import dagster as dg
 
-from contam_assets.defs.data import assets
-from contam_assets.defs.data.jobs import mix_job, reference_job, report_job, scan_shards_job
-from contam_assets.defs.data.sensors import (
-    new_shards_sensor,
-    new_tasks_sensor,
-    nightly_rescan_schedule,
-    tasks_rescan_sensor,
-)
+from contam_assets.defs.data.engine import engine_from_env
 
-defs = dg.Definitions(
-    assets=[assets.task_registry, assets.reference_set, assets.ngram_index, assets.shard_matches,
-            assets.removals, assets.removal_report, assets.decontaminated_mix],
-    asset_checks=[assets.shard_conservation, assets.scan_state_current, assets.mix_conservation],
-    jobs=[reference_job, scan_shards_job, report_job, mix_job],
-    sensors=[new_shards_sensor, new_tasks_sensor, tasks_rescan_sensor],
-    schedules=[nightly_rescan_schedule],
-)
+defs = dg.Definitions(resources={"contam_scan_engine": engine_from_env()})

@@ -3,6 +3,7 @@
 
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -10,7 +11,16 @@ import polars as pl
 from pydantic import Field
 
 from contam_assets import store
-from contam_assets.defs.data.engine import ScanEngine, engine_from_env
+from contam_assets.defs.automation import (
+    MIX_REFRESH_CRON,
+    REPORT_REFRESH_CRON,
+    on_new_removals,
+    on_new_scans,
+    on_schedule,
+)
+from contam_assets.defs.data.engine import ScanEngine
+from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
+from contam_assets.defs.meta import DATA_OWNERS, DETECTOR_VERSION, SCAN_VERSION, check_metadata, tags
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, load_task_specs
 from contam_assets.detector.config import DetectConfig, settings_rows
@@ -31,13 +41,18 @@ from contam_assets.rescan.plan import (
     shard_identity,
     task_hashes,
 )
-from contam_assets.store import artifacts, tables
+from contam_assets.store import artifacts, mix_state, tables
 from contam_assets.store import shards as shards_db
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.pool import check_shard, shard_path
 
 GROUP = "decontamination"
+# What every asset of the data side declares (owners, group, tags); kinds and descriptions are per asset.
+_DATA = dict(group_name=GROUP, owners=DATA_OWNERS, tags=tags("data", "decontamination"))
+# The scan-state consistency check: with every removals run (once per backfill: removals waits until no scan is in
+# progress) and nightly, never inside a shard's own run.
+SCAN_STATE_CRON = "30 2 * * *"
 
 
 def missing_tasks(specs, availability: pl.DataFrame, settings: ContamSettings) -> dict[str, list[str]]:
@@ -58,7 +73,7 @@ def missing_tasks(specs, availability: pl.DataFrame, settings: ContamSettings) -
     return out
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "duckdb"})
+@dg.asset(**_DATA, kinds={"python", "duckdb"}, code_version=DETECTOR_VERSION)
 def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     """Benchmark tasks from data/tasks/*.toml and where each split's rows come from."""
     specs = load_task_specs(contam_settings)
@@ -94,7 +109,7 @@ def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSett
     })
 
 
-@dg.asset(group_name=GROUP, deps=[task_registry], kinds={"python", "duckdb"})
+@dg.asset(**_DATA, deps=[task_registry], kinds={"python", "duckdb"}, code_version=DETECTOR_VERSION)
 def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     """Every benchmark instance of every split as reference records (decon's preprocessing + derived suites)."""
     cfg = detect_config(contam_settings)
@@ -123,7 +138,7 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
     })
 
 
-@dg.asset(group_name=GROUP, deps=[reference_set], kinds={"python", "numpy"})
+@dg.asset(**_DATA, deps=[reference_set], kinds={"python", "numpy"}, code_version=DETECTOR_VERSION)
 def ngram_index(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     """IDF n-gram index of the reference set, saved under <out>/index/<digest>/ (reused when unchanged)."""
     cfg = detect_config(contam_settings)
@@ -192,15 +207,13 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
 
 
 @dg.asset(
-    group_name=GROUP,
+    **_DATA,
     partitions_def=shards_partitions,
     deps=[ngram_index],
     kinds={"python", "duckdb"},
-    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=16),
+    code_version=SCAN_VERSION,
+    # at most N scan steps at once: `dagster instance concurrency set contam_scan N` (docs/automation.md)
     pool="contam_scan",
-    # bound here, not in Definitions, so every caller (runner, tests, UI) gets the engine chosen by
-    # CONTAM_SCAN_ENGINE without passing it (defs/data/engine.py)
-    resource_defs={"contam_scan_engine": engine_from_env()},
 )
 def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, contam_settings: ContamSettings,
                   contam_db: ContamDB, contam_scan_engine: ScanEngine) -> dg.MaterializeResult:
@@ -282,9 +295,25 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     })
 
 
+@dg.asset_check(asset=shard_matches, blocking=True,
+                description="every document read is kept, removed or rejected (read = kept + removed + rejected), in "
+                "every shard; blocking: a failure stops the removals from being recomputed by automation",
+                metadata=check_metadata(DATA_OWNERS, "the scan's document counts"))
+def shard_accounting(contam_db: ContamDB) -> dg.AssetCheckResult:
+    with contam_db.connect(read_only=True) as con:
+        if not store.table_exists(con, "shard_stats"):
+            return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
+        bad = store.query_df(con, "select shard, read, kept, removed, rejected from shard_stats where read != kept + removed + rejected")
+        n = con.execute("select count(*) from shard_stats").fetchone()[0]
+    return dg.AssetCheckResult(passed=bad.height == 0, metadata={
+        "shards_checked": n, "violations": bad.height, "details": dg.MetadataValue.md(md_table(None, bad.to_dicts()))})
+
+
 @dg.asset_check(asset=shard_matches, description=(
     "every shard's stream was read to its end (status ok) and every document read is kept, removed or rejected "
-    "(read = kept + removed + rejected); a truncated or corrupt shard, or one that failed, is an ERROR naming it"))
+    "(read = kept + removed + rejected); a truncated or corrupt shard, or one that failed, is an ERROR naming it. "
+    "Not blocking: a broken shard is quarantined by the mix, the other shards' removals stand"),
+    metadata=check_metadata(DATA_OWNERS, "shard streams and counts"))
 def shard_conservation(contam_db: ContamDB) -> dg.AssetCheckResult:
     with contam_db.connect(read_only=True) as con:
         if not store.table_exists(con, "shard_stats"):
@@ -318,8 +347,10 @@ def consistency(instance: dg.DagsterInstance, settings: ContamSettings) -> watch
                                    states, sigs, tasks_now, digest)
 
 
-@dg.asset_check(asset=shard_matches, blocking=False,
-                description="every pool shard is a partition, scanned at its current content, for the current tasks and index")
+@dg.asset_check(asset="removals", blocking=False, automation_condition=on_schedule(SCAN_STATE_CRON),
+                description="the removals come from current scans: every pool shard is a partition, scanned at its current "
+                "content, for the current tasks and index (WARN; runs with each removals run and nightly)",
+                metadata=check_metadata(DATA_OWNERS, "scan state against the pool, the partitions and the index"))
 def scan_state_current(context: dg.AssetCheckExecutionContext, contam_settings: ContamSettings) -> dg.AssetCheckResult:
     c = consistency(context.instance, contam_settings)
     examples = {k: v[:5] for k, v in c.__dict__.items() if v}
@@ -329,11 +360,18 @@ def scan_state_current(context: dg.AssetCheckExecutionContext, contam_settings: 
     })
 
 
-@dg.asset(group_name=GROUP, deps=[shard_matches], kinds={"duckdb"})
-def removals(context: dg.AssetExecutionContext, contam_db: ContamDB) -> dg.MaterializeResult:
+def _scanned_shards(con) -> int:
+    return con.execute("select count(*) from shard_stats").fetchone()[0] if store.table_exists(con, "shard_stats") else 0
+
+
+@dg.asset(**_DATA, deps=[shard_matches], kinds={"duckdb"}, automation_condition=on_new_scans(), output_required=False,
+          check_specs=[inputs_check("removals", "at least one scanned shard", DATA_OWNERS)])
+def removals(context: dg.AssetExecutionContext, contam_db: ContamDB):
     """Documents to remove: flagged matches of primary suites, and of derived suites once a reviewer accepted them."""
     with contam_db.connect() as con:
         tables.ensure_schema(con)
+        if not _scanned_shards(con):
+            return skip_for_missing_inputs(context, "no shard has been scanned yet (materialize shard_matches first)")
         n = tables.recompute_removals(con)
         by_task = store.query_df(con, """select task, split, count(distinct shard || ':' || line) documents from matches m
             where exists (select 1 from removals r where r.shard = m.shard and r.line = m.line) and flagged
@@ -341,15 +379,39 @@ def removals(context: dg.AssetExecutionContext, contam_db: ContamDB) -> dg.Mater
         by_source = store.query_df(con, "select coalesce(source, '(none)') source, count(*) documents from removals group by 1 order by 2 desc").to_dicts()
         pending = con.execute("select coalesce(sum(pending_review), 0) from shard_stats").fetchone()[0]
         decisions = con.execute("select count(*) from review_decisions").fetchone()[0]
+        shards = _scanned_shards(con)
     return dg.MaterializeResult(metadata={
         "removed_documents": n, "pending_review_documents": int(pending), "review_decisions": decisions,
         "per_task": dg.MetadataValue.md(md_table(None, by_task)), "per_source": dg.MetadataValue.md(md_table(None, by_source)),
-    })
+    }, check_results=[inputs_present(shards_scanned=shards)])
 
 
-@dg.asset(group_name=GROUP, deps=[removals], kinds={"html"})
-def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
-    """Self-contained HTML page for reviewers: counts, score histogram, top matches side by side."""
+@dg.asset_check(asset=removals, blocking=True,
+                description="removed(shard) = number of removals rows of the shard, and every removed document has a "
+                "flagged match that no reviewer rejected; blocking: a failure stops the report and the mix",
+                metadata=check_metadata(DATA_OWNERS, "removals against matches, decisions and shard_stats"))
+def removals_consistent(contam_db: ContamDB) -> dg.AssetCheckResult:
+    with contam_db.connect(read_only=True) as con:
+        if not store.table_exists(con, "removals"):
+            return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
+        counts = store.query_df(con, """select s.shard, s.removed, count(r.line) as rows from shard_stats s
+            left join removals r using (shard) group by all having s.removed <> count(r.line) order by 1""")
+        orphans = store.query_df(con, f"""select r.shard, r.line from removals r where not exists (
+            select 1 from ({tables.REMOVABLE_SQL}) m where m.shard = r.shard and m.line = r.line and m.flagged
+              and coalesce(m.decision, '') <> 'reject') order by 1, 2 limit 5""")
+        n = con.execute("select count(*) from shard_stats").fetchone()[0]
+    return dg.AssetCheckResult(passed=counts.height == 0 and orphans.height == 0, metadata={
+        "shards_checked": n, "count_mismatches": counts.height, "removals_without_a_flag": orphans.height,
+        "examples": dg.MetadataValue.json({"counts": counts.head(5).to_dicts(), "orphans": orphans.to_dicts()})})
+
+
+@dg.asset(**_DATA, deps=[removals], kinds={"html", "duckdb"}, output_required=False,
+          automation_condition=on_new_removals(REPORT_REFRESH_CRON),
+          freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=36), warn_window=timedelta(hours=26)),
+          check_specs=[inputs_check("removal_report", "at least one scanned shard", DATA_OWNERS)])
+def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB):
+    """Self-contained HTML page for reviewers (<out>/report.html): counts, score histogram, the source x benchmark
+    matrix, pending reviews and the top matches side by side (raw training text, matched spans marked)."""
     settings = {"pool": str(contam_settings.pool_path), "benchmarks": str(contam_settings.benchmarks_path or "embedded default"),
                 "preset": contam_settings.preset}
     if contam_settings.evals_path:
@@ -357,12 +419,15 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
     if contam_settings.decon_config:
         settings["decon config"] = str(Path(contam_settings.decon_config).resolve())
     with contam_db.connect(read_only=True) as con:
+        if not _scanned_shards(con):
+            return skip_for_missing_inputs(context, "no shard has been scanned yet: there is nothing to report")
         if store.table_exists(con, "detect_settings"):
             for name, value, decon_name, origin in con.execute(
                     "select name, value, decon_name, origin from detect_settings").fetchall():
                 label = f"{name} ({decon_name})" if decon_name and decon_name != name else name
                 settings[label] = value + ("" if origin == "preset" else f"  [{origin}]")
-        page = render_report(con, settings=settings)
+        page = render_report(con, settings=settings, pool_dir=contam_settings.pool_path,
+                             content_key=contam_settings.content_key)
         scores = con.execute("select score, flagged from matches").fetchall()
         totals = con.execute("select coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(rejected),0) from shard_stats").fetchone()
     path = contam_settings.out_path / "report.html"
@@ -375,13 +440,15 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
     return dg.MaterializeResult(metadata={
         "path": dg.MetadataValue.path(str(path)), "documents_read": totals[0], "documents_removed": totals[1],
         "documents_rejected": totals[2], "matches": len(scores), "score_histogram": dg.MetadataValue.md(md_img or "_no matches_"),
-    })
+    }, check_results=[inputs_present()])
 
 
-@dg.asset(group_name=GROUP, partitions_def=shards_partitions, deps=[removals], kinds={"python"},
-          backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=16))
+@dg.asset(**_DATA, partitions_def=shards_partitions, deps=[removals, shard_matches], kinds={"python", "jsonl"},
+          automation_condition=on_new_removals(MIX_REFRESH_CRON, needs_all_deps=True),
+          freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=7)))
 def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
-    """The shard without removed documents (same format), written atomically under <out>/mix/.
+    """The shard without removed documents (same format), written atomically under <out>/mix/; a shard whose removals,
+    rejects and pool file are unchanged since its last write is verified, not rewritten.
 
     A shard whose stream broke (status incomplete or failed) is quarantined: no mix file,
     until it is replaced (and rescanned) or a reviewer accepts it (`contam review --accept-shard`).
@@ -389,6 +456,7 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
     """
     out = contam_settings.out_path
     totals = {"written": 0, "dropped": 0, "rejected": 0, "quarantined": 0}
+    unchanged = 0
     failed: dict[str, str] = {}
     for shard in context.partition_keys:
         with contam_db.connect(read_only=True) as con:
@@ -401,21 +469,29 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
             continue
         if not ok_to_mix:
             gone = artifacts.remove_outputs(out, shard, rejected=False)
+            mix_state.forget(out, shard)
             res = {"shard": shard, "written": 0, "dropped": 0, "rejected": 0, "path": None, "status": "quarantined"}
             context.log.warning(f"{shard}: {stats[2]} stream, quarantined (no mix file{'; stale one removed' if gone else ''})")
             totals["quarantined"] += 1
         else:
             rej_path = out / "rejected" / f"{shard}.jsonl"
             rejected = {json.loads(line)["line"] for line in rej_path.read_text().splitlines()} if rej_path.exists() else set()
+            mix_file = artifacts.mix_path(out, contam_settings.pool_path, shard)
             try:
-                res = artifacts.write_mix_shard(contam_settings.pool_path, out, shard, drop, rejected,
-                                                expected_read=stats[0] if stats[2] == "ok" else None,
-                                                max_doc_bytes=detect_config(contam_settings).max_doc_bytes,
-                                                accept_broken=stats[2] != "ok")
+                key = mix_state.state_key(shard_path(contam_settings.pool_path, shard), drop, rejected) | {"status": stats[2]}
+                res = mix_state.current(out, shard, key, mix_file)
+                if res is None:
+                    res = artifacts.write_mix_shard(contam_settings.pool_path, out, shard, drop, rejected,
+                                                    expected_read=stats[0] if stats[2] == "ok" else None,
+                                                    max_doc_bytes=detect_config(contam_settings).max_doc_bytes,
+                                                    accept_broken=stats[2] != "ok")
+                    res["rejected"] = len(rejected)
+                    mix_state.record(out, shard, key, res, mix_file)
+                else:
+                    unchanged += 1
             except (artifacts.MixError, OSError) as exc:
                 failed[shard] = str(exc)
                 continue
-            res["rejected"] = len(rejected)
         with contam_db.connect() as con:
             tables.ensure_schema(con)
             tables.replace_rows(con, "mix_stats", "shard = ?", [shard], pl.DataFrame([res]))
@@ -430,10 +506,12 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
                          + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
                          metadata={"failed": dg.MetadataValue.json(failed)})
     return dg.MaterializeResult(metadata={f"documents_{k}": v for k, v in totals.items() if k != "quarantined"} | {
-        "shards_quarantined": totals["quarantined"], "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
+        "shards_quarantined": totals["quarantined"], "shards_unchanged": unchanged,
+        "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
 
 
-@dg.asset_check(asset=decontaminated_mix, description="mix conservation: written + dropped + rejected = read, and the file holds exactly `written` lines")
+@dg.asset_check(asset=decontaminated_mix, description="mix conservation: written + dropped + rejected = read, and the file holds exactly `written` lines",
+                metadata=check_metadata(DATA_OWNERS, "the mix files against shard_stats"))
 def mix_conservation(contam_settings: ContamSettings, contam_db: ContamDB) -> dg.AssetCheckResult:
     problems = []
     with contam_db.connect(read_only=True) as con:

@@ -1,20 +1,27 @@
-"""Jobs of the data side."""
+"""Jobs of the data side: what sensors, the schedule, the CLI (runner.py) and the demo launch by name."""
 
 import dagster as dg
 
+_TAGS = {"contam/side": "data"}
+
 reference_job = dg.define_asset_job(
     "build_reference", selection=dg.AssetSelection.assets("task_registry", "reference_set", "ngram_index"),
-    description="Registry -> reference set -> n-gram index.",
+    description="Registry -> reference set -> n-gram index (launched by new_tasks_sensor, `contam detect`, the demo).",
+    tags=_TAGS,
 )
 scan_shards_job = dg.define_asset_job(
     "scan_shards", selection=dg.AssetSelection.assets("shard_matches"),
-    description="Scan shards (one partition per shard) into the match tables.",
+    description="Scan shards (one partition per shard, or a range of them) into the match tables; with "
+    "shard_conservation.",
+    tags=_TAGS,
 )
 report_job = dg.define_asset_job(
     "apply_reviews", selection=dg.AssetSelection.assets("removals", "removal_report"),
-    description="Apply review decisions and render the removal report.",
+    description="Apply review decisions and render the removal report (`contam apply`, the review page's Apply).",
+    tags=_TAGS,
 )
 mix_job = dg.define_asset_job(
     "write_mix", selection=dg.AssetSelection.assets("decontaminated_mix"),
     description="Write the decontaminated mix, shard by shard.",
+    tags=_TAGS,
 )

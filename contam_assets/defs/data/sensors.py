@@ -57,7 +57,9 @@ def scan_request(group: list[str], run_key: str, mode: str = "auto", tags: dict 
         **tags, ASSET_PARTITION_RANGE_START_TAG: group[0], ASSET_PARTITION_RANGE_END_TAG: group[-1]})
 
 
-@dg.sensor(job=scan_shards_job, minimum_interval_seconds=60, default_status=DEFAULT_STATUS)
+@dg.sensor(job=scan_shards_job, minimum_interval_seconds=60, default_status=DEFAULT_STATUS,
+           description="A new shard file in the pool becomes a `shards` partition and its scan is requested; a scanned "
+           "shard whose file changed is rescanned. STOPPED unless CONTAM_AUTOMATION=1.")
 def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
     """Adds a `shards` partition for every new shard file and requests its scan; a changed shard is rescanned.
 
@@ -101,7 +103,9 @@ def _tag(names: list[str]) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-@dg.sensor(job=reference_job, minimum_interval_seconds=60, default_status=DEFAULT_STATUS)
+@dg.sensor(job=reference_job, minimum_interval_seconds=60, default_status=DEFAULT_STATUS,
+           description="A task spec added, changed or removed (or a benchmark file behind one) launches the rebuild of "
+           "the registry, reference set and index. STOPPED unless CONTAM_AUTOMATION=1.")
 def new_tasks_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
     """A task spec added, changed or removed launches the rebuild of the reference set and index.
 
@@ -147,7 +151,9 @@ def stale_task_groups(instance: dg.DagsterInstance, settings: ContamSettings, di
     return watch.group_runs(order, stale & set(sizes), sizes, RUN_MAX_BYTES, RUN_MAX_SHARDS)
 
 
-@dg.sensor(job=scan_shards_job, minimum_interval_seconds=30, default_status=DEFAULT_STATUS)
+@dg.sensor(job=scan_shards_job, minimum_interval_seconds=30, default_status=DEFAULT_STATUS,
+           description="A new ngram_index materialization requests the incremental rescans of the scanned shards whose "
+           "task set differs from the index's. STOPPED unless CONTAM_AUTOMATION=1.")
 def tasks_rescan_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
     """A new `ngram_index` materialization requests the rescans its task changes imply.
 
@@ -192,7 +198,9 @@ def _cfg(settings: ContamSettings):
 
 
 @dg.schedule(job=scan_shards_job, cron_schedule=os.environ.get("CONTAM_NIGHTLY_CRON", "0 3 * * *"),
-             execution_timezone="UTC", default_status=SCHEDULE_STATUS)
+             execution_timezone="UTC", default_status=SCHEDULE_STATUS,
+             description="Nightly consistency check of the match tables against the pool and the index; rescans what "
+             "is stale, new or changed (IDF drift in full). STOPPED unless CONTAM_AUTOMATION=1.")
 def nightly_rescan_schedule(context: dg.ScheduleEvaluationContext, contam_settings: ContamSettings):
     """Nightly consistency check: rescans what is stale, new or changed.
 

@@ -10,6 +10,8 @@ import os
 
 import dagster as dg
 
+from contam_assets.defs.automation import on_new_probe_results
+from contam_assets.defs.meta import MODEL_OWNERS, check_metadata, tags
 from contam_assets.defs.partitions import checkpoints_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.store.files import atomic_write_text
@@ -41,9 +43,13 @@ def _benchmarks_md(report: dict) -> str:
     partitions_def=checkpoints_partitions,
     deps=[dg.AssetKey(k) for k in PROBE_ASSETS],
     group_name="evaluation",
-    kinds={"json"},
+    kinds={"json", "wandb"},
+    owners=MODEL_OWNERS,
+    tags=tags("model", "evaluation"),
+    automation_condition=on_new_probe_results(),
     check_specs=[dg.AssetCheckSpec("report_consistent", asset="evaluation_report",
-                                   description="contamination null iff base; exact <= near <= items; totals add up")],
+                                   description="contamination null iff base; exact <= near <= items; totals add up",
+                                   metadata=check_metadata(MODEL_OWNERS, "the report's contamination counts"))],
     description="<experiments>/<experiment>/eval/<stage>/report.json: model, recipe, probe scores, "
     "benchmark values and 8-gram contamination against the experiment's train.jsonl (null for base).",
 )
@@ -105,6 +111,9 @@ def evaluation_report(
     deps=[evaluation_report],
     group_name="evaluation",
     kinds={"json"},
+    owners=MODEL_OWNERS,
+    tags=tags("model", "evaluation"),
+    automation_condition=on_new_probe_results(),
     description="Contamination per run: one row per report under the experiments folder, and per "
     "experiment the latest report's contamination; written to <out_dir>/evaluation/comparison.json.",
 )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from contam_assets.defs.meta import MODEL_OWNERS, tags
 from contam_assets.defs.model.common import resolve_checkpoint
 from contam_assets.defs.model.resources import CheckpointLoader
 from contam_assets.defs.partitions import checkpoints_partitions
@@ -17,7 +18,9 @@ from contam_assets.model.tables import upsert_checkpoint
 @dg.asset(
     partitions_def=checkpoints_partitions,
     group_name="model",
-    kinds={"duckdb"},
+    kinds={"duckdb", "huggingface"},
+    owners=MODEL_OWNERS,
+    tags=tags("model", "probes"),
     description="One row per checkpoint folder in the DuckDB `checkpoints` table: experiment, stage, step, "
     "base or not. Fails for a folder that lacks config, weights or tokenizer.",
 )
@@ -52,11 +55,15 @@ checkpoint_probes_job = dg.define_asset_job(
     "checkpoint_probes",
     selection=dg.AssetSelection.assets(*PROBE_ASSETS),
     executor_def=dg.in_process_executor,
-    description="Every model-side probe for one checkpoint partition.",
+    description="Every model-side probe for one checkpoint partition (launched by new_checkpoints_sensor; "
+    "`dagster job backfill -j checkpoint_probes --all` for every checkpoint).",
+    tags={"contam/side": "model"},
 )
 
 
-@dg.sensor(job=checkpoint_probes_job, minimum_interval_seconds=60, default_status=sensor_default_status())
+@dg.sensor(job=checkpoint_probes_job, minimum_interval_seconds=60, default_status=sensor_default_status(),
+           description="A new or rewritten checkpoint folder under <experiments>/*/checkpoints/ becomes a `checkpoints` "
+           "partition and its probes run once. STOPPED unless CONTAM_AUTOMATION=1.")
 def new_checkpoints_sensor(
     context: dg.SensorEvaluationContext, contam_settings: ContamSettings, checkpoint_loader: CheckpointLoader
 ):

@@ -14,6 +14,7 @@ import time
 import dagster as dg
 import polars as pl
 
+from contam_assets.defs.meta import DATA_OWNERS, QUALITY_VERSION, check_metadata, tags
 from contam_assets.defs.quality.resources import QualitySettings
 from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
 from contam_assets.detector.config import PRESETS, preset
@@ -22,6 +23,7 @@ from contam_assets.report.render import md_table, png_markdown_bytes
 from contam_assets.store.files import atomic_write_text
 
 GROUP = "quality"
+_QUALITY = dict(group_name=GROUP, owners=DATA_OWNERS, tags=tags("data", "quality"), code_version=QUALITY_VERSION)
 presets_partitions = dg.StaticPartitionsDefinition(list(PRESETS))
 
 
@@ -29,7 +31,7 @@ def _overrides(settings: ContamSettings) -> dict:
     return settings.knob_overrides()
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "duckdb"})
+@dg.asset(**_QUALITY, kinds={"python", "duckdb"})
 def planted_suite(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB,
                   quality_settings: QualitySettings) -> dg.MaterializeResult:
     """Documents with known benchmark leaks (one class per leak type) and clean documents, written as a pool."""
@@ -86,10 +88,11 @@ def _recall_png(scores: pl.DataFrame) -> bytes:
 
 
 @dg.asset(
-    group_name=GROUP, deps=[planted_suite], partitions_def=presets_partitions, kinds={"python", "duckdb", "html"},
+    **_QUALITY, deps=[planted_suite], partitions_def=presets_partitions, kinds={"python", "duckdb", "html"},
     check_specs=[dg.AssetCheckSpec("quality_targets", asset="detector_quality",
                                    description="default preset: recall >= 0.99 verbatim/formatting/escaped Q+A, >= 0.95 "
-                                               "solution-only code, <= 100 false positives per million clean documents, none on hard negatives")],
+                                               "solution-only code, <= 100 false positives per million clean documents, none on hard negatives",
+                                   metadata=check_metadata(DATA_OWNERS, "the detector's measured recall and false positives"))],
 )
 def detector_quality(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB,
                      quality_settings: QualitySettings):

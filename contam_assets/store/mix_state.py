@@ -1,0 +1,54 @@
+"""What each decontaminated mix shard was written from, so an unchanged shard is verified instead of rewritten.
+
+``<out>/mix_state/<shard>.json`` (beside the mix, not in it) holds the key of the last
+write — the pool file's size and mtime, a digest of the dropped and of the rejected line
+numbers — and the counts and byte size of the file written.  When the key is unchanged
+and the mix file still has that size, the shard's mix is current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from contam_assets.store.files import atomic_write_text
+
+FORMAT = 1
+
+
+def _digest(lines: set[int]) -> str:
+    return hashlib.sha256(",".join(map(str, sorted(lines))).encode()).hexdigest()[:16]
+
+
+def state_key(pool_file: Path, drop: set[int], rejected: set[int]) -> dict:
+    st = Path(pool_file).stat()
+    return {"format": FORMAT, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "drop": _digest(drop),
+            "rejected": _digest(rejected)}
+
+
+def _path(out_dir: Path, shard: str) -> Path:
+    return Path(out_dir) / "mix_state" / f"{shard}.json"
+
+
+def current(out_dir: Path, shard: str, key: dict, mix_file: Path) -> dict | None:
+    """The counts of the last write when it was made from `key` and `mix_file` is still the one written; else None."""
+    p = _path(out_dir, shard)
+    try:
+        state = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    mix = Path(mix_file)
+    if state.get("key") != key or not mix.is_file() or mix.stat().st_size != state.get("bytes"):
+        return None
+    return state["result"]
+
+
+def record(out_dir: Path, shard: str, key: dict, result: dict, mix_file: Path) -> None:
+    size = Path(mix_file).stat().st_size
+    atomic_write_text(_path(out_dir, shard), json.dumps({"key": key, "bytes": size, "result": result}, indent=1))
+
+
+def forget(out_dir: Path, shard: str) -> None:
+    """The shard has no mix file any more (quarantined or retired)."""
+    _path(out_dir, shard).unlink(missing_ok=True)
