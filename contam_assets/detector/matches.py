@@ -23,6 +23,7 @@ from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.scan import Candidate, scan_many
 from contam_assets.detector.text import clean_words, join_words
+from contam_assets.detector.thorough import ensure_extras, finish
 from contam_assets.detector.tokenize import Tokenizer, get_tokenizer
 
 CONTEXT_BEFORE = 30  # tokens of context shown before the first matched span (decon: 30 words)
@@ -93,6 +94,15 @@ def _rank(c: Candidate, rec: dict) -> tuple:
     return (c.flagged, c.score, c.a_overlap or 0.0, rec["is_correct"] is True, -(rec["choice_index"] or 0))
 
 
+def reason_of(c: Candidate, rec: dict) -> str:
+    """Why the row was made: a thorough rule's name, else the derived suite's kind, else decon's question+answer."""
+    if c.reason:
+        return c.reason
+    if rec["derived"]:
+        return "answer_only" if rec["suite"].endswith("_answer") else "solution_only"
+    return "question+answer"
+
+
 def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, cands: list[Candidate],
                   ref: Reference, tok: Tokenizer, preset: str) -> list[dict]:
     # One row per (instance, span): of a multiple-choice item's expanded records, keep the best choice.
@@ -111,7 +121,7 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, ca
             source=doc.source, task=rec["task"], suite=rec["suite"], split=rec["split"],
             instance_index=rec["instance_index"], subject=rec["subject"], choice_index=rec["choice_index"],
             is_correct=rec["is_correct"], record_id=c.record_id, score=round(c.score, 6),
-            required_score=round(c.required, 6), flagged=bool(c.flagged), needs_review=bool(rec["derived"]),
+            required_score=round(c.required, 6), flagged=bool(c.flagged), needs_review=bool(rec["derived"] or c.held),
             question_overlap=round(c.q_overlap, 6),
             answer_overlap=None if c.a_overlap is None else round(c.a_overlap, 6),
             passage_overlap=None if c.p_overlap is None else round(c.p_overlap, 6),
@@ -124,6 +134,7 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, ca
             training_text="".join((" " if i else "") + s["text"] for i, s in enumerate(segs)),
             training_segments=json.dumps(segs, ensure_ascii=False),
             eval_question=rec["question"], eval_answer=rec["answer"], eval_passage=rec["passage"], preset=preset,
+            reason=reason_of(c, rec), twins=rec.get("twins"),
         ))
     return rows
 
@@ -138,6 +149,8 @@ MATCH_SCHEMA = {
     "passage_start": pl.Int32, "passage_end": pl.Int32, "n_matched_ngrams": pl.Int32, "doc_tokens": pl.Int32,
     "doc_chars": pl.Int64, "training_text": pl.Utf8, "training_segments": pl.Utf8, "eval_question": pl.Utf8,
     "eval_answer": pl.Utf8, "eval_passage": pl.Utf8, "preset": pl.Utf8,
+    # beyond decon (thorough): why the row was made (reason_of) and its instance's twins (JSON, overlap.py)
+    "reason": pl.Utf8, "twins": pl.Utf8,
 }
 
 
@@ -166,7 +179,13 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
     short = int((n_tokens < cfg.min_doc_tokens).sum())  # decon rule: documents under 10 tokens are not scanned
     counters["too_short"] += short
     counters["scanned"] += len(docs) - short
-    for doc, ws, tokens, cands in zip(docs, words, encoded, scan_many(index, encoded, cfg)):
+    extras = ensure_extras(index, ref.records, cfg)
+    gated: list[int] = []
+    found = scan_many(index, encoded, cfg, extras, gated)
+    gated_set = set(gated)
+    for i, cands in enumerate(found):
+        if cands or i in gated_set:
+            cands = finish(extras, index, encoded[i], words[i], cands, cfg)
         if cands:
-            rows.extend(rows_for_doc(doc, shard, join_words(ws), tokens, cands, ref, tok, preset))
+            rows.extend(rows_for_doc(docs[i], shard, join_words(words[i]), encoded[i], cands, ref, tok, preset))
     return rows, counters
