@@ -179,13 +179,19 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
     short = int((n_tokens < cfg.min_doc_tokens).sum())  # decon rule: documents under 10 tokens are not scanned
     counters["too_short"] += short
     counters["scanned"] += len(docs) - short
-    extras = ensure_extras(index, ref.records, cfg)
-    gated: list[int] = []
-    found = scan_many(index, encoded, cfg, extras, gated)
-    gated_set = set(gated)
-    for i, cands in enumerate(found):
-        if cands or i in gated_set:
-            cands = finish(extras, index, encoded[i], words[i], cands, cfg)
+    for i, cands in enumerate(candidates(index, ref, encoded, words, cfg)):
         if cands:
             rows.extend(rows_for_doc(docs[i], shard, join_words(words[i]), encoded[i], cands, ref, tok, preset))
     return rows, counters
+
+
+def candidates(index: NgramIndex, ref: Reference, encoded: list[np.ndarray], words: list[list[bytes]],
+               cfg: DetectConfig) -> list[list[Candidate]]:
+    """Every document's candidates: decon's scan (scan.scan_many), then the thorough rules of ``cfg`` (thorough.finish)."""
+    extras = ensure_extras(index, ref.records, cfg)
+    gated: dict = {}
+    found = scan_many(index, encoded, cfg, extras, gated)
+    if extras is None:
+        return found
+    return [finish(extras, index, encoded[i], words[i], c, cfg, gated.get(i)) if (c or i in gated) else c
+            for i, c in enumerate(found)]

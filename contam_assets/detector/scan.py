@@ -142,7 +142,7 @@ def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float, hot: bool
 
 
 def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extras=None,
-              gated: list[int] | None = None) -> list[list[Candidate]]:
+              gated: dict | None = None) -> list[list[Candidate]]:
     """``[scan_tokens(index, t, cfg) for t in docs]``, with the per-document numpy work batched.
 
     The n-gram hashes of all documents are computed in one pass over their
@@ -152,8 +152,8 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extr
     then :func:`can_reach_floor`).
 
     ``extras`` (thorough.Extras, the `thorough` parts): short questions join the walk,
-    and the positions of the documents that pass the near-duplicate gate are appended
-    to ``gated`` (thorough.finish verifies them on their words).
+    and every document that passes the near-duplicate gate goes into ``gated`` (position
+    -> the non-hot index keys it holds; thorough.finish verifies it on its words).
     """
     short = extras.short if extras is not None else None
     near_floor = extras.near_floor if extras is not None and gated is not None else None
@@ -191,7 +191,7 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extr
         doc_keys = keys[s : s + m]
         present = doc_keys[doc_keys >= 0]
         if near_floor is not None and can_reach_floor(index, present, near_floor, hot=False):
-            gated.append(i)
+            gated[i] = np.unique(present[~index.hot[present]])
         if not can_reach_floor(index, present, floor):
             continue
         clusters, _ = find_clusters(index, docs[i], cfg, hashes=hashes[s : s + m], keys=doc_keys, short=short)

@@ -10,9 +10,10 @@ document (scan.scan_many, which already runs the short-question pass, short.py):
   (decon tops it out at 0.75);
 - ``near_duplicates``: neardup.py (template copies unflagged, cut or padded copies added);
 - ``dump``: when one document holds candidates of at least ``dump_min_items`` distinct
-  instances of one task (score at least the report floor, template copies not
-  counted), every such candidate is flagged, reason ``dump`` (seed 003: quiz pages
-  whose answers sit elsewhere, and dumps where no single item reaches the bar).
+  instances of one task, at as many places (disjoint question spans; score at least
+  the report floor, template copies not counted), every such candidate is flagged,
+  reason ``dump`` (seed 003: quiz pages whose answers sit elsewhere, and dumps where
+  no single item reaches the bar).
 
 Reasons a match row carries (matches.rows_for_doc): ``question+answer`` (decon's
 score), ``solution_only`` / ``answer_only`` (derived suites), ``question_only``,
@@ -88,7 +89,13 @@ def dumps(extras: Extras, cands: list[Candidate], cfg: DetectConfig) -> None:
         if c.reason != "same_template" and c.score >= cfg.report_floor and not extras.derived[c.local]:
             by_task.setdefault(int(extras.task_of[c.local]), []).append(c)
     for cs in by_task.values():
-        if len({int(extras.instance_of[c.local]) for c in cs}) >= cfg.dump_min_items:
+        # items at one place are one item (an MMLU passage shared by five questions): count disjoint spans
+        regions, last = 0, -1
+        for c in sorted(cs, key=lambda c: c.cluster_start):
+            if c.cluster_start > last:
+                regions += 1
+            last = max(last, c.question_end)
+        if regions >= cfg.dump_min_items and len({int(extras.instance_of[c.local]) for c in cs}) >= cfg.dump_min_items:
             for c in cs:
                 if not c.flagged or c.held:
                     # beyond decon rule: a document holding dump_min_items instances of one task is a dump
@@ -96,10 +103,11 @@ def dumps(extras: Extras, cands: list[Candidate], cfg: DetectConfig) -> None:
 
 
 def finish(extras: Extras | None, index: NgramIndex, tokens: np.ndarray, words: list[bytes] | None,
-           cands: list[Candidate], cfg: DetectConfig) -> list[Candidate]:
+           cands: list[Candidate], cfg: DetectConfig, present: np.ndarray | None = None) -> list[Candidate]:
     """A document's candidates after the thorough rules of ``cfg`` (unchanged when none is on).
 
-    ``words``: the document's cleaned words (text.clean_words), needed by the near-duplicate stage.
+    ``words``: the document's cleaned words (text.clean_words), needed by the near-duplicate stage;
+    ``present``: the non-hot index keys of a document that passed its gate (scan.scan_many's ``gated``).
     """
     if extras is None:
         return cands
@@ -109,7 +117,7 @@ def finish(extras: Extras | None, index: NgramIndex, tokens: np.ndarray, words: 
         from contam_assets.detector.neardup import near_duplicates
         from contam_assets.detector.tokenize import get_tokenizer
 
-        cands = near_duplicates(extras.near, index, tokens, words, cands, cfg, get_tokenizer(cfg.tokenizer))
+        cands = near_duplicates(extras.near, index, tokens, words, cands, cfg, get_tokenizer(cfg.tokenizer), present)
     if cfg.dump_min_items > 0:
         dumps(extras, cands, cfg)
     return cands
