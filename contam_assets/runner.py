@@ -39,7 +39,7 @@ def instance_for(out_dir: Path, dagster_home: str | None = None) -> dg.DagsterIn
 
 def settings_record(settings: ContamSettings) -> dict:
     return {k: getattr(settings, k) for k in ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset",
-                                               "unescape", "tokenizer", "content_key")}
+                                               "parts", "removal", "unescape", "tokenizer", "content_key")}
 
 
 def recorded_settings(out_dir: Path) -> ContamSettings | None:
@@ -84,7 +84,7 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     # forget shards of an earlier pool in the same output folder
     with store.connect(settings.db_path) as con:
         tables.ensure_schema(con)
-        for table in ("matches", "shard_stats", "removals", "mix_stats"):
+        for table in ("matches", "shard_stats", "removals", "mix_stats", "cuts"):
             con.execute(f"delete from {table} where shard not in (select unnest(?::varchar[]))", [shards])
     known = set(instance.get_dynamic_partitions(shards_partitions.name))
     new = [s for s in shards if s not in known]
@@ -121,6 +121,7 @@ def summary(settings: ContamSettings) -> dict:
                              coalesce(sum(rejected),0), coalesce(sum(pending_review),0) from shard_stats""").fetchone()
         flagged = con.execute("select count(*) from matches where flagged").fetchone()[0]
         stored = con.execute("select count(*) from matches").fetchone()[0]
+        cut = con.execute("select coalesce(sum(cut), 0) from mix_stats").fetchone()[0] if store.table_exists(con, "cuts") else 0
     return dict(shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
-                flagged_matches=flagged, stored_matches=stored, db=str(settings.db_path),
+                flagged_matches=flagged, stored_matches=stored, cut=int(cut), db=str(settings.db_path),
                 report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"))

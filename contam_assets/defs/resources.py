@@ -22,7 +22,9 @@ class ContamSettings(dg.ConfigurableResource):
     benchmarks_dir: str = ""  # CONTAM_BENCHMARKS: benchmark files ("" = embedded default: HumanEval from its package)
     tasks_dir: str = ""  # CONTAM_TASKS_DIR: task specs ("" = the project's data/tasks)
     tasks: str = ""  # CONTAM_TASKS: comma-separated task names to use ("" = every available task)
-    preset: str = "default"  # CONTAM_PRESET: default | olmo-web | olmo-synth
+    preset: str = "default"  # CONTAM_PRESET: default | olmo-web | olmo-synth | thorough
+    parts: str = ""  # CONTAM_PARTS: comma-separated thorough parts added to the preset (detector.config.THOROUGH_PARTS)
+    removal: str = "document"  # CONTAM_REMOVAL: document (drop it) | span (cut the matched spans, store/cuts.py)
     unescape: bool = True  # CONTAM_UNESCAPE=0 for exact decon parity
     tokenizer: str = "cl100k"  # CONTAM_TOKENIZER: cl100k | word
     content_key: str = "text"  # CONTAM_CONTENT_KEY
@@ -53,6 +55,10 @@ class ContamSettings(dg.ConfigurableResource):
         return [t.strip() for t in self.tasks.split(",") if t.strip()]
 
     @property
+    def part_list(self) -> list[str]:
+        return [t.strip() for t in self.parts.split(",") if t.strip()]
+
+    @property
     def experiments_path(self) -> Path:
         return Path(self.experiments_dir).resolve() if self.experiments_dir else self.out_path / "experiments"
 
@@ -66,6 +72,8 @@ class ContamSettings(dg.ConfigurableResource):
             tasks_dir=env.get("CONTAM_TASKS_DIR", ""),
             tasks=env.get("CONTAM_TASKS", ""),
             preset=env.get("CONTAM_PRESET", "default"),
+            parts=env.get("CONTAM_PARTS", ""),
+            removal=env.get("CONTAM_REMOVAL", "document"),
             unescape=env.get("CONTAM_UNESCAPE", "1") not in ("0", "false", "no"),
             tokenizer=env.get("CONTAM_TOKENIZER", "cl100k"),
             content_key=env.get("CONTAM_CONTENT_KEY", "text"),

@@ -70,16 +70,18 @@ def write_rejects(out_dir: Path, shard: str, rejects: list[Reject]) -> Path | No
     return path
 
 
-def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], rejected: set[int]) -> dict:
+def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], rejected: set[int], cut=None) -> dict:
     """Copy a shard to <out>/mix/<shard> without the dropped and rejected lines, atomically.
 
     Lines are copied byte for byte (same format and compression as the input).
+    ``cut`` (span removal, store/cuts.SpanCutter): a dropped line is replaced by ``cut(line, raw)``
+    instead, counted as ``cut``; a None from it drops the line after all.
     """
     src = Path(pool_dir) / shard
     dst = Path(out_dir) / "mix" / shard
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
-    written = dropped = skipped = read = 0
+    written = dropped = skipped = read = n_cut = 0
     try:
         with open_binary(src) as fin, open_writer(tmp, like=dst) as fout:
             for line_no, raw in enumerate(fin):
@@ -88,7 +90,12 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
                     skipped += 1
                     continue
                 if line_no in drop:
-                    dropped += 1
+                    new = cut(line_no, raw.rstrip(b"\r\n")) if cut is not None else None  # span removal hook
+                    if new is None:
+                        dropped += 1
+                    else:
+                        fout.write(new + b"\n")
+                        n_cut += 1
                     continue
                 fout.write(raw if raw.endswith(b"\n") else raw + b"\n")
                 written += 1
@@ -99,7 +106,7 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
             tmp.unlink(missing_ok=True)
             raise
     tmp.replace(dst)
-    return {"shard": shard, "written": written, "dropped": dropped, "rejected": skipped, "path": str(dst)}
+    return {"shard": shard, "written": written, "dropped": dropped, "rejected": skipped, "path": str(dst), "cut": n_cut}
 
 
 def count_lines(path: Path) -> int:

@@ -14,7 +14,7 @@ SCHEMA = {
         record_id INTEGER, task VARCHAR, suite VARCHAR, split VARCHAR, instance_index INTEGER, subject VARCHAR,
         choice_index INTEGER, is_correct BOOLEAN, kind VARCHAR, language VARCHAR, derived BOOLEAN,
         question VARCHAR, answer VARCHAR, passage VARCHAR, fingerprint VARCHAR, indexed BOOLEAN,
-        skip_reason VARCHAR, source_file VARCHAR
+        skip_reason VARCHAR, source_file VARCHAR, twins VARCHAR
     """,
     "matches": """
         match_id VARCHAR, shard VARCHAR, line INTEGER, doc_id VARCHAR, source VARCHAR,
@@ -25,7 +25,8 @@ SCHEMA = {
         question_start INTEGER, question_end INTEGER, answer_start INTEGER, answer_end INTEGER,
         passage_start INTEGER, passage_end INTEGER, n_matched_ngrams INTEGER, doc_tokens INTEGER, doc_chars BIGINT,
         training_text VARCHAR, training_segments VARCHAR,
-        eval_question VARCHAR, eval_answer VARCHAR, eval_passage VARCHAR, preset VARCHAR
+        eval_question VARCHAR, eval_answer VARCHAR, eval_passage VARCHAR, preset VARCHAR,
+        reason VARCHAR, twins VARCHAR
     """,
     "shard_stats": """
         shard VARCHAR, read BIGINT, scanned BIGINT, too_short BIGINT, rejected BIGINT,
@@ -41,7 +42,18 @@ SCHEMA = {
         shard VARCHAR, line INTEGER, doc_id VARCHAR, source VARCHAR, n_chars BIGINT, reason VARCHAR
     """,
     "mix_stats": """
-        shard VARCHAR, written BIGINT, dropped BIGINT, rejected BIGINT, path VARCHAR
+        shard VARCHAR, written BIGINT, dropped BIGINT, rejected BIGINT, path VARCHAR, cut BIGINT
+    """,
+    # thorough preset (issue 13): near-duplicate pairs of the reference set itself (detector/overlap.py)
+    "reference_overlap": """
+        task_a VARCHAR, split_a VARCHAR, instance_a INTEGER, subject_a VARCHAR,
+        task_b VARCHAR, split_b VARCHAR, instance_b INTEGER, subject_b VARCHAR,
+        relation VARCHAR, jaccard DOUBLE, masked_jaccard DOUBLE
+    """,
+    # `--removal span` (issue 13): every cut made in a kept document (store/cuts.py)
+    "cuts": """
+        shard VARCHAR, line INTEGER, doc_id VARCHAR, cut_start BIGINT, cut_end BIGINT,
+        span_start BIGINT, span_end BIGINT, match_ids VARCHAR, removed_text VARCHAR
     """,
 }
 
@@ -50,8 +62,22 @@ STATS_COLUMNS = [c.strip().split()[0] for c in SCHEMA["shard_stats"].split(",")]
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    for name, cols in SCHEMA.items():
-        con.execute(f"create table if not exists {name} ({cols})")
+    ensure_tables(con, SCHEMA)
+
+
+def ensure_tables(con: duckdb.DuckDBPyConnection, schema: dict[str, str]) -> None:
+    """Create missing tables, and add the columns a table of an older release lacks (columns are appended)."""
+    have: dict[str, set[str]] = {}
+    for t, c in con.execute("select table_name, column_name from information_schema.columns").fetchall():
+        have.setdefault(t, set()).add(c)
+    for name, cols in schema.items():
+        if name not in have:
+            con.execute(f"create table if not exists {name} ({cols})")
+            continue
+        for col in cols.split(","):
+            cname, ctype = col.split()[0], " ".join(col.split()[1:])
+            if cname not in have[name]:
+                con.execute(f"alter table {name} add column {cname} {ctype}")
 
 
 def replace_many(con: duckdb.DuckDBPyConnection, changes: list[tuple[str, str, list, pl.DataFrame | None]]) -> None:
@@ -98,6 +124,10 @@ REMOVABLE_SQL = """
 """
 
 
+# A row of REMOVABLE_SQL that removes its document (store/cuts.py cuts the same rows out in span mode).
+REMOVES = "flagged and (not needs_review or decision = 'accept') and coalesce(decision, '') <> 'reject'"
+
+
 def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None) -> int:
     """Rebuild `removals` (all shards or one) from matches + review decisions; update shard_stats."""
     where = "shard = ?" if shard is not None else "true"
@@ -111,9 +141,7 @@ def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None)
             select shard, line, any_value(doc_id), any_value(source), any_value(doc_chars),
                    string_agg(distinct case when needs_review then suite || ' (accepted)' else suite end, ', ' order by 1)
             from ({REMOVABLE_SQL}) r
-            where flagged and ({where.replace('shard', 'r.shard')})
-              and (not needs_review or decision = 'accept')
-              and coalesce(decision, '') <> 'reject'
+            where {REMOVES} and ({where.replace('shard', 'r.shard')})
             group by shard, line
             """,
             params,
@@ -137,6 +165,11 @@ def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None)
         con.execute("rollback")
         raise
     return int(n)
+
+
+def write_reference_overlap(con: duckdb.DuckDBPyConnection, overlap: pl.DataFrame | None) -> None:
+    """Replace the reference_overlap table (empty when the preset does not compute it)."""
+    replace_rows(con, "reference_overlap", "true", [], overlap)
 
 
 def _check_match_schema() -> None:

@@ -14,7 +14,7 @@ from contam_assets import store
 from contam_assets.defs.data.engine import ScanEngine, engine_from_env
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
-from contam_assets.detector.config import DetectConfig, preset
+from contam_assets.detector.config import DetectConfig, preset, with_parts
 from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.reference import build_reference_set
@@ -33,6 +33,7 @@ from contam_assets.rescan.plan import (
     task_hashes,
 )
 from contam_assets.store import artifacts, tables
+from contam_assets.store.cuts import span_cutter
 from contam_assets.store.files import atomic_write_text
 
 GROUP = "decontamination"
@@ -40,7 +41,7 @@ GROUP = "decontamination"
 
 def detect_config(settings: ContamSettings) -> DetectConfig:
     try:
-        return preset(settings.preset, tokenizer=settings.tokenizer, unescape=settings.unescape)
+        return with_parts(preset(settings.preset, tokenizer=settings.tokenizer, unescape=settings.unescape), settings.part_list)
     except ValueError as exc:
         raise dg.Failure(str(exc)) from exc
 
@@ -84,6 +85,7 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
     with contam_db.connect() as con:
         tables.ensure_schema(con)
         tables.replace_table(con, "instances", records)
+        tables.write_reference_overlap(con, stats.overlap)
     per_suite = (records.group_by("task", "suite", "split").agg(records=pl.len(), indexed=pl.col("indexed").sum())
                  .sort("task", "suite", "split").to_dicts())
     skipped = records.group_by("skip_reason").len().sort("skip_reason").to_dicts()
@@ -295,7 +297,8 @@ def removals(context: dg.AssetExecutionContext, contam_db: ContamDB) -> dg.Mater
 def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     """Self-contained HTML page for reviewers: counts, score histogram, top matches side by side."""
     settings = {"pool": str(contam_settings.pool_path), "benchmarks": str(contam_settings.benchmarks_path or "embedded default"),
-                "preset": contam_settings.preset, "tokenizer": contam_settings.tokenizer, "unescape": contam_settings.unescape}
+                "preset": contam_settings.preset, "tokenizer": contam_settings.tokenizer, "unescape": contam_settings.unescape,
+                "parts": contam_settings.parts or "(preset's)", "removal": contam_settings.removal}
     with contam_db.connect(read_only=True) as con:
         page = render_report(con, settings=settings)
         scores = con.execute("select score, flagged from matches").fetchall()
@@ -317,7 +320,7 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
 def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     """The shard without removed documents (same format), written atomically under <out>/mix/."""
     out = contam_settings.out_path
-    totals = {"written": 0, "dropped": 0, "rejected": 0}
+    totals = {"written": 0, "dropped": 0, "rejected": 0, "cut": 0}
     for shard in context.partition_keys:
         with contam_db.connect(read_only=True) as con:
             drop = {r[0] for r in con.execute("select line from removals where shard = ?", [shard]).fetchall()}
@@ -326,31 +329,39 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
             raise dg.Failure(f"shard {shard!r} has not been scanned; materialize shard_matches for it first")
         rej_path = out / "rejected" / f"{shard}.jsonl"
         rejected = {json.loads(l)["line"] for l in rej_path.read_text().splitlines()} if rej_path.exists() else set()
-        res = artifacts.write_mix_shard(contam_settings.pool_path, out, shard, drop, rejected)
+        cutter = None
+        if contam_settings.removal not in ("document", "span"):
+            raise dg.Failure(f"removal must be 'document' or 'span', got {contam_settings.removal!r}")
+        if contam_settings.removal == "span":  # issue 13: cut the matched spans instead of dropping the document
+            with contam_db.connect(read_only=True) as con:
+                cutter = span_cutter(con, shard, detect_config(contam_settings), contam_settings.content_key)
+        res = artifacts.write_mix_shard(contam_settings.pool_path, out, shard, drop, rejected, cut=cutter)
         res["rejected"] = len(rejected)
         with contam_db.connect() as con:
             tables.ensure_schema(con)
             tables.replace_rows(con, "mix_stats", "shard = ?", [shard], pl.DataFrame([res]))
+            tables.replace_rows(con, "cuts", "shard = ?", [shard], cutter.frame() if cutter else None)
         for k in totals:
             totals[k] += res[k]
     return dg.MaterializeResult(metadata={f"documents_{k}": v for k, v in totals.items()} | {
         "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
 
 
-@dg.asset_check(asset=decontaminated_mix, description="mix conservation: written + dropped + rejected = read, and the file holds exactly `written` lines")
+@dg.asset_check(asset=decontaminated_mix, description="mix conservation: written + dropped + cut + rejected = read, "
+                "dropped + cut = removed, and the file holds exactly written + cut lines")
 def mix_conservation(contam_settings: ContamSettings, contam_db: ContamDB) -> dg.AssetCheckResult:
     problems = []
     with contam_db.connect(read_only=True) as con:
         if not store.table_exists(con, "mix_stats"):
             return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
-        rows = store.query_df(con, """select m.shard, m.written, m.dropped, m.rejected, m.path, s.read, s.removed
-            from mix_stats m join shard_stats s using (shard)""").to_dicts()
-    for r in rows:
-        if r["written"] + r["dropped"] + r["rejected"] != r["read"]:
+        rows = store.query_df(con, """select m.shard, m.written, m.dropped, m.rejected, coalesce(m.cut, 0) cut, m.path,
+            s.read, s.removed from mix_stats m join shard_stats s using (shard)""").to_dicts()
+    for r in rows:  # a cut document (span removal) is written with its matched spans cut out
+        if r["written"] + r["dropped"] + r["cut"] + r["rejected"] != r["read"]:
             problems.append({**r, "problem": "counts"})
-        elif r["dropped"] != r["removed"]:
-            problems.append({**r, "problem": "dropped != removed (mix is stale; re-materialize it)"})
-        elif artifacts.count_lines(Path(r["path"])) != r["written"]:
+        elif r["dropped"] + r["cut"] != r["removed"]:
+            problems.append({**r, "problem": "dropped + cut != removed (mix is stale; re-materialize it)"})
+        elif artifacts.count_lines(Path(r["path"])) != r["written"] + r["cut"]:
             problems.append({**r, "problem": "file line count"})
     return dg.AssetCheckResult(passed=not problems, metadata={
         "shards_checked": len(rows), "violations": len(problems),
