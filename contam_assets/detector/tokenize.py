@@ -222,7 +222,8 @@ class BPETokenizer(Tokenizer):
     def word_token_counts(self, words: list[bytes]) -> np.ndarray:
         # by the word rule (module docstring) every word is encoded on its own, so its tokens are contiguous
         with self.cache._lock:
-            return self.cache._len[self.cache.slots(words)].copy()
+            slots = self.cache.slots(words)  # first: adding words may grow (replace) the length array
+            return self.cache._len[slots].copy()
 
     def _spaces(self) -> np.ndarray:
         if self._space_ids is None:

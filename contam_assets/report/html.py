@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 import duckdb
 
 from contam_assets.detector.text import clean_text
+from contam_assets.report.thorough import card_note, thorough_sections
 
 SHARED_WINDOW = 3  # words: a run of this many words found on both sides is highlighted
 
@@ -102,6 +103,7 @@ def _match_card(m: dict, rank: int) -> str:
     status = "flagged" if m["flagged"] else "near miss"
     if m["needs_review"]:
         status += " · needs review"
+    status += card_note(m)  # issue 13: reason and twins
     subj = f" · {html.escape(m['subject'])}" if m["subject"] else ""
     choice = ""
     if m["choice_index"] is not None:
@@ -181,6 +183,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
 <h2>Pending review (derived suites)</h2><p>Matches of derived suites (e.g. <code>humaneval_solution</code>) are not removed until accepted:
 <code>contam review OUT --accept MATCH_ID</code> (or <code>--reject</code>), then <code>contam apply OUT</code>.</p>
 {_table(pending, ['match_id','suite','split','instance_index','shard','line','score'])}
+{thorough_sections(con)}
 <h2>Top matches</h2><p class="muted">Left: the evaluation instance, words shared with the training document highlighted. Right: the training document (normalised text), matched question <mark>highlighted</mark>, passage <mark class="passage">in blue</mark>, matched answer <span class="answer">marked</span>.</p>
 {cards or "<p class='muted'>no matches</p>"}
 </body></html>"""
