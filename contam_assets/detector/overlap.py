@@ -13,7 +13,7 @@ Rules, on the instances' cleaned words (question; multiple choice: and its optio
   duplicates are grouped before, without MinHash;
 - every candidate pair is verified exactly and gets one relation, or none:
   ``identical`` (same cleaned text), ``same_template`` (same cleaned text once
-  every number is masked, numbers differ), ``near_duplicate`` (exact Jaccard of the
+  every run of number words is masked as one, numbers differ), ``near_duplicate`` (exact Jaccard of the
   unmasked shingles >= ``NEAR_JACCARD`` and at least ``MIN_SHINGLES`` shingles each);
   anything else the LSH proposed is dropped.
 """
@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import polars as pl
 
-from contam_assets.detector.minhash import jaccard, masked_word_ids, minhashes, shingle_sets
+from contam_assets.detector.minhash import NUMBER_ID, jaccard, masked_word_ids, minhashes, shingle_sets
 from contam_assets.detector.text import CleanOptions, clean_words, join_words
 
 LSH_THRESHOLD = 0.5  # MinHashLSH Jaccard threshold on masked shingles (candidates only)
@@ -58,6 +58,15 @@ def instance_texts(records: list[dict]) -> dict[tuple, str]:
     return {k: "\n".join(t for _, t in sorted(v)) for k, v in parts.items()}
 
 
+def _number_runs(masked) -> tuple:
+    """Masked ids with every run of number words as one ("1,250" and "1.5" clean to two number words, "7" to one)."""
+    out: list[int] = []
+    for x in masked.tolist():
+        if not (out and x == out[-1] == int(NUMBER_ID)):
+            out.append(x)
+    return tuple(out)
+
+
 def _relation(qa: str, qb: str, ma: tuple, mb: tuple, sa, sb) -> tuple[str | None, float]:
     if qa == qb:
         return "identical", 1.0
@@ -83,7 +92,7 @@ def reference_overlap(records: list[dict], opts: CleanOptions) -> tuple[pl.DataF
     words = [t.encode("utf-8", "surrogatepass").split() for t in texts]
     ids, masked = masked_word_ids(words)
     plain_sets, masked_sets = shingle_sets(ids), shingle_sets(masked)
-    masked_keys = [tuple(m.tolist()) for m in masked]
+    masked_keys = [_number_runs(m) for m in masked]
     mh = minhashes(masked_sets)
     lsh = MinHashLSH(threshold=LSH_THRESHOLD, num_perm=mh[0].hashvalues.size if mh else 128)
     with lsh.insertion_session() as session:
