@@ -3,7 +3,8 @@
     python benchmarks/quality_full.py --out /tmp/contam_quality_full [--benchmarks ../shared/data]
            [--per-type 100] [--clean-docs 100000] [--seed 0]
 
-Runs `contam quality` (the same Dagster assets), then writes OUT/quality_full.md:
+Runs `contam quality` (the same Dagster assets, every preset: default, olmo-web, olmo-synth, thorough),
+then writes OUT/quality_full.md:
 the tables recorded in docs/quality.md, plus why each verbatim-like or
 option-changed copy was missed on the default preset, found by replaying the
 detector's n-gram walk on the document (decon's every-10th-5-gram sampling
@@ -182,10 +183,16 @@ def main() -> None:
         rows.append(row)
     lines += ["### Recall, candidate recall and precision (%), all tasks", "", md(rows, list(rows[0])), ""]
 
-    d = report["presets"].get("default", report["presets"][presets[0]])
-    tasks = sorted({t for r in d["leak_types"].values() for t in r["tasks"]})
-    rows = [{"leak type": leak, **{t: pct(d["leak_types"][leak]["tasks"].get(t, {}).get("recall")) for t in tasks}} for leak in leaks]
-    lines += ["### Recall per task (%), default preset", "", md(rows, ["leak type"] + tasks), ""]
+    for name in [p for p in ("default", "thorough") if p in report["presets"]] or presets[:1]:
+        d = report["presets"][name]
+        tasks = sorted({t for r in d["leak_types"].values() for t in r["tasks"]})
+        rows = [{"leak type": leak, **{t: pct(d["leak_types"][leak]["tasks"].get(t, {}).get("recall")) for t in tasks}} for leak in leaks]
+        lines += [f"### Recall per task (%), {name} preset", "", md(rows, ["leak type"] + tasks), ""]
+    if "thorough" in report["presets"]:
+        t = report["presets"]["thorough"]["leak_types"]
+        rows = [{"leak type": leak, "planted": t[leak]["planted"], "flagged": t[leak]["flagged"],
+                 "held for review": t[leak]["held_for_review"], "same_template": t[leak].get("same_template")} for leak in leaks]
+        lines += ["### Thorough preset: flagged, held for review, reported as same_template", "", md(rows, list(rows[0])), ""]
 
     rows = []
     for p in presets:
@@ -210,9 +217,11 @@ def main() -> None:
                   md(causes, ["task", "cause", "missed"]), ""]
     if short:
         lines += ["### Verbatim-like and option-changed copies by question length (default preset)", "", md(short, list(short[0])), ""]
-    if "default" in report["presets"]:
-        t = report["presets"]["default"]["targets"]
-        lines += ["### Targets (default preset)", "", md([{**x, "passed": "yes" if x["passed"] else "NO"} for x in t], ["name", "value", "target", "passed"]), ""]
+    for name in presets:
+        t = report["presets"][name]["targets"]
+        if t:
+            lines += [f"### Targets ({name} preset)", "", md([{**x, "passed": "yes" if x["passed"] else "NO"} for x in t],
+                                                            ["name", "value", "target", "passed"]), ""]
     text = "\n".join(lines)
     (out / "quality_full.md").write_text(text)
     print(text)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+import xxhash
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
@@ -58,6 +59,12 @@ def ensure_extras(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig) -
     recs = records.filter(pl.col("indexed")).sort("record_id")
     if not np.array_equal(recs["record_id"].to_numpy(), index.record_ids):
         raise ValueError("records do not match the index (rebuild the index)")
+    # an index loaded again in the same process (one Dagster run per shard) reuses what was built for it
+    content = (key, index.config_json, xxhash.xxh3_64_hexdigest(index.q_keys.tobytes() + index.record_ids.tobytes()),
+               xxhash.xxh3_64_hexdigest(recs.select("record_id", "task", "question", "answer").write_csv().encode()))
+    if content in _BUILT:
+        cache[key] = _BUILT[content]
+        return cache[key]
     inst = recs.select(pl.concat_str(["task", "split", pl.col("instance_index").cast(pl.Utf8), pl.col("subject").fill_null("")],
                                      separator="\x1f").alias("k"))["k"]
     near = None
@@ -72,7 +79,13 @@ def ensure_extras(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig) -
         instance_of=inst.cast(pl.Categorical).to_physical().to_numpy().astype(np.int64),
         derived=recs["derived"].to_numpy().astype(bool),
     )
+    if len(_BUILT) >= 2:
+        _BUILT.pop(next(iter(_BUILT)))
+    _BUILT[content] = extras
     return extras
+
+
+_BUILT: dict[tuple, Extras] = {}  # the last two built in this process, by the content of their index and records
 
 
 def question_only(index: NgramIndex, cands: list[Candidate], cfg: DetectConfig) -> None:

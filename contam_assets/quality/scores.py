@@ -103,6 +103,8 @@ def match_pairs(matches: pl.DataFrame) -> pl.DataFrame:
                                     "instance_index": pl.Int32, "subject": pl.Utf8, "flagged": pl.Boolean,
                                     "flagged_primary": pl.Boolean, "best_score": pl.Float64, "suites": pl.Utf8,
                                     "reasons": pl.Utf8})
+    if "reason" not in matches.columns:  # match rows of decon's presets recorded before the column existed
+        matches = matches.with_columns(reason=pl.lit(None, dtype=pl.Utf8))
     return (matches.with_columns(pl.col("subject").fill_null(""))
             .group_by("shard", "line", *KEY_COLS)
             .agg(flagged=pl.col("flagged").any(),
