@@ -1,7 +1,7 @@
 """Full detector-quality measurement (not a test): every task, every preset, 100k clean documents.
 
     python benchmarks/quality_full.py --out /tmp/contam_quality_full [--benchmarks ../shared/data]
-           [--per-type 100] [--clean-docs 100000] [--seed 0]
+           [--per-type 100] [--clean-docs 100000] [--seed 0] [--preset NAME ...]
 
 Runs `contam quality` (the same Dagster assets, every preset: default, olmo-web, olmo-synth, thorough),
 then writes OUT/quality_full.md:
@@ -153,6 +153,7 @@ def main() -> None:
     ap.add_argument("--per-type", type=int, default=100)
     ap.add_argument("--clean-docs", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--preset", action="append", help="preset to measure (repeatable; default: every preset)")
     ap.add_argument("--skip-run", action="store_true", help="only rebuild the markdown from an earlier run in --out")
     args = ap.parse_args()
     out = Path(args.out).resolve()
@@ -161,7 +162,8 @@ def main() -> None:
         from contam_assets.cli import main as cli
 
         rc = cli(["quality", "--out", str(out), "--benchmarks", args.benchmarks, "--per-type", str(args.per_type),
-                  "--clean-docs", str(args.clean_docs), "--seed", str(args.seed)])
+                  "--clean-docs", str(args.clean_docs), "--seed", str(args.seed)]
+                 + [x for p in (args.preset or []) for x in ("--preset", p)])
         if rc:
             raise SystemExit(rc)
     wall = time.perf_counter() - t0
