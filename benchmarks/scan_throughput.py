@@ -328,7 +328,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     # planted recall: a planted document counts as found when the method flags it
     expect_flag = {"verbatim_qa", "instruct", "mc", "solution_escaped"}
     planted = {(t["shard"], t["line"]) for t in truth if t["kind"] in expect_flag}
-    th_flagged = set(matches["thorough"].filter(pl.col("flagged") & ~pl.col("needs_review")).select(key).iter_rows())
+    th_flagged = set(matches["thorough"].filter(pl.col("flagged")).select(key).iter_rows())  # as for the scan: held counts
     recall = {"scan": len(planted & flagged_docs) / max(1, len(planted)),
               "prefilter": len(planted & pf_flagged) / max(1, len(planted)),
               "thorough": len(planted & th_flagged) / max(1, len(planted))}
