@@ -29,13 +29,8 @@ NUM_PERM = 64  # MinHash permutations (exact verification follows, so the estima
 NUMBER_ID = np.uint64(xxhash.xxh3_64_intdigest(b"\x00number"))  # the id every number word gets when masked
 
 
-def word_ids(words: list[bytes]) -> np.ndarray:
-    """Ids of cleaned words (UTF-8 bytes, as text.clean_words gives them)."""
-    return get_tokenizer("word").encode_words([words])[0]
-
-
 def masked_word_ids(texts_words: list[list[bytes]]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(word ids, masked word ids) of many word lists."""
+    """(word ids, masked word ids) of many lists of cleaned words (UTF-8 bytes, as text.clean_words gives them)."""
     ids = get_tokenizer("word").encode_words(texts_words)
     return ids, [masked_ids(i, number_mask(w)) for i, w in zip(ids, texts_words)]
 

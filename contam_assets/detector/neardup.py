@@ -15,17 +15,17 @@ normaliser's words (minhash.py) and runs after decon's scan of a document:
    indexed item, asked for items that contain the window's
    shingles (containment >= ``ENSEMBLE_THRESHOLD``: a copy with words cut out is
    contained in its item); the item's text here is its question followed by its
-   answers (a multiple-choice item's options), as a copy shows them.  MinHash is an estimate: a true candidate is lost
-   when its estimated containment falls under the threshold, a false one costs a
-   verification and nothing else;
+   answers (a multiple-choice item's options), as a copy shows them.  MinHash is an
+   estimate: a true candidate is lost when its estimated containment falls under the
+   threshold, a false one costs a verification and nothing else;
 4. verification, exact, on the words of the window widened by ``PAD`` plus the
    question's length (difflib's matching blocks of two words or more, in order):
    *coverage* = share of the question's words aligned, *run* = longest aligned run.
    decon's own candidates (stored or flagged) are verified the same way around their
    span, without the LSH: the n-gram index proposed them already.
-   - ``same_template``: masked coverage >= ``TEMPLATE_COVERAGE`` and a number of the
-     question missing from the window.  Stored, never flagged nor held; it also unflags a decon match (the
-     hard negatives of GSM-Hard stay clean).
+   - ``same_template``: masked coverage >= ``TEMPLATE_COVERAGE`` and an aligned number
+     differs.  Stored, never flagged nor held; it also unflags a decon match (the hard
+     negatives of GSM-Hard stay clean).
    - ``near_duplicate``: coverage >= ``NEAR_COVERAGE``, run >= ``NEAR_RUN`` words, and the
      answer found after the question (as decon asks: a short answer's words within
      ``SHORT_ANSWER_WINDOW`` words, a long answer's shingles at ``ANSWER_SHARE`` within
