@@ -1,9 +1,10 @@
 """Full detector-quality measurement (not a test): every task, every preset, 100k clean documents.
 
     python benchmarks/quality_full.py --out /tmp/contam_quality_full [--benchmarks ../shared/data]
-           [--per-type 100] [--clean-docs 100000] [--seed 0]
+           [--per-type 100] [--clean-docs 100000] [--seed 0] [--preset NAME ...]
 
-Runs `contam quality` (the same Dagster assets), then writes OUT/quality_full.md:
+Runs `contam quality` (the same Dagster assets, every preset: default, olmo-web, olmo-synth, thorough),
+then writes OUT/quality_full.md:
 the tables recorded in docs/quality.md, plus why each verbatim-like or
 option-changed copy was missed on the default preset, found by replaying the
 detector's n-gram walk on the document (decon's every-10th-5-gram sampling
@@ -152,6 +153,7 @@ def main() -> None:
     ap.add_argument("--per-type", type=int, default=100)
     ap.add_argument("--clean-docs", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--preset", action="append", help="preset to measure (repeatable; default: every preset)")
     ap.add_argument("--skip-run", action="store_true", help="only rebuild the markdown from an earlier run in --out")
     args = ap.parse_args()
     out = Path(args.out).resolve()
@@ -160,7 +162,8 @@ def main() -> None:
         from contam_assets.cli import main as cli
 
         rc = cli(["quality", "--out", str(out), "--benchmarks", args.benchmarks, "--per-type", str(args.per_type),
-                  "--clean-docs", str(args.clean_docs), "--seed", str(args.seed)])
+                  "--clean-docs", str(args.clean_docs), "--seed", str(args.seed)]
+                 + [x for p in (args.preset or []) for x in ("--preset", p)])
         if rc:
             raise SystemExit(rc)
     wall = time.perf_counter() - t0
@@ -182,10 +185,16 @@ def main() -> None:
         rows.append(row)
     lines += ["### Recall, candidate recall and precision (%), all tasks", "", md(rows, list(rows[0])), ""]
 
-    d = report["presets"].get("default", report["presets"][presets[0]])
-    tasks = sorted({t for r in d["leak_types"].values() for t in r["tasks"]})
-    rows = [{"leak type": leak, **{t: pct(d["leak_types"][leak]["tasks"].get(t, {}).get("recall")) for t in tasks}} for leak in leaks]
-    lines += ["### Recall per task (%), default preset", "", md(rows, ["leak type"] + tasks), ""]
+    for name in [p for p in ("default", "thorough") if p in report["presets"]] or presets[:1]:
+        d = report["presets"][name]
+        tasks = sorted({t for r in d["leak_types"].values() for t in r["tasks"]})
+        rows = [{"leak type": leak, **{t: pct(d["leak_types"][leak]["tasks"].get(t, {}).get("recall")) for t in tasks}} for leak in leaks]
+        lines += [f"### Recall per task (%), {name} preset", "", md(rows, ["leak type"] + tasks), ""]
+    if "thorough" in report["presets"]:
+        t = report["presets"]["thorough"]["leak_types"]
+        rows = [{"leak type": leak, "planted": t[leak]["planted"], "flagged": t[leak]["flagged"],
+                 "held for review": t[leak]["held_for_review"], "same_template": t[leak].get("same_template")} for leak in leaks]
+        lines += ["### Thorough preset: flagged, held for review, reported as same_template", "", md(rows, list(rows[0])), ""]
 
     rows = []
     for p in presets:
@@ -210,9 +219,11 @@ def main() -> None:
                   md(causes, ["task", "cause", "missed"]), ""]
     if short:
         lines += ["### Verbatim-like and option-changed copies by question length (default preset)", "", md(short, list(short[0])), ""]
-    if "default" in report["presets"]:
-        t = report["presets"]["default"]["targets"]
-        lines += ["### Targets (default preset)", "", md([{**x, "passed": "yes" if x["passed"] else "NO"} for x in t], ["name", "value", "target", "passed"]), ""]
+    for name in presets:
+        t = report["presets"][name]["targets"]
+        if t:
+            lines += [f"### Targets ({name} preset)", "", md([{**x, "passed": "yes" if x["passed"] else "NO"} for x in t],
+                                                            ["name", "value", "target", "passed"]), ""]
     text = "\n".join(lines)
     (out / "quality_full.md").write_text(text)
     print(text)

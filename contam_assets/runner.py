@@ -63,7 +63,7 @@ def instance_for(out_dir: Path, dagster_home: str | None = None) -> dg.DagsterIn
     return instance
 
 
-RECORDED = ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset", "unescape", "tokenizer",
+RECORDED = ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset", "parts", "removal", "unescape", "tokenizer",
             "content_key", "evals_dir", "decon_config", "decon_report_dir", "decon_cleaned_dir", "purify", "allow_missing",
             "follow_symlinks")
 
@@ -240,8 +240,9 @@ def summary(settings: ContamSettings, extra: dict | None = None, retired: list[d
             (failed if st == "failed" else incomplete)[s] = f"{why}" if st == "incomplete" else f"nothing readable: {why}"
         for e in shards_db.errors(con):
             failed.setdefault(e["shard"], f"{e['step']}: {e['message']}")
+        cut = con.execute("select coalesce(sum(cut), 0) from mix_stats").fetchone()[0]
     return dict(shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
-                flagged_matches=flagged, stored_matches=stored, db=str(settings.db_path),
+                flagged_matches=flagged, stored_matches=stored, cut=int(cut), db=str(settings.db_path),
                 report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"),
                 skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path, settings.follow_symlinks).skipped],
                 incomplete=incomplete, failed=failed, retired=[r["shard"] for r in retired], **(extra or {}))

@@ -183,3 +183,55 @@ def test_rerun_replaces_rows(run):
         dup = con.execute("""select count(*) from (select leak_type, task, count(*) c from quality_scores
                              where preset = 'default' group by all having c > 1)""").fetchone()[0]
     assert dup == 0
+
+
+# -- the thorough preset on the same slice (issue 13) ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def thorough(run):
+    scored = dg.materialize([detector_quality], resources=run["resources"], instance=run["instance"], partition_key="thorough")
+    report = json.loads((run["out"] / "quality.json").read_text())
+    return dict(scored=scored, report=report["presets"]["thorough"], default=report["presets"]["default"])
+
+
+def test_thorough_meets_the_verbatim_like_html_and_dump_targets(thorough):
+    leaks = thorough["report"]["leak_types"]
+    for leak in VERBATIM_LIKE + ("mc_options_changed",):
+        assert leaks[leak]["recall"] >= 0.995, (leak, leaks[leak])
+    for leak in ("html_wrapped", "benchmark_dump"):
+        assert leaks[leak]["recall"] >= 0.98, (leak, leaks[leak])
+    for leak in ("question_middle_cut", "answer_only"):
+        assert leaks[leak]["recall"] >= 0.80, (leak, leaks[leak])
+    assert leaks["answer_only"]["held_for_review"] == leaks["answer_only"]["flagged"]  # held, never removed
+    assert leaks["solution_only"]["recall"] >= 0.95
+
+
+def test_thorough_question_only_misses_are_the_rules_own_limit(run, thorough, records):
+    """The rule holds a question of at least question_only_min_tokens tokens found whole; every miss is shorter."""
+    cfg = preset("thorough")
+    tok = get_tokenizer(cfg.tokenizer)
+    items = {it.key: it for it in items_from_records(records)}
+    with store.connect(run["settings"].db_path, read_only=True) as con:
+        rows = store.query_df(con, """select * from quality_outcomes where preset = 'thorough'
+                                      and leak_type = 'question_only'""").to_dicts()
+    for r in rows:
+        q = items[item_key(r["task"], r["split"], r["instance_index"], r["subject"])].question
+        if not r["caught"]:
+            assert len(tok.encode(clean_text(q, cfg.clean_options))) < cfg.question_only_min_tokens, r
+        else:
+            assert r["held_for_review"], r  # held for a reviewer, not removed
+    leak = thorough["report"]["leak_types"]["question_only"]
+    target = next(t for t in thorough["report"]["targets"] if t["name"].startswith("recall question_only"))
+    assert target["value"] == leak["recall"] and target["passed"] == (leak["recall"] >= 0.90)
+
+
+def test_thorough_templates_and_false_positives(thorough):
+    r = thorough["report"]
+    nc = r["leak_types"]["numbers_changed"]
+    assert nc["flagged"] == 0 and nc["same_template"] == nc["planted"] > 0
+    assert r["clean"]["false_positives"] == 0 and r["hard_negatives"]["total"]["false_positives"] == 0
+    checks = thorough["scored"].get_asset_check_evaluations()
+    assert checks[0].passed == all(t["passed"] for t in r["targets"])
+    by = {t["name"]: t for t in r["targets"]}
+    assert by["false positives per million clean documents"]["target"] == "<= 10"
+    assert by["numbers_changed flagged"]["passed"] and by["numbers_changed reported as same_template"]["passed"]

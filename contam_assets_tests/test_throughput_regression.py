@@ -39,6 +39,11 @@ def observed(shared_data: Path, name: str) -> dict:
     records, index, ref = build_detector(shared_data, cfg)
     docs = planted_documents(records, shared_data)
     rows, counters = scan_rows(as_documents([t for _, t in docs]), index, ref, cfg)
+    for r in rows:
+        # columns added after the recording (the thorough preset's): decon's presets give them fixed values
+        reason, twins = r.pop("reason"), r.pop("twins")
+        assert reason == ("solution_only" if r["suite"].endswith("_solution") else "question+answer"), r
+        assert twins is None, r
     rows = [{k: v for k, v in r.items() if k not in DROP} for r in rows]
     for r in rows:
         r["training_text"] = hashlib.sha1(r["training_text"].encode("utf-8")).hexdigest()[:16]

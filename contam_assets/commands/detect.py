@@ -32,7 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
                    help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks)")
-    p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth")
+    p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth | thorough")
+    parts = p.add_argument_group("thorough parts", "beyond decon, each on its own (--preset thorough has them all)")
+    for name, flag in PART_FLAGS.items():
+        parts.add_argument(flag, dest=f"part_{name}", action="store_true", help=PART_HELP[name])
+    p.add_argument("--removal", default="document", choices=["document", "span"],
+                   help="document: remove every matched document (default); span: cut each matched span with "
+                        "200 characters either side and keep the rest (GPT-3's policy), every cut reported")
     p.add_argument("--no-unescape", action="store_true", help="exact decon parity: do not undo JSON/Python string escapes")
     p.add_argument("--content-key", help="JSON key of the text (dots: a nested field); default text")
     p.add_argument("--allow-missing", action="store_true",
@@ -45,6 +51,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         knobs.add_argument(*flags, dest=f"knob_{k.field}", metavar="VALUE", nargs="?" if is_bool else None,
                            const="true" if is_bool else None, help=k.help)
     p.set_defaults(func=run)
+
+
+PART_FLAGS = {"markup": "--markup", "short_questions": "--short-questions", "question_only": "--question-only",
+              "answer_suites": "--answer-suites", "dumps": "--dumps", "near_duplicates": "--near-duplicates",
+              "reference_overlap": "--reference-overlap"}
+PART_HELP = {
+    "markup": "decode HTML/XML entities and remove tags before cleaning (benchmark and training text alike)",
+    "short_questions": "find questions under 14 tokens at any position (decon's sampling can step over them)",
+    "question_only": "hold for review a long question found whole without its answer",
+    "answer_suites": "derived <task>_answer suites where answers are long (GSM8K solutions), held for review",
+    "dumps": "flag a document holding 3 or more instances of one task (a benchmark dump)",
+    "near_duplicates": "datasketch MinHash LSH candidates for copies with words cut or inserted, verified exactly; "
+                       "copies with other numbers are reported as same_template",
+    "reference_overlap": "twins of every instance across the reference set (table reference_overlap)",
+}
 
 
 def _defaults():
@@ -123,7 +144,8 @@ def settings_from_args(args, pool: Path | None = None):
             decon_config=str(Path(args.decon_config).resolve()) if args.decon_config else "",
             decon_report_dir=str(Path(report_dir).resolve()) if report_dir else "",
             decon_cleaned_dir=str(Path(cleaned).resolve()) if cleaned else "", purify=bool(purify),
-            allow_missing=args.allow_missing, knobs=knobs,
+            allow_missing=args.allow_missing, knobs=knobs, removal=args.removal,
+            parts=",".join(name for name in PART_FLAGS if getattr(args, f"part_{name}", False)),
         )
         settings.detect_config()  # every knob checked before anything runs
     except (ConfigError, ValueError) as exc:
@@ -135,6 +157,8 @@ def print_summary(s: dict) -> None:
     print(f"\nshards {s['shards']}  documents read {s['read']:,}  removed {s['removed']:,}  kept {s['kept']:,}  "
           f"rejected {s['rejected']:,}  pending review {s['pending_review']:,}")
     print(f"matches stored {s['stored_matches']:,} (flagged {s['flagged_matches']:,})")
+    if s.get("cut"):
+        print(f"span removal: {s['cut']:,} removed document(s) kept with their matched spans cut out (table cuts, report)")
     for name, reason in s.get("skipped_files", []):
         print(f"skipped {name}: {reason}")
     for shard in s.get("retired", []):

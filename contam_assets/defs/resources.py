@@ -11,7 +11,7 @@ import dagster as dg
 from pydantic import Field
 
 from contam_assets import store
-from contam_assets.detector.config import KNOBS, ConfigError, DetectConfig, parse_knob, preset
+from contam_assets.detector.config import KNOBS, ConfigError, DetectConfig, parse_knob, preset, with_parts
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TASKS_DIR = PROJECT_ROOT / "data" / "tasks"
@@ -44,7 +44,9 @@ class ContamSettings(dg.ConfigurableResource):
     benchmarks_dir: str = ""  # CONTAM_BENCHMARKS: benchmark files ("" = embedded default: HumanEval from its package)
     tasks_dir: str = ""  # CONTAM_TASKS_DIR: task specs ("" = the project's data/tasks)
     tasks: str = ""  # CONTAM_TASKS: comma-separated task names to use ("" = every available task)
-    preset: str = "default"  # CONTAM_PRESET: default | olmo-web | olmo-synth
+    preset: str = "default"  # CONTAM_PRESET: default | olmo-web | olmo-synth | thorough
+    parts: str = ""  # CONTAM_PARTS: comma-separated thorough parts added to the preset (detector.config.THOROUGH_PARTS)
+    removal: str = "document"  # CONTAM_REMOVAL: document (drop it) | span (cut the matched spans, store/cuts.py)
     unescape: bool | None = None  # CONTAM_UNESCAPE=0 for exact decon parity (None: the preset's)
     tokenizer: str = ""  # CONTAM_TOKENIZER: cl100k | word | bytes ("" = the preset's)
     content_key: str = "text"  # CONTAM_CONTENT_KEY (dots name a nested field, as in decon)
@@ -113,7 +115,7 @@ class ContamSettings(dg.ConfigurableResource):
     def detect_config(self) -> tuple[DetectConfig, dict[str, str]]:
         """The detector configuration: the preset, then the decon config file, then the knobs set here;
         and where each knob's value came from."""
-        cfg = preset(self.preset)
+        cfg = with_parts(preset(self.preset), self.part_list)
         origins: dict[str, str] = {}
         if self.decon_config:
             dc = self.decon()
@@ -124,6 +126,10 @@ class ContamSettings(dg.ConfigurableResource):
             cfg = cfg.replace(**over)
             origins.update(dict.fromkeys(over, "set"))
         return cfg, origins
+
+    @property
+    def part_list(self) -> list[str]:
+        return [t.strip() for t in self.parts.split(",") if t.strip()]
 
     @property
     def experiments_path(self) -> Path:
@@ -139,6 +145,8 @@ class ContamSettings(dg.ConfigurableResource):
             tasks_dir=env.get("CONTAM_TASKS_DIR", ""),
             tasks=env.get("CONTAM_TASKS", ""),
             preset=env.get("CONTAM_PRESET", "default"),
+            parts=env.get("CONTAM_PARTS", ""),
+            removal=env.get("CONTAM_REMOVAL", "document"),
             unescape=(env["CONTAM_UNESCAPE"] not in ("0", "false", "no")) if env.get("CONTAM_UNESCAPE") else None,
             tokenizer=env.get("CONTAM_TOKENIZER", ""),
             content_key=env.get("CONTAM_CONTENT_KEY", "text"),

@@ -103,8 +103,9 @@ def _traverse(lk: _DocLookup, walk: _Walk, start: int, max_misses: int) -> int:
     return idx
 
 
-def expand_cluster(lk: _DocLookup, hit: int, key: int, cfg: DetectConfig) -> Cluster:
-    d0 = lk.docs(key)
+def expand_cluster(lk: _DocLookup, hit: int, key: int, cfg: DetectConfig, only: frozenset | None = None) -> Cluster:
+    """The cluster a hit at ``hit`` starts: every record of the key's postings (or only those in ``only``)."""
+    d0 = lk.docs(key) if only is None else lk.docs(key) & only
     matches = {d: {key} for d in d0}
     bounds = {d: [hit, hit] for d in d0}
     max_misses = cfg.question_max_consecutive_misses
@@ -115,7 +116,9 @@ def expand_cluster(lk: _DocLookup, hit: int, key: int, cfg: DetectConfig) -> Clu
 
 
 def find_clusters(index: NgramIndex, tokens: np.ndarray, cfg: DetectConfig, hashes: np.ndarray | None = None,
-                  keys: np.ndarray | None = None) -> tuple[list[Cluster], _DocLookup | None]:
+                  keys: np.ndarray | None = None, short=None) -> tuple[list[Cluster], _DocLookup | None]:
+    """decon's sampled walk; with ``short`` (short.ShortQuestions), also the clusters of short questions
+    started at every position (beyond decon, the `short_questions` part)."""
     n = cfg.ngram_size
     if len(tokens) < n:
         return [], None
@@ -150,4 +153,6 @@ def find_clusters(index: NgramIndex, tokens: np.ndarray, cfg: DetectConfig, hash
         cluster = expand_cluster(lk, i, key, cfg)
         clusters.append(cluster)
         i = max(i, cluster.end + 1)  # decon rule: resume after the cluster's end
+    if short is not None:
+        clusters += short.clusters(lk, clusters, cfg)
     return clusters, lk

@@ -63,6 +63,18 @@ class DetectConfig:
     # beyond decon: skip, before tokenizing, documents that provably hold no flagged match (prefilter.py).
     # Flags and removals are unchanged; near misses (stored, not flagged) of skipped documents are not kept.
     prefilter: bool = False
+    # beyond decon: the parts of the `thorough` preset (docs/detector.md "Beyond decon"), each off in decon's
+    # presets and each switchable on its own (THOROUGH_PARTS, `contam detect --markup` ...)
+    markup: bool = False  # decode HTML/XML references and remove tags before cleaning, on both sides (text.py)
+    dense_short_questions: bool = False  # questions under ngram_size + sample_every - 1 tokens: every position (short.py)
+    question_only: bool = False  # a long question found whole without its answer is held for review (rules.py)
+    question_only_min_tokens: int = 20  # question tokens the rule needs
+    question_only_overlap: float = 0.95  # question overlap the rule needs ("near 1.0")
+    answer_suites: bool = False  # derived `<task>_answer` suites where answers are long, held for review (reference.py)
+    answer_suite_min_words: int = 10  # median answer words a task needs for an answer suite; answers shorter are left out
+    dump_min_items: int = 0  # > 0: a document holding this many distinct instances of one task is a dump (rules.py)
+    near_duplicates: bool = False  # datasketch MinHash LSH candidates on document windows, verified exactly (neardup.py)
+    reference_overlap: bool = False  # MinHash LSH over the reference set itself: twins of every instance (overlap.py)
 
     def __post_init__(self):
         problems = validate(self)
@@ -71,7 +83,18 @@ class DetectConfig:
 
     @property
     def clean_options(self) -> CleanOptions:
-        return CleanOptions(punctuation=self.punctuation, unescape=self.unescape)
+        return CleanOptions(punctuation=self.punctuation, unescape=self.unescape, markup=self.markup)
+
+    @property
+    def thorough_parts(self) -> list[str]:
+        """The THOROUGH_PARTS this config has switched on."""
+        return [name for name, kw in THOROUGH_PARTS.items() if all(getattr(self, k) == v for k, v in kw.items())]
+
+    @property
+    def short_question_tokens(self) -> int:
+        # decon rule: every `sample_every`-th n-gram is looked up, so a question of fewer than
+        # ngram_size + sample_every - 1 tokens (under sample_every n-grams) can be stepped over
+        return self.ngram_size + self.sample_every - 1
 
     @property
     def min_doc_tokens(self) -> int:
@@ -90,10 +113,16 @@ class DetectConfig:
             "eval_dedup", "eval_min_token_length", "eval_min_unique_words", "index_passages", "index_answers",
             "punctuation", "unescape", "derived_suites", "same_answer_rule", "dedup_by",
         )
-        return {k: getattr(self, k) for k in keys}
+        out = {k: getattr(self, k) for k in keys}
+        # thorough fields join the key only when switched on, so decon's presets keep their digests
+        for k in ("markup", "answer_suites", "answer_suite_min_words", "reference_overlap"):
+            if getattr(self, k) != _DEFAULTS[k] and (k != "answer_suite_min_words" or self.answer_suites):
+                out[k] = getattr(self, k)
+        return out
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in _THOROUGH_FIELDS or v != _DEFAULTS[k]}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **kw) -> "DetectConfig":
         return dataclasses.replace(self, **kw)
@@ -206,6 +235,29 @@ def parse_knob(field: str, value) -> object:
         if not (field in ("decay_start", "decay_end") and value is None):
             raise ConfigError(f"{field} takes a whole number, got {value!r}")
     return value
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DetectConfig)}
+_THOROUGH_FIELDS = ("markup", "dense_short_questions", "question_only", "question_only_min_tokens", "question_only_overlap",
+                    "answer_suites", "answer_suite_min_words", "dump_min_items", "near_duplicates", "reference_overlap")
+# The parts of `thorough`, by the name a user switches each on with (contam detect --markup, CONTAM_PARTS=markup,...)
+THOROUGH_PARTS: dict[str, dict] = {
+    "markup": {"markup": True},
+    "short_questions": {"dense_short_questions": True},
+    "question_only": {"question_only": True},
+    "answer_suites": {"answer_suites": True},
+    "dumps": {"dump_min_items": 3},
+    "near_duplicates": {"near_duplicates": True},
+    "reference_overlap": {"reference_overlap": True},
+}
+
+
+def with_parts(cfg: DetectConfig, parts) -> DetectConfig:
+    """``cfg`` with the named THOROUGH_PARTS switched on (an unknown name is an error that lists the known ones)."""
+    kw: dict = {}
+    for name in parts:
+        if name not in THOROUGH_PARTS:
+            raise ConfigError(f"unknown detector part {name!r}; choose from {', '.join(THOROUGH_PARTS)}")
+        kw.update(THOROUGH_PARTS[name])
+    return cfg.replace(**kw) if kw else cfg
 
 
 PRESETS: dict[str, DetectConfig] = {
@@ -221,6 +273,8 @@ PRESETS: dict[str, DetectConfig] = {
         answer_ngram_size=2, min_long_answer_window=50,
     ),
 }
+# beyond decon: decon's default with every part of THOROUGH_PARTS (docs/detector.md, docs/quality.md)
+PRESETS["thorough"] = with_parts(PRESETS["default"], THOROUGH_PARTS)
 
 # decon mode: clean and build the reference set exactly as decon does (docs/decon.md)
 DECON_MODE = dict(unescape=False, derived_suites=False, same_answer_rule=False, dedup_by="fingerprint")

@@ -24,6 +24,7 @@ from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.scan import Candidate, scan_many
 from contam_assets.detector.scoring import length_adjusted_score
 from contam_assets.detector.text import clean_words, join_words
+from contam_assets.detector.thorough import ensure_extras, finish
 from contam_assets.detector.tokenize import Tokenizer, get_tokenizer
 
 CONTEXT_BEFORE = 30  # tokens of context shown before the first matched span (decon: 30 words)
@@ -94,6 +95,15 @@ def _rank(c: Candidate, rec: dict) -> tuple:
     return (c.flagged, c.score, c.a_overlap or 0.0, rec["is_correct"] is True, -(rec["choice_index"] or 0))
 
 
+def reason_of(c: Candidate, rec: dict) -> str:
+    """Why the row was made: a thorough rule's name, else the derived suite's kind, else decon's question+answer."""
+    if c.reason:
+        return c.reason
+    if rec["derived"]:
+        return "answer_only" if rec["suite"].endswith("_answer") else "solution_only"
+    return "question+answer"
+
+
 def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, cands: list[Candidate],
                   ref: Reference, tok: Tokenizer, preset: str, threshold: float) -> list[dict]:
     # One row per (instance, span): of a multiple-choice item's expanded records, keep the best choice.
@@ -112,7 +122,7 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, ca
             source=doc.source, task=rec["task"], suite=rec["suite"], split=rec["split"],
             instance_index=rec["instance_index"], subject=rec["subject"], choice_index=rec["choice_index"],
             is_correct=rec["is_correct"], record_id=c.record_id, score=round(c.score, 6),
-            required_score=round(c.required, 6), flagged=bool(c.flagged), needs_review=bool(rec["derived"]),
+            required_score=round(c.required, 6), flagged=bool(c.flagged), needs_review=bool(rec["derived"] or c.held),
             question_overlap=round(c.q_overlap, 6),
             answer_overlap=None if c.a_overlap is None else round(c.a_overlap, 6),
             passage_overlap=None if c.p_overlap is None else round(c.p_overlap, 6),
@@ -128,6 +138,7 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, ca
             contamination_score=round(length_adjusted_score(c.score, c.required, threshold), 6),
             answer_spans=json.dumps([[int(a), int(b)] for a, b in c.answer_spans]) if c.answer_spans else None,
             cluster_end=c.cluster_end,
+            reason=reason_of(c, rec), twins=rec.get("twins"),
         ))
     return rows
 
@@ -144,6 +155,8 @@ MATCH_SCHEMA = {
     "eval_answer": pl.Utf8, "eval_passage": pl.Utf8, "preset": pl.Utf8,
     # decon's reported contamination_score (length-adjusted), the answer spans, the cluster's last token
     "contamination_score": pl.Float64, "answer_spans": pl.Utf8, "cluster_end": pl.Int32,
+    # beyond decon (thorough): why the row was made (reason_of) and its instance's twins (JSON, overlap.py)
+    "reason": pl.Utf8, "twins": pl.Utf8,
 }
 
 
@@ -172,7 +185,19 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
     short = int((n_tokens < cfg.min_doc_tokens).sum())  # decon rule: documents under 10 tokens are not scanned
     counters["too_short"] += short
     counters["scanned"] += len(docs) - short
-    for doc, ws, tokens, cands in zip(docs, words, encoded, scan_many(index, encoded, cfg)):
+    for i, cands in enumerate(candidates(index, ref, encoded, words, cfg)):
         if cands:
-            rows.extend(rows_for_doc(doc, shard, join_words(ws), tokens, cands, ref, tok, preset, cfg.threshold))
+            rows.extend(rows_for_doc(docs[i], shard, join_words(words[i]), encoded[i], cands, ref, tok, preset, cfg.threshold))
     return rows, counters
+
+
+def candidates(index: NgramIndex, ref: Reference, encoded: list[np.ndarray], words: list[list[bytes]],
+               cfg: DetectConfig) -> list[list[Candidate]]:
+    """Every document's candidates: decon's scan (scan.scan_many), then the thorough rules of ``cfg`` (thorough.finish)."""
+    extras = ensure_extras(index, ref.records, cfg)
+    gated: dict = {}
+    found = scan_many(index, encoded, cfg, extras, gated)
+    if extras is None:
+        return found
+    return [finish(extras, index, encoded[i], words[i], c, cfg, gated.get(i)) if (c or i in gated) else c
+            for i, c in enumerate(found)]

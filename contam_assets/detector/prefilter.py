@@ -94,16 +94,39 @@ def window_hashes(view: np.ndarray, starts: np.ndarray) -> dict[int, np.ndarray]
     return out
 
 
+def rule_floor(cfg: DetectConfig) -> float:
+    """The lowest question overlap at which a thorough rule of ``cfg`` can flag (1.0: none can go below decon's bar).
+
+    The dump rule flags stored candidates (question overlap >= scan.question_floor); the near-duplicate
+    stage flags only in documents where some record's own non-hot n-grams reach neardup.GATE_FLOOR of
+    its idf total.  question_only needs decon's question pre-check, short questions are scored by decon's
+    rules: both stay above the bar.
+    """
+    floor = 1.0
+    if cfg.dump_min_items > 0:
+        floor = min(floor, cfg.min_question_overlap, cfg.candidate_question_floor)
+    if cfg.near_duplicates:
+        from contam_assets.detector.neardup import GATE_FLOOR
+
+        floor = min(floor, GATE_FLOOR)
+    return floor
+
+
 def flag_bar(cfg: DetectConfig, q_len: np.ndarray) -> np.ndarray:
-    """max(min_q, q_required(q_len)): the question overlap every flagged candidate reaches (scan.score_clusters)."""
+    """max(min_q, q_required(q_len)): the question overlap every flagged candidate reaches (scan.score_clusters),
+    lowered to rule_floor(cfg) when a thorough rule can flag below it."""
     min_q = cfg.min_question_overlap
-    return np.array([max(min_q, interpolate_threshold(int(L), cfg.decay_start, cfg.decay_end, min_q)) for L in q_len])
+    bar = np.array([max(min_q, interpolate_threshold(int(L), cfg.decay_start, cfg.decay_end, min_q)) for L in q_len])
+    return np.minimum(bar, rule_floor(cfg))
 
 
 def params_of(cfg: DetectConfig) -> dict:
     """Everything the anchors depend on besides the index itself."""
-    return dict(tokenizer=cfg.tokenizer, ngram_size=cfg.ngram_size, threshold=cfg.threshold,
-                decay_start=cfg.decay_start, decay_end=cfg.decay_end, levels=list(LEVELS), max_m=MAX_M)
+    out = dict(tokenizer=cfg.tokenizer, ngram_size=cfg.ngram_size, threshold=cfg.threshold,
+               decay_start=cfg.decay_start, decay_end=cfg.decay_end, levels=list(LEVELS), max_m=MAX_M)
+    if rule_floor(cfg) < 1.0:
+        out["rule_floor"] = rule_floor(cfg)
+    return out
 
 
 @dataclass

@@ -7,6 +7,11 @@ Rules (decon's reference preprocessing plus seed 003's derived suites):
   `is_correct`, `doc_id`, `fingerprint` are kept as the file says;
 - code tasks add a derived suite `<task>_solution` whose question is the reference solution
   alone (`derived_suites`);
+- beyond decon (`answer_suites`): a qa task whose median answer has at least `answer_suite_min_words`
+  words adds `<task>_answer`, whose question is an answer of that length alone (GSM8K's worked
+  solutions), held for review like the solution suites;
+- beyond decon (`reference_overlap`): every record carries the JSON list of its instance's twins
+  (overlap.py);
 - a suite whose answers are all the same string is indexed on its question alone (`same_answer_rule`);
 - a record is not indexed when passage+question+answer has fewer than `eval_min_token_length`
   non-space tokens or fewer than `eval_min_unique_words` unique words, or when it duplicates an
@@ -49,6 +54,7 @@ RECORD_SCHEMA = {
     "source_line": pl.Int32,  # line (CSV: row) of the record in source_file
     "eval_key": pl.Utf8,  # decon's name of the eval dataset (our suite)
     "eval_doc_id": pl.Int64,  # decon reference files: the record's doc_id
+    "twins": pl.Utf8,  # beyond decon: JSON list of {instance, relation} (reference_overlap part), else null
 }
 
 
@@ -57,6 +63,8 @@ class ReferenceStats:
     availability: list[dict] = field(default_factory=list)  # task, split, origin, files, rows
     bad_rows: list[str] = field(default_factory=list)
     same_answer_suites: list[str] = field(default_factory=list)
+    answer_suites: list[str] = field(default_factory=list)
+    overlap: pl.DataFrame | None = None  # reference_overlap pairs (overlap.OVERLAP_SCHEMA), when the part is on
 
 
 def fingerprint(passage: str | None, question: str | None, answer: str | None) -> str:
@@ -194,6 +202,25 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
     return records
 
 
+def add_answer_suites(records: list[dict], cfg: DetectConfig, stats: ReferenceStats) -> list[dict]:
+    """Derived `<task>_answer` records (beyond decon, the `answer_suites` part) for qa tasks with long answers."""
+    by_task: dict[str, list[dict]] = {}
+    for r in records:
+        if r["kind"] == "qa" and not r["derived"]:
+            by_task.setdefault(r["task"], []).append(r)
+    out = []
+    for task, recs in by_task.items():
+        lengths = sorted(len((r["answer"] or "").split()) for r in recs)
+        # beyond decon rule: a task whose median answer has >= answer_suite_min_words words gets `<task>_answer`
+        if not lengths or lengths[len(lengths) // 2] < cfg.answer_suite_min_words:
+            continue
+        stats.answer_suites.append(f"{task}_answer")
+        for r in recs:
+            if len((r["answer"] or "").split()) >= cfg.answer_suite_min_words:
+                out.append(dict(r, suite=f"{task}_answer", derived=True, question=r["answer"], answer=None, passage=None))
+    return out
+
+
 def apply_same_answer_rule(records: list[dict], stats: ReferenceStats) -> None:
     # seed 003: a suite whose answers are all the same string is indexed on its question alone
     by_suite: dict[str, set] = {}
@@ -249,10 +276,18 @@ def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg:
     records: list[dict] = []
     for spec in specs:
         records.extend(rows_for_task(spec, benchmarks_dir, stats, derived_suites=cfg.derived_suites))
+    if cfg.answer_suites:
+        records.extend(add_answer_suites(records, cfg, stats))
     if cfg.same_answer_rule:
         apply_same_answer_rule(records, stats)
     apply_decon_filters(records, cfg)
     for i, r in enumerate(records):
         r["record_id"] = i
+    if cfg.reference_overlap and records:
+        from contam_assets.detector.overlap import reference_overlap, twins_column
+
+        stats.overlap, twins = reference_overlap(records, cfg.clean_options)
+        for r, t in zip(records, twins_column(records, twins)):
+            r["twins"] = t
     df = pl.DataFrame(records, schema=RECORD_SCHEMA) if records else pl.DataFrame(schema=RECORD_SCHEMA)
     return df, stats

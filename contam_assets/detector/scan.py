@@ -36,6 +36,9 @@ class Candidate:
     required: float = 1.0
     flagged: bool = False
     cluster_end: int = -1  # last token of the cluster as expanded (before the answer cut)
+    question_check: bool = False  # decon's question pre-check passed (overlap >= min_q and its length-adjusted bar)
+    reason: str = ""  # beyond decon: the rule that made the row ("" = decon's; rules.py names the others)
+    held: bool = False  # beyond decon: flagged for review only (question_only), removes nothing until accepted
 
 
 # -- candidate scoring (contamination_entry.rs) ---------------------------------
@@ -78,6 +81,7 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
             # decon rule: L = question + answer (unique tokens) + passage tokens sets the required score
             L = q_len + (a_unique or 0) + (int(index.p_len[local]) if index.p_len[local] > 0 else 0)
             cand.required = interpolate_threshold(L, cfg.decay_start, cfg.decay_end, cfg.threshold)
+            cand.question_check = decon_prefilter
             cand.flagged = decon_prefilter and passes_threshold(cand.score, cand.required, cfg.threshold)
             if cand.score < cfg.report_floor and not cand.flagged:
                 continue
@@ -88,14 +92,15 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
     return sorted(out.values(), key=lambda c: (c.cluster_start, c.record_id))
 
 
-def scan_tokens(index: NgramIndex, tokens: np.ndarray, cfg: DetectConfig) -> list[Candidate]:
+def scan_tokens(index: NgramIndex, tokens: np.ndarray, cfg: DetectConfig, short=None) -> list[Candidate]:
     """All candidates in one document (empty when the document is under `min_doc_tokens`).
 
     The plain per-document path; :func:`scan_many` gives the same result for many documents.
+    ``short``: short.ShortQuestions (the `short_questions` part).
     """
     if len(tokens) < cfg.min_doc_tokens:
         return []
-    clusters, _ = find_clusters(index, tokens, cfg)
+    clusters, _ = find_clusters(index, tokens, cfg, short=short)
     if not clusters:
         return []
     return score_clusters(index, tokens, clusters, cfg)
@@ -108,7 +113,7 @@ def question_floor(cfg: DetectConfig) -> float:
     return min(cfg.min_question_overlap, cfg.candidate_question_floor)
 
 
-def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float) -> bool:
+def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float, hot: bool = True) -> bool:
     """False only when no record can reach question overlap ``floor`` with these n-gram keys.
 
     ``keys`` are the index keys found anywhere in a document.  A cluster starts at a
@@ -117,15 +122,17 @@ def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float) -> bool:
     most (idf of the document's non-hot keys it holds + idf of all the document's hot
     keys) / its idf total.  If that bound is under ``floor`` for every record of every
     non-hot key, score_clusters would drop every cluster of the document.
+    With ``hot=False`` the hot keys count for nobody: True exactly when some record
+    holds non-hot keys of the document worth ``floor`` of its idf total (the gate of
+    the near-duplicate stage, which the prefilter's bound then covers).
     """
     if floor <= 0:
         return True
     u = np.unique(keys)
-    hot = index.hot[u]
-    cold = u[~hot]
+    cold = u[~index.hot[u]]
     if len(cold) == 0:
         return False  # decon rule: a hot n-gram starts no cluster
-    hot_idf = float(index.q_idf[u[hot]].sum())
+    hot_idf = float(index.q_idf[u[index.hot[u]]].sum()) if hot else 0.0
     first, count = index.q_offsets[cold], index.q_offsets[cold + 1] - index.q_offsets[cold]
     ends = np.cumsum(count)
     recs = index.q_docs[np.repeat(first - (ends - count), count) + np.arange(int(ends[-1]))]
@@ -135,7 +142,8 @@ def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float) -> bool:
     return bool(np.any(idf + hot_idf >= floor * index.q_idf_sum[records] * (1 - 1e-9)))
 
 
-def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig) -> list[list[Candidate]]:
+def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extras=None,
+              gated: dict | None = None) -> list[list[Candidate]]:
     """``[scan_tokens(index, t, cfg) for t in docs]``, with the per-document numpy work batched.
 
     The n-gram hashes of all documents are computed in one pass over their
@@ -143,7 +151,13 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig) -> l
     up exactly in one pass; a document is walked only when it holds a non-hot index
     key and can reach the question floor (a coarse bound for all documents at once,
     then :func:`can_reach_floor`).
+
+    ``extras`` (thorough.Extras, the `thorough` parts): short questions join the walk,
+    and every document that passes the near-duplicate gate goes into ``gated`` (position
+    -> the non-hot index keys it holds; thorough.finish verifies it on its words).
     """
+    short = extras.short if extras is not None else None
+    near_floor = extras.near_floor if extras is not None and gated is not None else None
     n = cfg.ngram_size
     out: list[list[Candidate]] = [[] for _ in docs]
     lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
@@ -158,6 +172,7 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig) -> l
     doc_of = np.searchsorted(starts, hit, side="right") - 1
     inside = hit + n <= starts[doc_of + 1]  # the window ends inside its document
     floor = question_floor(cfg)
+    coarse = floor if near_floor is None else min(floor, near_floor)
     # a cheaper bound first, for all documents at once: the idf of every hit (repeats included) must
     # reach floor * the smallest idf total of any record a non-hot hit could start a cluster for
     hk, hd = keys[hit[inside]], doc_of[inside]
@@ -166,8 +181,8 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig) -> l
     cold = ~index.hot[hk]
     np.minimum.at(smallest, hd[cold], index.key_min_total()[hk[cold]])
     has_cold = np.isfinite(smallest)  # decon rule: only a non-hot n-gram starts a cluster
-    if floor > 0:
-        has_cold &= total * (1 + 1e-9) >= floor * np.where(has_cold, smallest, 0.0) * (1 - 1e-9)
+    if coarse > 0:
+        has_cold &= total * (1 + 1e-9) >= coarse * np.where(has_cold, smallest, 0.0) * (1 - 1e-9)
     maybe = np.flatnonzero(has_cold)
     for i in maybe.tolist():
         L = int(lens[i])
@@ -175,9 +190,12 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig) -> l
             continue
         s, m = int(starts[i]), L - n + 1
         doc_keys = keys[s : s + m]
-        if not can_reach_floor(index, doc_keys[doc_keys >= 0], floor):
+        present = doc_keys[doc_keys >= 0]
+        if near_floor is not None and can_reach_floor(index, present, near_floor, hot=False):
+            gated[i] = np.unique(present[~index.hot[present]])
+        if not can_reach_floor(index, present, floor):
             continue
-        clusters, _ = find_clusters(index, docs[i], cfg, hashes=hashes[s : s + m], keys=doc_keys)
+        clusters, _ = find_clusters(index, docs[i], cfg, hashes=hashes[s : s + m], keys=doc_keys, short=short)
         if clusters:
             out[i] = score_clusters(index, docs[i], clusters, cfg)
     return out

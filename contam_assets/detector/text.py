@@ -7,6 +7,7 @@ same :class:`CleanOptions`, so both sides of a comparison are normalised alike.
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass
 
@@ -34,6 +35,9 @@ class CleanOptions:
     # item quoted inside a JSON or Python string literal still matches.
     # Set False for exact decon parity.
     unescape: bool = True
+    # Beyond decon (thorough preset): decode HTML/XML character references and remove tags, so an
+    # item inside a web page (`&lt;`, `&gt;`, `<br>`, `<p>`) cleans to the same words as the item.
+    markup: bool = False
 
 
 def _unescape_one(m: re.Match) -> str:
@@ -51,6 +55,53 @@ def unescape(text: str) -> str:
     if "\\" not in text:
         return text
     return _ESCAPE.sub(_unescape_one, text)
+
+
+# -- markup (CleanOptions.markup) ------------------------------------------------------
+# Character references exactly as html.unescape finds them (named with or without ";", decimal,
+# hex); each is decoded by html.unescape on its own, which is what html.unescape does to a text.
+_CHARREF = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
+# A tag: comment, doctype / processing instruction, CDATA markers, or an element tag with attributes.
+# A "<" followed by a space or digit ("a < b", "x<3") is no tag.
+_TAG = re.compile(r"<!--.*?-->|<!\[CDATA\[|\]\]>|<[!?][^<>]*>|</?([A-Za-z][A-Za-z0-9:_.-]*)(?:\s[^<>]*)?/?>", re.S)
+# Inline elements join the text around them ("<b>Na</b>Cl" is "NaCl"); every other tag separates words.
+INLINE_TAGS = frozenset("a abbr b bdi bdo cite code del dfn em font i ins kbd mark q s samp small span strike strong "
+                        "sub sup tt u var wbr".split())
+MARKUP_PASSES = 3  # "&amp;lt;" (escaped twice) decodes to "<" in two passes; three is the most tried
+
+
+def _charref(m: re.Match) -> str:
+    return html.unescape(m.group(0))
+
+
+def _tag(m: re.Match) -> str:
+    name = m.group(1)
+    return "" if name is not None and name.lower() in INLINE_TAGS else " "
+
+
+def decode_markup(text: str) -> str:
+    """Character references decoded, then tags removed, until nothing changes (at most MARKUP_PASSES).
+
+    References first, so a tag written as entities (``&lt;b&gt;``) and the tag itself clean alike, and
+    code whose ``<`` and ``>`` a page escaped cleans like the code.
+    """
+    for _ in range(MARKUP_PASSES):
+        if "&" not in text and "<" not in text and "]]>" not in text:
+            break
+        new = _TAG.sub(_tag, _CHARREF.sub(_charref, text))
+        if new == text:
+            break
+        text = new
+    return text
+
+
+def _decode(text: str, options: "CleanOptions") -> str:
+    """The text-to-text steps before lowercasing: escapes undone, then markup decoded (per the options)."""
+    if options.unescape and "\\" in text:
+        text = _ESCAPE.sub(_unescape_one, text)
+    if options.markup and ("&" in text or "<" in text or "]]>" in text):
+        text = decode_markup(text)
+    return text
 
 
 _TRANSLATION_CACHE: dict[str, dict[int, str]] = {}
@@ -75,6 +126,8 @@ def clean_text_reference(text: str, options: CleanOptions = CleanOptions()) -> s
     """Plain definition of :func:`clean_text` (tests compare the two on random input)."""
     if options.unescape:
         text = unescape(text)
+    if options.markup:
+        text = decode_markup(text)
     # decon rule: lowercase, then replace each punctuation char with a space
     text = text.lower().translate(_translation(options.punctuation))
     # decon rule: collapse runs of whitespace to one space and trim
@@ -130,8 +183,7 @@ def translate_bytes(text: str, options: CleanOptions = CleanOptions(), errors: s
     Splitting the result on spaces gives the cleaned words (before long words are cut);
     ``errors="strict"`` raises UnicodeEncodeError on lone surrogates.
     """
-    if options.unescape and "\\" in text:
-        text = _ESCAPE.sub(_unescape_one, text)
+    text = _decode(text, options)
     ascii_table, utf8_table, wide = _fast_tables(options.punctuation)
     if text.isascii():
         return text.encode("ascii").translate(ascii_table)
@@ -167,3 +219,61 @@ def normalize_ws_case(text: str) -> str:
 def words(text: str) -> list[str]:
     """Words of already-cleaned text."""
     return text.split()
+
+
+# -- where each cleaned word came from ---------------------------------------------------
+
+def _sub_mapped(pattern: re.Pattern, fn, text: str, start: list[int], end: list[int]) -> tuple[str, list[int], list[int]]:
+    """``pattern.sub(fn, text)``, carrying each character's [start, end) in the original text along."""
+    out, s2, e2, pos = [], [], [], 0
+    for m in pattern.finditer(text):
+        a, b = m.span()
+        out.append(text[pos:a])
+        s2 += start[pos:a]
+        e2 += end[pos:a]
+        r = fn(m)
+        out.append(r)
+        s2 += [start[a]] * len(r)
+        e2 += [end[b - 1]] * len(r)
+        pos = b
+    out.append(text[pos:])
+    return "".join(out), s2 + start[pos:], e2 + end[pos:]
+
+
+def clean_spans(text: str, options: CleanOptions = CleanOptions()) -> tuple[list[str], list[tuple[int, int]]]:
+    """The cleaned words of ``text`` and, for each, the [start, end) characters of ``text`` it came from.
+
+    ``" ".join(words) == clean_text(text, options)`` (tests hold it on random input); a caller that
+    relies on the spans may still compare the two and fall back.
+    """
+    start, end = list(range(len(text))), list(range(1, len(text) + 1))
+    if options.unescape and "\\" in text:
+        text, start, end = _sub_mapped(_ESCAPE, _unescape_one, text, start, end)
+    if options.markup:
+        for _ in range(MARKUP_PASSES):
+            if "&" not in text and "<" not in text and "]]>" not in text:
+                break
+            new, s2, e2 = _sub_mapped(_CHARREF, _charref, text, start, end)
+            new, s2, e2 = _sub_mapped(_TAG, _tag, new, s2, e2)
+            if new == text:
+                break
+            text, start, end = new, s2, e2
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a character whose lowercase is longer ("İ"): spread its span
+        sizes = [len(c.lower()) for c in text]
+        start = [s for n, s in zip(sizes, start) for _ in range(n)]
+        end = [e for n, e in zip(sizes, end) for _ in range(n)]
+    sep = set(options.punctuation)
+    words, spans, cur = [], [], []
+    for i, c in enumerate(lowered + " "):
+        if c in sep or c.isspace():
+            if cur:
+                w = "".join(lowered[j] for j in cur)
+                for k in range(0, len(w), MAX_WORD_CHARS):  # long words are cut as clean_text cuts them
+                    piece = cur[k : k + MAX_WORD_CHARS]
+                    words.append(w[k : k + MAX_WORD_CHARS])
+                    spans.append((start[piece[0]], end[piece[-1]]))
+                cur = []
+        else:
+            cur.append(i)
+    return words, spans

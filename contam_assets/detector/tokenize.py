@@ -135,6 +135,10 @@ class Tokenizer:
         """(bytes the tokens stand for, int64 offsets: token i is bytes[off[i]:off[i+1]])."""
         raise NotImplementedError
 
+    def word_token_counts(self, words: list[bytes]) -> np.ndarray:
+        """Tokens of each cleaned word: word i of a document is its tokens cumsum[i-1]:cumsum[i]."""
+        raise NotImplementedError
+
 
 class BPETokenizer(Tokenizer):
     def __init__(self, name: str = "cl100k"):
@@ -215,6 +219,12 @@ class BPETokenizer(Tokenizer):
     def encode_words(self, docs: list[list[bytes]]) -> list[np.ndarray]:
         return self.cache.encode(docs)
 
+    def word_token_counts(self, words: list[bytes]) -> np.ndarray:
+        # by the word rule (module docstring) every word is encoded on its own, so its tokens are contiguous
+        with self.cache._lock:
+            slots = self.cache.slots(words)  # first: adding words may grow (replace) the length array
+            return self.cache._len[slots].copy()
+
     def _spaces(self) -> np.ndarray:
         if self._space_ids is None:
             ids = []
@@ -269,6 +279,9 @@ class WordTokenizer(Tokenizer):
 
     def count_non_space(self, ids: np.ndarray) -> int:
         return int(len(ids))
+
+    def word_token_counts(self, words: list[bytes]) -> np.ndarray:
+        return np.ones(len(words), dtype=np.int64)
 
     def span_text(self, cleaned: str, ids: np.ndarray, start: int, end: int) -> str:
         return " ".join(cleaned.split()[max(0, start) : max(0, end)])

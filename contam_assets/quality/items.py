@@ -50,7 +50,7 @@ def items_from_records(records: pl.DataFrame) -> list[Item]:
     prim = records.filter(~pl.col("derived")).sort("task", "split", "subject", "instance_index", "choice_index", nulls_last=False)
     derived = {
         item_key(r["task"], r["split"], r["instance_index"], r["subject"]): r
-        for r in records.filter(pl.col("derived")).to_dicts()
+        for r in records.filter(pl.col("derived") & pl.col("suite").str.ends_with("_solution")).to_dicts()
     }
     groups: dict[Key, list[dict]] = {}
     for r in prim.to_dicts():

@@ -16,7 +16,7 @@ import polars as pl
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.config import preset as preset_config
 from contam_assets.detector.index import build_index
-from contam_assets.detector.matches import Reference
+from contam_assets.detector.matches import MATCH_SCHEMA, Reference
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import TaskSpec
 from contam_assets.quality.items import items_from_records
@@ -27,7 +27,8 @@ from contam_assets.rescan.shard import scan_shard
 from contam_assets.store.pool import Document, list_shards, read_shard
 
 MATCH_KEEP = ["shard", "line", "doc_id", "task", "suite", "split", "instance_index", "subject", "choice_index",
-              "score", "required_score", "flagged", "needs_review", "question_overlap", "answer_overlap", "training_text"]
+              "score", "required_score", "flagged", "needs_review", "question_overlap", "answer_overlap", "training_text",
+              "reason"]
 
 
 @dataclass
@@ -59,7 +60,7 @@ def scan_suite(pool: Path, det: Detector) -> tuple[pl.DataFrame, list[dict]]:
         if res.matches.height:
             frames.append(res.matches.select(MATCH_KEEP))
     if not frames:
-        return pl.DataFrame(schema={c: pl.Utf8 for c in MATCH_KEEP}), stats
+        return pl.DataFrame(schema={c: MATCH_SCHEMA[c] for c in MATCH_KEEP}), stats
     return pl.concat(frames), stats
 
 

@@ -9,7 +9,7 @@ import polars as pl
 
 from contam_assets.quality.leaks import LEAK_TYPES
 
-PRESET_ORDER = ("default", "olmo-web", "olmo-synth")
+PRESET_ORDER = ("default", "thorough", "olmo-web", "olmo-synth")
 LEAK_NOTES = {
     "verbatim": "question + answer copied as is",
     "case": "upper / lower / title case",
@@ -47,8 +47,8 @@ def build_json(data: dict, suite_meta: dict) -> dict:
         s = d["summary"]
         leaks: dict[str, dict] = {}
         for r in d["scores"].to_dicts():
-            row = {k: r[k] for k in ("planted", "flagged", "held_for_review", "candidates", "recall", "candidate_recall",
-                                     "precision", "documents", "documents_removed")}
+            row = {k: r.get(k) for k in ("planted", "flagged", "held_for_review", "candidates", "recall", "candidate_recall",
+                                         "precision", "documents", "documents_removed", "same_template")}
             entry = leaks.setdefault(r["leak_type"], {"tasks": {}})
             if r["task"] == "ALL":
                 entry.update(row)
@@ -152,11 +152,13 @@ def render_html(data: dict, suite_meta: dict) -> str:
         parts.append("<p class='note'>No preset has been measured on this suite yet: materialize <code>detector_quality</code>.</p></body></html>")
         return "".join(parts)
 
-    if "default" in data and data["default"]["summary"].get("targets"):
-        parts.append("<h2>Targets (default preset)</h2>")
+    for p in presets:
+        if not data[p]["summary"].get("targets"):
+            continue
+        parts.append(f"<h2>Targets ({_e(p)} preset)</h2>")
         trs = "".join(f"<tr><td class='l'>{_e(t['name'])}</td><td>{_e(t['value'])}</td><td>{_e(t['target'])}</td>"
                       f"<td class='{'pass' if t['passed'] else 'fail'}'>{'pass' if t['passed'] else 'FAIL'}</td></tr>"
-                      for t in data["default"]["summary"]["targets"])
+                      for t in data[p]["summary"]["targets"])
         parts.append(f"<table><tr><th class='l'>target</th><th>value</th><th>bound</th><th>result</th></tr>{trs}</table>")
 
     parts.append("<h2>Recall per leak type, all presets</h2><p class='small'>Recall = planted items with a flagged match pointing at them / planted items "

@@ -34,17 +34,17 @@ SCHEMA = {
     "quality_runs": "preset VARCHAR, suite_digest VARCHAR, measured_at TIMESTAMP, summary VARCHAR",
     "quality_scores": """preset VARCHAR, leak_type VARCHAR, task VARCHAR, planted BIGINT, flagged BIGINT, held_for_review BIGINT,
         candidates BIGINT, recall DOUBLE, candidate_recall DOUBLE, flagged_pairs BIGINT, correct_pairs BIGINT,
-        precision DOUBLE, documents BIGINT, documents_removed BIGINT""",
+        precision DOUBLE, documents BIGINT, documents_removed BIGINT, same_template BIGINT""",
     "quality_clean": """preset VARCHAR, doc_class VARCHAR, kind VARCHAR, documents BIGINT, flagged_documents BIGINT,
         removed_documents BIGINT, candidate_documents BIGINT""",
     "quality_outcomes": """preset VARCHAR, doc_id VARCHAR, leak_type VARCHAR, variant VARCHAR, task VARCHAR, split VARCHAR,
         instance_index INTEGER, subject VARCHAR, shard VARCHAR, line INTEGER, caught BOOLEAN, caught_direct BOOLEAN,
-        held_for_review BOOLEAN, candidate BOOLEAN, best_score DOUBLE, suites VARCHAR""",
+        held_for_review BOOLEAN, candidate BOOLEAN, best_score DOUBLE, suites VARCHAR, same_template BOOLEAN, reasons VARCHAR""",
     "quality_item_split": """preset VARCHAR, task VARCHAR, split VARCHAR, instance_index INTEGER, subject VARCHAR,
         indexed BOOLEAN, planted BOOLEAN, present BOOLEAN, flagged BOOLEAN""",
     "quality_matches": """preset VARCHAR, shard VARCHAR, line INTEGER, doc_id VARCHAR, task VARCHAR, suite VARCHAR, split VARCHAR,
         instance_index INTEGER, subject VARCHAR, choice_index INTEGER, score DOUBLE, required_score DOUBLE, flagged BOOLEAN,
-        needs_review BOOLEAN, question_overlap DOUBLE, answer_overlap DOUBLE, training_text VARCHAR""",
+        needs_review BOOLEAN, question_overlap DOUBLE, answer_overlap DOUBLE, training_text VARCHAR, reason VARCHAR""",
 }
 PER_PRESET = ("quality_scores", "quality_clean", "quality_outcomes", "quality_item_split", "quality_matches", "quality_runs")
 

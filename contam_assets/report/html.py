@@ -23,6 +23,7 @@ import duckdb
 from contam_assets.detector.text import clean_text
 from contam_assets.report.matrix import heatmap_png, source_task_matrix
 from contam_assets.report.raw_text import RawDocument, raw_documents
+from contam_assets.report.thorough import card_note, thorough_sections
 from contam_assets.store.tables import REMOVABLE_SQL
 
 SHARED_WINDOW = 3  # words: a run of this many words found on both sides is highlighted
@@ -109,6 +110,7 @@ def _match_card(m: dict, rank: int, raw: RawDocument | None = None, open_: bool 
     status = "flagged" if m["flagged"] else "near miss"
     if m["needs_review"]:
         status += " · needs review"
+    status += card_note(m)  # issue 13: reason and twins
     subj = f" · {html.escape(m['subject'])}" if m["subject"] else ""
     if raw is not None and raw.text is not None:
         doc_html, doc_label = raw.html(), "raw text"
@@ -280,5 +282,6 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
 {_section('Per shard', _table(by_shard, ['shard','read','removed','kept','rejected','pending_review','flagged','too_short']), open_=False, anchor='shards')}
 {_section('Rejected input', _table(rejects, ['shard','reject_reasons']), open_=False, anchor='rejects')}
 {_section(f'Pending review: {len(pending):,} documents, {pending_matches:,} matches', pending_body, anchor='pending')}
+{"".join(_section(title, body, open_=False, anchor=anchor) for title, body, anchor in thorough_sections(con))}
 {_section(f'Top matches ({len(top_rows)})', '<p class="muted">Left: the evaluation instance, words shared with the training document highlighted. Right: the training document as it is in the pool, matched question <mark class="question">highlighted</mark>, passage <mark class="passage">in blue</mark>, matched answer <mark class="answer">marked</mark>; the first five unfolded.</p>' + (cards or "<p class='muted'>no matches</p>"), anchor='top')}
 </body></html>"""

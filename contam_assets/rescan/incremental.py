@@ -26,7 +26,8 @@ from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference, rows_for_doc
 from contam_assets.detector.ngrams import ngram_hashes
 from contam_assets.detector.scan import scan_many
-from contam_assets.detector.text import clean_text
+from contam_assets.detector.text import clean_words, join_words
+from contam_assets.detector.thorough import ensure_extras, finish
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.rescan import token_cache
 from contam_assets.rescan.shard import BATCH, MatchSink, ShardOutcome, outcome_rows, shard_stats_row
@@ -158,26 +159,34 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
         keep = np.zeros(index.n_records, dtype=bool)
         keep[locals_] = True
     docs = docs_containing(stream, keys, cfg.ngram_size, cfg.min_doc_tokens)
-    found: dict[int, tuple[np.ndarray, list]] = {}
+    extras = ensure_extras(index, ref.records, cfg)
+    found: dict[int, tuple[np.ndarray, list, np.ndarray | None]] = {}
     for start in range(0, len(docs), BATCH):
         part = [int(i) for i in docs[start : start + BATCH]]
         tokens = [stream.doc(i) for i in part]
-        for i, toks, cands in zip(part, tokens, scan_many(index, tokens, cfg)):
-            if keep is not None:
+        gated: dict = {}
+        for j, (i, toks, cands) in enumerate(zip(part, tokens, scan_many(index, tokens, cfg, extras, gated))):
+            if extras is None and keep is not None:
                 cands = [c for c in cands if keep[c.local]]
-            if cands:
-                found[int(stream.lines[i])] = (toks, cands)
+            if cands or j in gated:  # with the thorough rules, filtered after them (they look at every candidate)
+                found[int(stream.lines[i])] = (toks, cands, gated.get(j))
     tok = get_tokenizer(cfg.tokenizer)
     sink = MatchSink(parts)
     try:
         seen = 0
         for line, doc in iter_documents_at(path, shard, content_key, cfg.max_doc_bytes, set(found)):
             seen += 1
-            tokens, cands = found[line]
-            cleaned = clean_text(doc.text, cfg.clean_options) if doc else ""
+            tokens, cands, present = found[line]
+            words = clean_words(doc.text, cfg.clean_options) if doc else []
+            cleaned = join_words(words)
             if doc is None or len(tok.encode(cleaned)) != len(tokens):
                 raise StaleStream(f"{shard}: line {line} no longer matches the cached token stream")
-            sink.extend(rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset, cfg.threshold))
+            if extras is not None:
+                cands = finish(extras, index, tokens, words, cands, cfg, present)
+                if keep is not None:
+                    cands = [c for c in cands if keep[c.local]]
+            if cands:
+                sink.extend(rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset, cfg.threshold))
         if seen != len(found):
             raise StaleStream(f"{shard}: the file ends before line {max(found)} of the cached token stream")
         matches = sink.close()

@@ -19,8 +19,7 @@ import polars as pl
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
-from contam_assets.detector.matches import Reference, rows_for_doc
-from contam_assets.detector.scan import scan_many
+from contam_assets.detector.matches import Reference, candidates, rows_for_doc
 from contam_assets.detector.text import clean_words, join_words
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.rescan import token_cache
@@ -70,7 +69,7 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                     counters["too_short"] += 1  # decon rule: documents under 10 tokens are not scanned
                 else:
                     counters["scanned"] += 1
-            for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, scan_many(index, encoded, cfg))):
+            for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, candidates(index, ref, encoded, words, cfg))):
                 if cands:
                     sink.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset, cfg.threshold))
             fault_point("scan")

@@ -103,7 +103,7 @@ class MixError(RuntimeError):
 
 def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], rejected: set[int],
                     expected_read: int | None = None, max_doc_bytes: int = 8 << 20, src: Path | None = None,
-                    accept_broken: bool = False) -> dict:
+                    accept_broken: bool = False, cut=None) -> dict:
     """Copy a shard to <out>/mix/<shard> without the dropped and rejected lines, atomically.
 
     Lines are copied byte for byte (same format and compression as the input).  The copy
@@ -111,12 +111,14 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
     ``expected_read``) it has as many lines as its scan read; otherwise MixError and no file.
     ``accept_broken``: a reviewer accepted the shard although its stream breaks: its lines up to
     the break are written (status ``accepted_incomplete``).
+    ``cut`` (span removal, store/cuts.SpanCutter): a dropped line is replaced by ``cut(line, raw)``
+    instead, counted as ``cut``; a None from it drops the line after all.
     """
     src = src or shard_path(pool_dir, shard)
     dst = mix_path(out_dir, pool_dir, shard)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(dst)
-    written = dropped = skipped = read = 0
+    written = dropped = skipped = read = n_cut = 0
     status = "ok"
     try:
         with open_binary(src) as fin, open_writer(tmp, like=dst.name) as fout:
@@ -129,7 +131,12 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
                     skipped += 1
                     continue
                 if line_no in drop:
-                    dropped += 1
+                    new = cut(line_no, raw.rstrip(b"\r\n")) if cut is not None else None  # span removal hook
+                    if new is None:
+                        dropped += 1
+                    else:
+                        fout.write(new + b"\n")
+                        n_cut += 1
                     continue
                 if size is not None:
                     raise MixError(f"line {line_no} is over {max_doc_bytes} bytes but was not rejected by the scan")
@@ -145,7 +152,7 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
     finally:
         tmp.unlink(missing_ok=True)
     return {"shard": shard, "written": written, "dropped": dropped, "rejected": skipped, "path": display_path(dst),
-            "status": status}
+            "status": status, "cut": n_cut}
 
 
 def _lines_until_break(fin, max_doc_bytes: int, accept_broken: bool):

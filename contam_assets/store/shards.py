@@ -24,7 +24,7 @@ from contam_assets.store.db import table_exists
 
 # every table whose rows belong to one shard (retiring a shard deletes them all)
 SHARD_TABLES = ("matches", "shard_stats", "removals", "mix_stats", "shard_errors", "shard_decisions", "shard_scans",
-                "shard_task_scans")
+                "shard_task_scans", "cuts")
 
 
 def _now() -> dt.datetime:

@@ -15,6 +15,7 @@ SCHEMA = {
         choice_index INTEGER, is_correct BOOLEAN, kind VARCHAR, language VARCHAR, derived BOOLEAN,
         question VARCHAR, answer VARCHAR, passage VARCHAR, fingerprint VARCHAR, indexed BOOLEAN,
         skip_reason VARCHAR, source_file VARCHAR, source_line INTEGER, eval_key VARCHAR, eval_doc_id BIGINT
+        skip_reason VARCHAR, source_file VARCHAR, twins VARCHAR
     """,
     "matches": """
         match_id VARCHAR, shard VARCHAR, line INTEGER, doc_id VARCHAR, source VARCHAR,
@@ -27,6 +28,7 @@ SCHEMA = {
         training_text VARCHAR, training_segments VARCHAR,
         eval_question VARCHAR, eval_answer VARCHAR, eval_passage VARCHAR, preset VARCHAR,
         contamination_score DOUBLE, answer_spans VARCHAR, cluster_end INTEGER
+        reason VARCHAR, twins VARCHAR
     """,
     "shard_stats": """
         shard VARCHAR, read BIGINT, scanned BIGINT, too_short BIGINT, rejected BIGINT,
@@ -58,7 +60,18 @@ SCHEMA = {
         name VARCHAR, value VARCHAR, decon_name VARCHAR, origin VARCHAR
     """,
     "mix_stats": """
-        shard VARCHAR, written BIGINT, dropped BIGINT, rejected BIGINT, path VARCHAR, status VARCHAR
+        shard VARCHAR, written BIGINT, dropped BIGINT, rejected BIGINT, path VARCHAR, status VARCHAR, cut BIGINT
+    """,
+    # thorough preset (issue 13): near-duplicate pairs of the reference set itself (detector/overlap.py)
+    "reference_overlap": """
+        task_a VARCHAR, split_a VARCHAR, instance_a INTEGER, subject_a VARCHAR,
+        task_b VARCHAR, split_b VARCHAR, instance_b INTEGER, subject_b VARCHAR,
+        relation VARCHAR, jaccard DOUBLE, masked_jaccard DOUBLE
+    """,
+    # `--removal span` (issue 13): every cut made in a kept document (store/cuts.py)
+    "cuts": """
+        shard VARCHAR, line INTEGER, doc_id VARCHAR, cut_start BIGINT, cut_end BIGINT,
+        span_start BIGINT, span_end BIGINT, match_ids VARCHAR, removed_text VARCHAR
     """,
 }
 
@@ -130,6 +143,10 @@ REMOVABLE_SQL = """
 """
 
 
+# A row of REMOVABLE_SQL that removes its document (store/cuts.py cuts the same rows out in span mode).
+REMOVES = "flagged and (not needs_review or decision = 'accept') and coalesce(decision, '') <> 'reject'"
+
+
 def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None) -> int:
     """Rebuild `removals` (all shards or one) from matches + review decisions; update shard_stats."""
     where = "shard = ?" if shard is not None else "true"
@@ -143,9 +160,7 @@ def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None)
             select shard, line, any_value(doc_id), any_value(source), any_value(doc_chars),
                    string_agg(distinct case when needs_review then suite || ' (accepted)' else suite end, ', ' order by 1)
             from ({REMOVABLE_SQL}) r
-            where flagged and ({where.replace('shard', 'r.shard')})
-              and (not needs_review or decision = 'accept')
-              and coalesce(decision, '') <> 'reject'
+            where {REMOVES} and ({where.replace('shard', 'r.shard')})
             group by shard, line
             """,
             params,
@@ -169,6 +184,11 @@ def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None)
         con.execute("rollback")
         raise
     return int(n)
+
+
+def write_reference_overlap(con: duckdb.DuckDBPyConnection, overlap: pl.DataFrame | None) -> None:
+    """Replace the reference_overlap table (empty when the preset does not compute it)."""
+    replace_rows(con, "reference_overlap", "true", [], overlap)
 
 
 def _check_match_schema() -> None:

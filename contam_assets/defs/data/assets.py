@@ -43,6 +43,7 @@ from contam_assets.rescan.plan import (
 )
 from contam_assets.store import artifacts, mix_state, tables
 from contam_assets.store import shards as shards_db
+from contam_assets.store.cuts import span_cutter
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.pool import check_shard, shard_path
@@ -124,6 +125,7 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
     with contam_db.connect() as con:
         tables.ensure_schema(con)
         tables.replace_many(con, [("instances", "true", [], records), ("detect_settings", "true", [], cfg_rows)])
+        tables.write_reference_overlap(con, stats.overlap)
     per_suite = (records.group_by("task", "suite", "split").agg(records=pl.len(), indexed=pl.col("indexed").sum())
                  .sort("task", "suite", "split").to_dicts())
     skipped = records.group_by("skip_reason").len().sort("skip_reason").to_dicts()
@@ -413,7 +415,8 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
     """Self-contained HTML page for reviewers (<out>/report.html): counts, score histogram, the source x benchmark
     matrix, pending reviews and the top matches side by side (raw training text, matched spans marked)."""
     settings = {"pool": str(contam_settings.pool_path), "benchmarks": str(contam_settings.benchmarks_path or "embedded default"),
-                "preset": contam_settings.preset}
+                "preset": contam_settings.preset, "parts": contam_settings.parts or "(preset's)",
+                "removal": contam_settings.removal}
     if contam_settings.evals_path:
         settings["decon reference folder"] = str(contam_settings.evals_path)
     if contam_settings.decon_config:
@@ -455,10 +458,13 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
     One shard that cannot be written fails only its own partition.
     """
     out = contam_settings.out_path
-    totals = {"written": 0, "dropped": 0, "rejected": 0, "quarantined": 0}
+    totals = {"written": 0, "dropped": 0, "rejected": 0, "cut": 0, "quarantined": 0}
     unchanged = 0
     failed: dict[str, str] = {}
+    if contam_settings.removal not in ("document", "span"):
+        raise dg.Failure(f"removal must be 'document' or 'span', got {contam_settings.removal!r}")
     for shard in context.partition_keys:
+        cutter, rewrote = None, False
         with contam_db.connect(read_only=True) as con:
             drop = {r[0] for r in con.execute("select line from removals where shard = ?", [shard]).fetchall()}
             stats = con.execute("select read, rejected, coalesce(status, 'ok'), shard_fingerprint from shard_stats where shard = ?",
@@ -470,23 +476,30 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
         if not ok_to_mix:
             gone = artifacts.remove_outputs(out, shard, rejected=False)
             mix_state.forget(out, shard)
-            res = {"shard": shard, "written": 0, "dropped": 0, "rejected": 0, "path": None, "status": "quarantined"}
+            res = {"shard": shard, "written": 0, "dropped": 0, "rejected": 0, "path": None, "status": "quarantined", "cut": 0}
             context.log.warning(f"{shard}: {stats[2]} stream, quarantined (no mix file{'; stale one removed' if gone else ''})")
             totals["quarantined"] += 1
         else:
             rej_path = out / "rejected" / f"{shard}.jsonl"
             rejected = {json.loads(line)["line"] for line in rej_path.read_text().splitlines()} if rej_path.exists() else set()
             mix_file = artifacts.mix_path(out, contam_settings.pool_path, shard)
+            cfg = detect_config(contam_settings)
             try:
-                key = mix_state.state_key(shard_path(contam_settings.pool_path, shard), drop, rejected) | {"status": stats[2]}
+                key = mix_state.state_key(shard_path(contam_settings.pool_path, shard), drop, rejected) | {
+                    "status": stats[2], "removal": contam_settings.removal,
+                    "detector": cfg.digest() if contam_settings.removal == "span" else None}
                 res = mix_state.current(out, shard, key, mix_file)
                 if res is None:
+                    if contam_settings.removal == "span":  # issue 13: cut the matched spans instead of dropping the document
+                        with contam_db.connect(read_only=True) as con:
+                            cutter = span_cutter(con, shard, cfg, contam_settings.content_key)
                     res = artifacts.write_mix_shard(contam_settings.pool_path, out, shard, drop, rejected,
                                                     expected_read=stats[0] if stats[2] == "ok" else None,
-                                                    max_doc_bytes=detect_config(contam_settings).max_doc_bytes,
-                                                    accept_broken=stats[2] != "ok")
+                                                    max_doc_bytes=cfg.max_doc_bytes,
+                                                    accept_broken=stats[2] != "ok", cut=cutter)
                     res["rejected"] = len(rejected)
                     mix_state.record(out, shard, key, res, mix_file)
+                    rewrote = True
                 else:
                     unchanged += 1
             except (artifacts.MixError, OSError) as exc:
@@ -495,9 +508,11 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
         with contam_db.connect() as con:
             tables.ensure_schema(con)
             tables.replace_rows(con, "mix_stats", "shard = ?", [shard], pl.DataFrame([res]))
+            if rewrote or not ok_to_mix:  # cuts of span removal follow the file written (none for document removal)
+                tables.replace_rows(con, "cuts", "shard = ?", [shard], cutter.frame() if cutter else None)
             shards_db.clear_errors(con, shard, ("mix",))
-        for k in ("written", "dropped", "rejected"):
-            totals[k] += res[k]
+        for k in ("written", "dropped", "rejected", "cut"):
+            totals[k] += res.get(k) or 0
     if failed:
         with contam_db.connect() as con:
             for shard, why in failed.items():
@@ -510,14 +525,15 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
         "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
 
 
-@dg.asset_check(asset=decontaminated_mix, description="mix conservation: written + dropped + rejected = read, and the file holds exactly `written` lines",
+@dg.asset_check(asset=decontaminated_mix, description="mix conservation: written + dropped + cut + rejected = read, "
+                "dropped + cut = removed, and the file holds exactly written + cut lines",
                 metadata=check_metadata(DATA_OWNERS, "the mix files against shard_stats"))
 def mix_conservation(contam_settings: ContamSettings, contam_db: ContamDB) -> dg.AssetCheckResult:
     problems = []
     with contam_db.connect(read_only=True) as con:
         if not store.table_exists(con, "mix_stats"):
             return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
-        rows = store.query_df(con, """select m.shard, m.written, m.dropped, m.rejected, m.path, s.read, s.removed,
+        rows = store.query_df(con, """select m.shard, m.written, m.dropped, m.rejected, coalesce(m.cut, 0) cut, m.path, s.read, s.removed,
                    coalesce(m.status, 'ok') status from mix_stats m join shard_stats s using (shard)""").to_dicts()
     quarantined = [r["shard"] for r in rows if r["status"] == "quarantined"]
     for r in rows:
@@ -527,14 +543,15 @@ def mix_conservation(contam_settings: ContamSettings, contam_db: ContamDB) -> dg
             continue
         mix_file = shard_path(contam_settings.out_path / "mix", r["shard"])
         if r["status"] == "accepted_incomplete":
-            if artifacts.count_lines(mix_file) != r["written"]:
+            if artifacts.count_lines(mix_file) != r["written"] + r["cut"]:
                 problems.append({**r, "problem": "file line count"})
             continue
-        if r["written"] + r["dropped"] + r["rejected"] != r["read"]:
+        # a cut document (span removal) is written with its matched spans cut out
+        if r["written"] + r["dropped"] + r["cut"] + r["rejected"] != r["read"]:
             problems.append({**r, "problem": "counts"})
-        elif r["dropped"] != r["removed"]:
-            problems.append({**r, "problem": "dropped != removed (mix is stale; re-materialize it)"})
-        elif artifacts.count_lines(mix_file) != r["written"]:
+        elif r["dropped"] + r["cut"] != r["removed"]:
+            problems.append({**r, "problem": "dropped + cut != removed (mix is stale; re-materialize it)"})
+        elif artifacts.count_lines(mix_file) != r["written"] + r["cut"]:
             problems.append({**r, "problem": "file line count"})
     return dg.AssetCheckResult(passed=not problems, metadata={
         "shards_checked": len(rows), "violations": len(problems), "quarantined": dg.MetadataValue.json(quarantined),
