@@ -22,6 +22,7 @@ import dagster as dg
 
 from contam_assets import store
 from contam_assets.defs.data import assets as data_assets
+from contam_assets.defs.data import outputs as data_outputs
 from contam_assets.defs.data.engine import engine_from_env
 from contam_assets.defs.data.jobs import mix_job, reference_job, report_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions
@@ -39,9 +40,9 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 # The instance config written into a new (or empty) DAGSTER_HOME: no telemetry, no banner.
 INSTANCE_YAML = "# written by contam-assets (runner.instance_for); deploy/dagster.yaml has a full example\ntelemetry:\n  enabled: false\n"
 DATA_ASSETS = [data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index, data_assets.shard_matches,
-               data_assets.removals, data_assets.removal_report, data_assets.decontaminated_mix]
+               data_assets.removals, data_outputs.removal_report, data_outputs.decontaminated_mix]
 DATA_CHECKS = [data_assets.shard_conservation, data_assets.shard_accounting, data_assets.scan_state_current,
-               data_assets.removals_consistent, data_assets.mix_conservation]
+               data_assets.removals_consistent, data_outputs.mix_conservation]
 
 
 def instance_for(out_dir: Path, dagster_home: str | None = None) -> dg.DagsterInstance:

@@ -14,8 +14,8 @@ SCHEMA = {
         record_id INTEGER, task VARCHAR, suite VARCHAR, split VARCHAR, instance_index INTEGER, subject VARCHAR,
         choice_index INTEGER, is_correct BOOLEAN, kind VARCHAR, language VARCHAR, derived BOOLEAN,
         question VARCHAR, answer VARCHAR, passage VARCHAR, fingerprint VARCHAR, indexed BOOLEAN,
-        skip_reason VARCHAR, source_file VARCHAR, source_line INTEGER, eval_key VARCHAR, eval_doc_id BIGINT
-        skip_reason VARCHAR, source_file VARCHAR, twins VARCHAR
+        skip_reason VARCHAR, source_file VARCHAR, source_line INTEGER, eval_key VARCHAR, eval_doc_id BIGINT,
+        twins VARCHAR
     """,
     "matches": """
         match_id VARCHAR, shard VARCHAR, line INTEGER, doc_id VARCHAR, source VARCHAR,
@@ -27,7 +27,7 @@ SCHEMA = {
         passage_start INTEGER, passage_end INTEGER, n_matched_ngrams INTEGER, doc_tokens INTEGER, doc_chars BIGINT,
         training_text VARCHAR, training_segments VARCHAR,
         eval_question VARCHAR, eval_answer VARCHAR, eval_passage VARCHAR, preset VARCHAR,
-        contamination_score DOUBLE, answer_spans VARCHAR, cluster_end INTEGER
+        contamination_score DOUBLE, answer_spans VARCHAR, cluster_end INTEGER,
         reason VARCHAR, twins VARCHAR
     """,
     "shard_stats": """

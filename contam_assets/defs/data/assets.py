@@ -3,7 +3,6 @@
 
 import json
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -12,9 +11,6 @@ from pydantic import Field
 
 from contam_assets import store
 from contam_assets.defs.automation import (
-    MIX_REFRESH_CRON,
-    REPORT_REFRESH_CRON,
-    on_new_removals,
     on_new_scans,
     on_schedule,
 )
@@ -28,8 +24,7 @@ from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import locate, looks_like_decon_references, spec_digest
-from contam_assets.report.html import histogram_png, render_report
-from contam_assets.report.render import md_table, png_markdown_bytes
+from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan import token_cache, watch
 from contam_assets.rescan.jobs import ShardJob
@@ -41,12 +36,11 @@ from contam_assets.rescan.plan import (
     shard_identity,
     task_hashes,
 )
-from contam_assets.store import artifacts, mix_state, tables
+from contam_assets.store import artifacts, tables
 from contam_assets.store import shards as shards_db
-from contam_assets.store.cuts import span_cutter
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text
-from contam_assets.store.pool import check_shard, shard_path
+from contam_assets.store.pool import check_shard
 
 GROUP = "decontamination"
 # What every asset of the data side declares (owners, group, tags); kinds and descriptions are per asset.
@@ -405,154 +399,3 @@ def removals_consistent(contam_db: ContamDB) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(passed=counts.height == 0 and orphans.height == 0, metadata={
         "shards_checked": n, "count_mismatches": counts.height, "removals_without_a_flag": orphans.height,
         "examples": dg.MetadataValue.json({"counts": counts.head(5).to_dicts(), "orphans": orphans.to_dicts()})})
-
-
-@dg.asset(**_DATA, deps=[removals], kinds={"html", "duckdb"}, output_required=False,
-          automation_condition=on_new_removals(REPORT_REFRESH_CRON),
-          freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=36), warn_window=timedelta(hours=26)),
-          check_specs=[inputs_check("removal_report", "at least one scanned shard", DATA_OWNERS)])
-def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB):
-    """Self-contained HTML page for reviewers (<out>/report.html): counts, score histogram, the source x benchmark
-    matrix, pending reviews and the top matches side by side (raw training text, matched spans marked)."""
-    settings = {"pool": str(contam_settings.pool_path), "benchmarks": str(contam_settings.benchmarks_path or "embedded default"),
-                "preset": contam_settings.preset, "parts": contam_settings.parts or "(preset's)",
-                "removal": contam_settings.removal}
-    if contam_settings.evals_path:
-        settings["decon reference folder"] = str(contam_settings.evals_path)
-    if contam_settings.decon_config:
-        settings["decon config"] = str(Path(contam_settings.decon_config).resolve())
-    with contam_db.connect(read_only=True) as con:
-        if not _scanned_shards(con):
-            return skip_for_missing_inputs(context, "no shard has been scanned yet: there is nothing to report")
-        if store.table_exists(con, "detect_settings"):
-            for name, value, decon_name, origin in con.execute(
-                    "select name, value, decon_name, origin from detect_settings").fetchall():
-                label = f"{name} ({decon_name})" if decon_name and decon_name != name else name
-                settings[label] = value + ("" if origin == "preset" else f"  [{origin}]")
-        page = render_report(con, settings=settings, pool_dir=contam_settings.pool_path,
-                             content_key=contam_settings.content_key)
-        scores = con.execute("select score, flagged from matches").fetchall()
-        totals = con.execute("select coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(rejected),0) from shard_stats").fetchone()
-    path = contam_settings.out_path / "report.html"
-    fault_point("report_write")
-    atomic_write_text(path, page)
-    md_img = ""
-    if scores:
-        png = histogram_png([s for s, _ in scores], [f for _, f in scores])
-        md_img = png_markdown_bytes(png, "score histogram")
-    return dg.MaterializeResult(metadata={
-        "path": dg.MetadataValue.path(str(path)), "documents_read": totals[0], "documents_removed": totals[1],
-        "documents_rejected": totals[2], "matches": len(scores), "score_histogram": dg.MetadataValue.md(md_img or "_no matches_"),
-    }, check_results=[inputs_present()])
-
-
-@dg.asset(**_DATA, partitions_def=shards_partitions, deps=[removals, shard_matches], kinds={"python", "jsonl"},
-          automation_condition=on_new_removals(MIX_REFRESH_CRON, needs_all_deps=True),
-          freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=7)))
-def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
-    """The shard without removed documents (same format), written atomically under <out>/mix/; a shard whose removals,
-    rejects and pool file are unchanged since its last write is verified, not rewritten.
-
-    A shard whose stream broke (status incomplete or failed) is quarantined: no mix file,
-    until it is replaced (and rescanned) or a reviewer accepts it (`contam review --accept-shard`).
-    One shard that cannot be written fails only its own partition.
-    """
-    out = contam_settings.out_path
-    totals = {"written": 0, "dropped": 0, "rejected": 0, "cut": 0, "quarantined": 0}
-    unchanged = 0
-    failed: dict[str, str] = {}
-    if contam_settings.removal not in ("document", "span"):
-        raise dg.Failure(f"removal must be 'document' or 'span', got {contam_settings.removal!r}")
-    for shard in context.partition_keys:
-        cutter, rewrote = None, False
-        with contam_db.connect(read_only=True) as con:
-            drop = {r[0] for r in con.execute("select line from removals where shard = ?", [shard]).fetchall()}
-            stats = con.execute("select read, rejected, coalesce(status, 'ok'), shard_fingerprint from shard_stats where shard = ?",
-                                [shard]).fetchone()
-            ok_to_mix = stats is not None and (stats[2] == "ok" or shards_db.accepted(con, shard, stats[3]))
-        if stats is None:
-            failed[shard] = "not scanned; materialize shard_matches for it first"
-            continue
-        if not ok_to_mix:
-            gone = artifacts.remove_outputs(out, shard, rejected=False)
-            mix_state.forget(out, shard)
-            res = {"shard": shard, "written": 0, "dropped": 0, "rejected": 0, "path": None, "status": "quarantined", "cut": 0}
-            context.log.warning(f"{shard}: {stats[2]} stream, quarantined (no mix file{'; stale one removed' if gone else ''})")
-            totals["quarantined"] += 1
-        else:
-            rej_path = out / "rejected" / f"{shard}.jsonl"
-            rejected = {json.loads(line)["line"] for line in rej_path.read_text().splitlines()} if rej_path.exists() else set()
-            mix_file = artifacts.mix_path(out, contam_settings.pool_path, shard)
-            cfg = detect_config(contam_settings)
-            try:
-                key = mix_state.state_key(shard_path(contam_settings.pool_path, shard), drop, rejected) | {
-                    "status": stats[2], "removal": contam_settings.removal,
-                    "detector": cfg.digest() if contam_settings.removal == "span" else None}
-                res = mix_state.current(out, shard, key, mix_file)
-                if res is None:
-                    if contam_settings.removal == "span":  # issue 13: cut the matched spans instead of dropping the document
-                        with contam_db.connect(read_only=True) as con:
-                            cutter = span_cutter(con, shard, cfg, contam_settings.content_key)
-                    res = artifacts.write_mix_shard(contam_settings.pool_path, out, shard, drop, rejected,
-                                                    expected_read=stats[0] if stats[2] == "ok" else None,
-                                                    max_doc_bytes=cfg.max_doc_bytes,
-                                                    accept_broken=stats[2] != "ok", cut=cutter)
-                    res["rejected"] = len(rejected)
-                    mix_state.record(out, shard, key, res, mix_file)
-                    rewrote = True
-                else:
-                    unchanged += 1
-            except (artifacts.MixError, OSError) as exc:
-                failed[shard] = str(exc)
-                continue
-        with contam_db.connect() as con:
-            tables.ensure_schema(con)
-            tables.replace_rows(con, "mix_stats", "shard = ?", [shard], pl.DataFrame([res]))
-            if rewrote or not ok_to_mix:  # cuts of span removal follow the file written (none for document removal)
-                tables.replace_rows(con, "cuts", "shard = ?", [shard], cutter.frame() if cutter else None)
-            shards_db.clear_errors(con, shard, ("mix",))
-        for k in ("written", "dropped", "rejected", "cut"):
-            totals[k] += res.get(k) or 0
-    if failed:
-        with contam_db.connect() as con:
-            for shard, why in failed.items():
-                shards_db.record_error(con, shard, "mix", why)
-        raise dg.Failure(description=f"mix of {len(failed)} shard(s) not written: "
-                         + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
-                         metadata={"failed": dg.MetadataValue.json(failed)})
-    return dg.MaterializeResult(metadata={f"documents_{k}": v for k, v in totals.items() if k != "quarantined"} | {
-        "shards_quarantined": totals["quarantined"], "shards_unchanged": unchanged,
-        "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
-
-
-@dg.asset_check(asset=decontaminated_mix, description="mix conservation: written + dropped + cut + rejected = read, "
-                "dropped + cut = removed, and the file holds exactly written + cut lines",
-                metadata=check_metadata(DATA_OWNERS, "the mix files against shard_stats"))
-def mix_conservation(contam_settings: ContamSettings, contam_db: ContamDB) -> dg.AssetCheckResult:
-    problems = []
-    with contam_db.connect(read_only=True) as con:
-        if not store.table_exists(con, "mix_stats"):
-            return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
-        rows = store.query_df(con, """select m.shard, m.written, m.dropped, m.rejected, coalesce(m.cut, 0) cut, m.path, s.read, s.removed,
-                   coalesce(m.status, 'ok') status from mix_stats m join shard_stats s using (shard)""").to_dicts()
-    quarantined = [r["shard"] for r in rows if r["status"] == "quarantined"]
-    for r in rows:
-        if r["status"] == "quarantined":
-            if shard_path(contam_settings.out_path / "mix", r["shard"]).exists():
-                problems.append({**r, "problem": "quarantined shard has a mix file"})
-            continue
-        mix_file = shard_path(contam_settings.out_path / "mix", r["shard"])
-        if r["status"] == "accepted_incomplete":
-            if artifacts.count_lines(mix_file) != r["written"] + r["cut"]:
-                problems.append({**r, "problem": "file line count"})
-            continue
-        # a cut document (span removal) is written with its matched spans cut out
-        if r["written"] + r["dropped"] + r["cut"] + r["rejected"] != r["read"]:
-            problems.append({**r, "problem": "counts"})
-        elif r["dropped"] + r["cut"] != r["removed"]:
-            problems.append({**r, "problem": "dropped + cut != removed (mix is stale; re-materialize it)"})
-        elif artifacts.count_lines(mix_file) != r["written"] + r["cut"]:
-            problems.append({**r, "problem": "file line count"})
-    return dg.AssetCheckResult(passed=not problems, metadata={
-        "shards_checked": len(rows), "violations": len(problems), "quarantined": dg.MetadataValue.json(quarantined),
-        "details": dg.MetadataValue.md(md_table(["shard", "read", "written", "dropped", "rejected", "problem"], problems) if problems else "_none_")})
