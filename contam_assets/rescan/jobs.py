@@ -15,15 +15,17 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference, candidates, rows_for_doc
+from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.text import clean_words, join_words
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.rescan import token_cache
-from contam_assets.rescan.incremental import StaleStream, scan_stream
+from contam_assets.rescan.incremental import StaleStream, scan_stream, task_locals
 from contam_assets.rescan.plan import ShardPlan, shard_identity
 from contam_assets.rescan.shard import (
     MatchSink,
@@ -40,17 +42,27 @@ from contam_assets.store.pool import Reject, StreamFailure
 
 def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig, content_key: str,
                       preset: str, digest: str, cache_root: Path | None, fingerprint: str | None = None,
-                      identity: str | None = None, parts: Path | None = None) -> ShardOutcome:
+                      identity: str | None = None, parts: Path | None = None,
+                      tasks: list[str] | None = None) -> ShardOutcome:
     """Full scan from the shard's text (as rescan.shard.scan_shard), caching the token stream on the way.
 
     ``parts``: the Parquet file the match rows go to (None: kept in memory).  The token stream of a
     shard whose stream broke is not cached (a later rescan reads the shard again).
+
+    With ``cfg.prefilter`` the documents the prefilter clears are not tokenized (and no token stream
+    is cached: it would miss them); with ``tasks`` as well, only those tasks' rows are made, from the
+    documents their own prefilter passes: the per-task rescan of a shard (an incremental outcome).
     """
     t0 = time.perf_counter()
     if fingerprint is None or identity is None:
         fingerprint, identity = shard_identity(path)
     key = token_cache.cache_key(identity, cfg, content_key)
-    writer = token_cache.StreamWriter(cache_root, shard, key, cfg.tokenizer) if cache_root else None
+    pf = ensure_prefilter(index, ref.records, cfg, tasks) if cfg.prefilter else None
+    keep_local = None
+    if tasks is not None:
+        keep_local = np.zeros(index.n_records, dtype=bool)
+        keep_local[task_locals(index, ref.records, tasks)] = True
+    writer = token_cache.StreamWriter(cache_root, shard, key, cfg.tokenizer) if cache_root and pf is None else None
     tok = get_tokenizer(cfg.tokenizer)
     sink = MatchSink(parts)
     rejects: list[Reject] = []
@@ -59,6 +71,11 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
 
     try:
         for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects, failures):
+            if pf is not None:  # documents that provably hold no match row are not tokenized (prefilter.py)
+                keep = pf.must_scan([d.text for d in batch], cfg.clean_options)
+                counters["prefiltered"] += len(batch) - int(keep.sum())
+                counters["scanned"] += len(batch) - int(keep.sum())
+                batch = [d for d, k in zip(batch, keep.tolist()) if k]
             words = [clean_words(d.text, cfg.clean_options) for d in batch]
             encoded = tok.encode_words(words)
             for doc, tokens in zip(batch, encoded):
@@ -70,6 +87,8 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                 else:
                     counters["scanned"] += 1
             for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, candidates(index, ref, encoded, words, cfg))):
+                if keep_local is not None:
+                    cands = [c for c in cands if keep_local[c.local]]
                 if cands:
                     sink.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset, cfg.threshold))
             fault_point("scan")
@@ -88,9 +107,13 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                            bytes=counters["bytes"], reject_reasons=reasons))
     stats = shard_stats_row(shard, counters, len(rejects), reasons, sink, time.perf_counter() - t0, preset, digest,
                             fingerprint, status=status_of(failures, counters["read"]))
+    stats["prefiltered"] = counters["prefiltered"]
+    if tasks is not None:
+        return ShardOutcome(shard, "incremental", stats=stats, rejects=None, stream_key=None, tasks=sorted(tasks),
+                            drop=[], docs_scanned=counters["scanned"] - counters["prefiltered"], **outcome_rows(sink, matches))
     tasks = sorted(set(ref.records["task"].to_list()))
     return ShardOutcome(shard, "full", stats=stats, rejects=rejects, stream_key=key if writer else None, tasks=tasks,
-                        drop=tasks, docs_scanned=counters["scanned"], **outcome_rows(sink, matches))
+                        drop=tasks, docs_scanned=counters["scanned"] - counters["prefiltered"], **outcome_rows(sink, matches))
 
 
 @dataclass
@@ -133,6 +156,11 @@ def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutc
                 return out
             except StaleStream:
                 pass
+        if job.cfg.prefilter:  # no usable stream: the per-task rescan, its prefilter on the shard's text
+            out = tokenize_and_scan(*args, cache_root=None, fingerprint=job.fingerprint, identity=job.identity,
+                                    parts=job.parts(), tasks=plan.add)
+            out.drop = plan.drop
+            return out
         # no usable stream: scan in full
         return tokenize_and_scan(*args, cache_root=root, fingerprint=job.fingerprint, identity=job.identity, parts=job.parts())
     if stream is not None:

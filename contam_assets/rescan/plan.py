@@ -84,8 +84,11 @@ class ShardPlan:
 
 
 def plan_shard(state: ShardState | None, identity: str, scan_config: str, tasks_now: dict[str, str],
-               stream_key: str, stream_ok: bool, mode: str = "auto") -> ShardPlan:
-    """Cheapest work that leaves the shard's rows equal to a full scan's, for the changed tasks."""
+               stream_key: str, stream_ok: bool, mode: str = "auto", text_rescan: bool = False) -> ShardPlan:
+    """Cheapest work that leaves the shard's rows equal to a full scan's, for the changed tasks.
+
+    ``text_rescan`` (the prefilter is on): changed tasks without a cached stream are rescanned from
+    the text with their own prefilter (jobs.tokenize_and_scan), not in full."""
     key = stream_key if stream_ok else None
     if mode not in ("auto", "full"):
         raise ValueError(f"scan mode must be 'auto' or 'full', got {mode!r}")
@@ -101,9 +104,9 @@ def plan_shard(state: ShardState | None, identity: str, scan_config: str, tasks_
     removed = sorted(set(state.tasks) - set(tasks_now))
     if not changed and not removed:
         return ShardPlan("current", "up to date")
-    if changed and not stream_ok:
+    if changed and not stream_ok and not text_rescan:
         return ShardPlan("full", "tasks changed but no cached token stream")
-    return ShardPlan("incremental", "tasks changed", add=changed, drop=sorted(set(changed) | set(removed)),
+    return ShardPlan("incremental", "tasks changed" if stream_ok else "tasks changed: per-task prefilter rescan", add=changed, drop=sorted(set(changed) | set(removed)),
                      stream_key=key)
 
 

@@ -35,7 +35,7 @@ SCHEMA = {
         flagged BIGINT, pending_review BIGINT, removed BIGINT, kept BIGINT,
         bytes BIGINT, tokens BIGINT, candidates BIGINT, seconds DOUBLE, shard_fingerprint VARCHAR,
         reject_reasons VARCHAR, preset VARCHAR, index_digest VARCHAR,
-        status VARCHAR, status_reason VARCHAR, error_offset BIGINT, error_line BIGINT
+        status VARCHAR, status_reason VARCHAR, error_offset BIGINT, error_line BIGINT, prefiltered BIGINT
     """,
     "shard_errors": """
         shard VARCHAR, step VARCHAR, message VARCHAR, recorded_at TIMESTAMP

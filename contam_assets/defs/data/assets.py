@@ -192,7 +192,7 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
         key = token_cache.cache_key(identity, cfg, settings.content_key)
         stream_ok = cache_root is not None and token_cache.exists(cache_root, shard, key)
         try:
-            plan = plan_shard(states.get(shard), identity, scan_cfg, tasks_now, key, stream_ok, mode)
+            plan = plan_shard(states.get(shard), identity, scan_cfg, tasks_now, key, stream_ok, mode, text_rescan=cfg.prefilter)
         except ValueError as exc:
             raise dg.Failure(str(exc)) from exc
         jobs.append(ShardJob(shard=shard, path=str(path), plan=plan, cfg=cfg, content_key=settings.content_key,
