@@ -154,3 +154,13 @@ def run_shard_job_shared(job: ShardJob, index: NgramIndex, records: pl.DataFrame
         _REFERENCES.clear()
         ref = _REFERENCES[job.digest] = Reference(records)
     return run_shard_job(job, index, ref)
+
+
+def run_shard_job_on_ray(job: ShardJob, index: NgramIndex, records: pl.DataFrame) -> ShardOutcome:
+    """Entry point of a Ray task (defs/data/engine.py): `run_shard_job_shared`, stamped with the Ray node that ran it.
+    Here rather than in the engine so that a Ray worker imports the scan, not Dagster."""
+    import ray
+
+    out = run_shard_job_shared(job, index, records)
+    out.node = ray.get_runtime_context().get_node_id()
+    return out

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference
-from contam_assets.rescan.jobs import ShardJob, run_shard_job, run_shard_job_shared
+from contam_assets.rescan.jobs import ShardJob, run_shard_job, run_shard_job_on_ray
 from contam_assets.rescan.shard import ShardOutcome
 
 
@@ -79,7 +79,7 @@ class RayScanEngine(ScanEngine):
         log = dg.get_dagster_logger()
         index_ref, records_ref = ray.put(index), ray.put(ref.records)
         # Ray's own retries are off: a lost shard is resubmitted here, where it is counted and logged
-        task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0)(scan_on_ray_node)
+        task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0)(run_shard_job_on_ray)
         pending = {task.remote(job, index_ref, records_ref): (job, 1) for job in jobs}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
@@ -100,15 +100,6 @@ class RayScanEngine(ScanEngine):
                     continue
                 out.attempts = attempt
                 yield job, out
-
-
-def scan_on_ray_node(job: ShardJob, index: NgramIndex, records) -> ShardOutcome:
-    """The Ray task: one shard, stamped with the Ray node that scanned it."""
-    import ray
-
-    out = run_shard_job_shared(job, index, records)
-    out.node = ray.get_runtime_context().get_node_id()
-    return out
 
 
 class RayClusterAddress(RayResource):
