@@ -25,6 +25,15 @@ HOLD_SECONDS = 600.0
 _counts: dict[str, int] = {}
 
 
+def _hold(marker: Path) -> None:
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    tmp.write_text(str(os.getpid()))
+    tmp.rename(marker)  # whoever waits for the marker reads a whole pid
+    deadline = time.monotonic() + HOLD_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def fault_point(name: str) -> None:
     spec = os.environ.get("CONTAM_FAULT")
     if not spec:
@@ -33,19 +42,9 @@ def fault_point(name: str) -> None:
     if point != name:
         return
     _counts[name] = _counts.get(name, 0) + 1
-    if _counts[name] < int(n or 1):
+    if os.environ.get("CONTAM_FAULT_HOLD"):
+        if _counts[name] == int(n or 1):
+            _hold(Path(os.environ["CONTAM_FAULT_HOLD"]))
         return
-    hold = os.environ.get("CONTAM_FAULT_HOLD")
-    if not hold:
+    if _counts[name] >= int(n or 1):
         os.kill(os.getpid(), signal.SIGKILL)
-    elif _counts[name] == int(n or 1):
-        _hold(Path(hold))
-
-
-def _hold(marker: Path) -> None:
-    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
-    tmp.write_text(str(os.getpid()))
-    tmp.rename(marker)  # whoever waits for the marker reads a whole pid
-    deadline = time.monotonic() + HOLD_SECONDS
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
