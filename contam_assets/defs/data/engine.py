@@ -7,12 +7,13 @@ the database file, only the pool and the token cache (shared storage on a cluste
 
 Chosen by environment at load time (docs/automation.md):
     CONTAM_SCAN_ENGINE=local|ray     default local
-    CONTAM_RAY_ADDRESS=host:6379 | ray://host:10001   an existing cluster: its GCS address (the step joins
-                                     it as a driver) or Ray Client's (KubeRay); empty = start a local one
+    CONTAM_RAY_ADDRESS=ray://host:10001   an existing cluster (e.g. KubeRay); empty = start a local one
     CONTAM_RAY_NUM_CPUS              CPUs of a local Ray cluster (default: all)
     CONTAM_RAY_TEMP_DIR              session folder of a local Ray cluster (default /tmp/ray)
     CONTAM_RAY_SHARD_RETRIES         resubmissions of a shard whose worker or node died (default 2)
     CONTAM_TOKEN_CACHE=DIR|off       where token streams are kept (default <out>/token_cache)
+CONTAM_RAY_ADDRESS may also be the GCS address of a cluster started with `ray start` (host:6379): the
+step then joins it as a driver, without Ray Client (docs/automation.md, Multi-node Ray).
 """
 
 import os
@@ -59,9 +60,9 @@ class RayScanEngine(ScanEngine):
     workers on one node share the index's arrays without copies.
     """
 
+    shard_retries: int = Field(2, description="resubmissions of a shard whose Ray worker or node died mid-task")
     ray_cluster: RayResource
     num_cpus_per_shard: float = Field(1.0, description="Ray CPUs reserved per shard task")
-    shard_retries: int = Field(2, description="resubmissions of a shard whose Ray worker or node died mid-task")
 
     def describe(self) -> str:
         return f"ray ({self.ray_cluster.name})"
