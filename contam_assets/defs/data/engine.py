@@ -26,7 +26,7 @@ from pydantic import Field
 
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference
-from contam_assets.rescan.jobs import ShardJob, run_shard_job, run_shard_job_on_ray
+from contam_assets.rescan.jobs import ShardJob, run_shard_job, run_shard_job_shared
 from contam_assets.rescan.shard import ShardOutcome
 
 
@@ -80,7 +80,7 @@ class RayScanEngine(ScanEngine):
         log = dg.get_dagster_logger()
         index_ref, records_ref = ray.put(index), ray.put(ref.records)
         # Ray's own retries are off: a lost shard is resubmitted here, where it is counted and logged
-        task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0)(run_shard_job_on_ray)
+        task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0)(run_shard_job_shared)
         pending = {task.remote(job, index_ref, records_ref): (job, 1) for job in jobs}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
