@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = ("contam ", "dagster ", "dagster-daemon ", "dg ", "./dev ", "python ", "DAGSTER_HOME=", "CONTAM_")
+TOOLS = ("contam ", "dagster ", "dagster-daemon ", "dg ", "./dev ", "python ", "DAGSTER_HOME=", "CONTAM_", "ray ")
 _FENCE = re.compile(r"^ *```[a-z]*\n(.*?)^ *```", re.S | re.M)
 _SPAN = re.compile(r"`([^`\n]+)`")
 

@@ -51,6 +51,8 @@ def test_engine_is_chosen_by_environment():
     assert isinstance(ray_engine, RayScanEngine) and ray_engine.ray_cluster.ray_init_options["num_cpus"] == 2
     remote = engine_from_env({"CONTAM_SCAN_ENGINE": "ray", "CONTAM_RAY_ADDRESS": "ray://head.ray.svc:10001"})
     assert remote.ray_cluster.ray_address == "ray://head.ray.svc:10001"
+    gcs = engine_from_env({"CONTAM_SCAN_ENGINE": "ray", "CONTAM_RAY_ADDRESS": "127.0.0.1:6380", "CONTAM_RAY_SHARD_RETRIES": "3"})
+    assert gcs.ray_cluster.ray_address == "127.0.0.1:6380" and gcs.shard_retries == 3 and remote.shard_retries == 2
     assert engine_from_env({"CONTAM_TOKEN_CACHE": "off"}).cache_root(tempfile.gettempdir()) is None
     with pytest.raises(ValueError):
         engine_from_env({"CONTAM_SCAN_ENGINE": "spark"})

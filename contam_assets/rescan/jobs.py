@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import uuid
 from collections import Counter
@@ -180,4 +181,12 @@ def run_shard_job_shared(job: ShardJob, index: NgramIndex, records: pl.DataFrame
     if ref is None:
         _REFERENCES.clear()
         ref = _REFERENCES[job.digest] = Reference(records)
-    return run_shard_job(job, index, ref)
+    out = run_shard_job(job, index, ref)
+    out.node = _ray_node()
+    return out
+
+
+def _ray_node() -> str:
+    """The Ray node whose worker this process is ('' outside Ray; ray is never imported here)."""
+    ray = sys.modules.get("ray")
+    return ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else ""

@@ -189,6 +189,8 @@ class ShardOutcome:
     drop: list[str]  # tasks whose old rows are replaced
     docs_scanned: int = 0  # documents the scanner looked at
     worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")  # process that scanned it
+    node: str = ""  # the Ray node that scanned it ('' in-process)
+    attempts: int = 1  # 2 or more: an engine submitted it again after its worker or node died
     matches_path: str | None = None
     n_matches: int = 0
     top: list[dict] = field(default_factory=list)  # the best rows, for metadata

@@ -6,14 +6,32 @@ exactly as an OOM killer or an operator would stop it: no cleanup runs.  Points:
 written, index not), ``scan`` (after a batch of a shard is scanned), ``table_write``
 (inside the transaction that merges a shard), ``mix_write`` (mid-copy of a mix file),
 ``report_write`` (before the report is renamed into place).  Unset: nothing happens.
+
+With ``CONTAM_FAULT_HOLD=<file>`` the process does not kill itself at the point: it writes
+its pid to ``<file>`` and waits there (at most HOLD_SECONDS, then goes on), so a test can
+kill it, or the machine it runs on, from outside while it is surely mid-work (a Ray
+worker node mid-shard: docs/automation.md, Multi-node Ray).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
+
+HOLD_SECONDS = 600.0
 
 _counts: dict[str, int] = {}
+
+
+def _hold(marker: Path) -> None:
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    tmp.write_text(str(os.getpid()))
+    tmp.rename(marker)  # whoever waits for the marker reads a whole pid
+    deadline = time.monotonic() + HOLD_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def fault_point(name: str) -> None:
@@ -24,5 +42,9 @@ def fault_point(name: str) -> None:
     if point != name:
         return
     _counts[name] = _counts.get(name, 0) + 1
+    if os.environ.get("CONTAM_FAULT_HOLD"):
+        if _counts[name] == int(n or 1):
+            _hold(Path(os.environ["CONTAM_FAULT_HOLD"]))
+        return
     if _counts[name] >= int(n or 1):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -237,6 +237,8 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     totals = {"read": 0, "removed": 0, "rejected": 0, "pending_review": 0, "candidates": 0, "kept": 0, "bytes": 0}
     modes = {"full": 0, "incremental": 0, "current": 0}
     workers: set[str] = set()
+    nodes: dict[str, list[str]] = {}  # Ray node -> the shards it scanned
+    retries = 0
     top: list[dict] = []
     incomplete: dict[str, str] = {}
     scan_seconds = 0.0
@@ -261,13 +263,17 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
             context.log.warning(f"{job.shard}: {incomplete[job.shard]} (its readable documents are scanned; it gets no mix file)")
         modes[out.mode] += 1
         workers.add(out.worker)
+        retries += out.attempts - 1
+        if out.node:
+            nodes.setdefault(out.node, []).append(job.shard)
         if stats:
             for k in totals:
                 totals[k] += int(stats[0][k] or 0)
         if out.mode != "current":
             scan_seconds += float(out.stats.get("seconds", 0.0) or 0.0)
             context.log.info(f"{job.shard}: {job.plan.describe()} -> {out.mode}, {out.n_matches or (out.matches.height if out.matches is not None else 0)} row(s) "
-                             f"({out.docs_scanned} document(s) scanned)")
+                             f"({out.docs_scanned} document(s) scanned" + (f" on node {out.node[:12]}" if out.node else "")
+                             + (f", attempt {out.attempts}" if out.attempts > 1 else "") + ")")
         if out.matches is not None and out.matches.height:
             top += out.matches.sort(["flagged", "score"], descending=True).head(10).select(
                 "shard", "line", "task", "suite", "split", "instance_index", "score", "flagged", "needs_review").to_dicts()
@@ -286,6 +292,7 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
         **{f"documents_{k}" if k in ("read", "removed", "rejected", "kept") else k: v for k, v in totals.items()},
         **{f"shards_{k}": v for k, v in modes.items()},
         "scan_seconds": round(scan_seconds, 2), "engine": contam_scan_engine.describe(), "workers": len(workers),
+        "shard_retries": retries, **({"ray_nodes": dg.MetadataValue.json(nodes)} if nodes else {}),
         "index_digest": digest,
         "top_matches": dg.MetadataValue.md(md_table(None, top)),
     })

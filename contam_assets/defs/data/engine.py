@@ -10,7 +10,10 @@ Chosen by environment at load time (docs/automation.md):
     CONTAM_RAY_ADDRESS=ray://host:10001   an existing cluster (e.g. KubeRay); empty = start a local one
     CONTAM_RAY_NUM_CPUS              CPUs of a local Ray cluster (default: all)
     CONTAM_RAY_TEMP_DIR              session folder of a local Ray cluster (default /tmp/ray)
+    CONTAM_RAY_SHARD_RETRIES         resubmissions of a shard whose worker or node died (default 2)
     CONTAM_TOKEN_CACHE=DIR|off       where token streams are kept (default <out>/token_cache)
+CONTAM_RAY_ADDRESS may also be the GCS address of a cluster started with `ray start` (host:6379): the
+step then joins it as a driver, without Ray Client (docs/automation.md, Multi-node Ray).
 """
 
 import os
@@ -57,6 +60,7 @@ class RayScanEngine(ScanEngine):
     workers on one node share the index's arrays without copies.
     """
 
+    shard_retries: int = Field(2, description="resubmissions of a shard whose Ray worker or node died mid-task")
     ray_cluster: RayResource
     num_cpus_per_shard: float = Field(1.0, description="Ray CPUs reserved per shard task")
 
@@ -64,29 +68,46 @@ class RayScanEngine(ScanEngine):
         return f"ray ({self.ray_cluster.name})"
 
     def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+        """Results as they finish.  A task lost with its worker process or its node (not an error of the
+        scan itself) is submitted again, up to `shard_retries` times; the outcome counts its attempts."""
         import ray
+        from ray.exceptions import NodeDiedError, ObjectLostError, OwnerDiedError, WorkerCrashedError
 
         if not jobs:
             return
         if not ray.is_initialized():
             raise dg.Failure("Ray is not connected: the ray_cluster resource did not run ray.init()")
+        log = dg.get_dagster_logger()
         index_ref, records_ref = ray.put(index), ray.put(ref.records)
-        task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=1)(run_shard_job_shared)
-        pending = {task.remote(job, index_ref, records_ref): job for job in jobs}
+        # Ray's own retries are off: a lost shard is resubmitted here, where it is counted and logged
+        task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0)(run_shard_job_shared)
+        pending = {task.remote(job, index_ref, records_ref): (job, 1) for job in jobs}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for obj in done:
-                job = pending.pop(obj)
+                job, attempt = pending.pop(obj)
                 try:
-                    yield job, ray.get(obj)
+                    out = ray.get(obj)
+                except (WorkerCrashedError, NodeDiedError, ObjectLostError, OwnerDiedError) as exc:
+                    lost = f"{job.shard}: attempt {attempt} lost ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+                    if attempt > self.shard_retries:
+                        yield job, RuntimeError(f"{lost}; no retries left ({self.shard_retries})")
+                        continue
+                    log.warning(f"{lost}; submitting it again (retry {attempt} of {self.shard_retries})")
+                    pending[task.remote(job, index_ref, records_ref)] = (job, attempt + 1)
+                    continue
                 except Exception as exc:
                     yield job, exc
+                    continue
+                out.attempts = attempt
+                yield job, out
 
 
 class RayClusterAddress(RayResource):
-    """An existing Ray cluster (e.g. a KubeRay RayCluster), reached with Ray Client at `address`."""
+    """An existing Ray cluster: `host:port` of its GCS (the step process joins it as a driver, so it must reach
+    every node) or `ray://host:10001` (Ray Client, e.g. a KubeRay RayCluster's head service)."""
 
-    address: str = Field(description="ray://<head-service>:10001")
+    address: str = Field(description="127.0.0.1:6379 or ray://<head-service>:10001")
 
     @property
     def host(self) -> str:
@@ -129,5 +150,6 @@ def engine_from_env(env=os.environ) -> ScanEngine:
         cpus = int(env.get("CONTAM_RAY_NUM_CPUS", "0") or 0) or None
         cluster = RayClusterAddress(address=address) if address else local_ray(cpus, env.get("CONTAM_RAY_TEMP_DIR") or None)
         return RayScanEngine(token_cache_dir=cache, ray_cluster=cluster,
-                             num_cpus_per_shard=float(env.get("CONTAM_RAY_CPUS_PER_SHARD", "1")))
+                             num_cpus_per_shard=float(env.get("CONTAM_RAY_CPUS_PER_SHARD", "1")),
+                             shard_retries=int(env.get("CONTAM_RAY_SHARD_RETRIES", "2")))
     raise ValueError(f"CONTAM_SCAN_ENGINE must be 'local' or 'ray', got {kind!r}")
