@@ -12,6 +12,11 @@ HumanEval prompts planted into --planted of the documents (0.5 % by default), th
   full (new)       tokenize_and_scan of every shard with the grown registry, no cache
                    (a full rescan without the incremental machinery)
   full (cached)    scan_stream of every shard, all tasks (the nightly IDF refresh)
+  per-task prefilter  no token cache: per shard, read the text, clear with the added task's own
+                   prefilter (anchors of its questions only), tokenize and scan only what passes
+                   (rescan.jobs.tokenize_and_scan(tasks=[add]) with prefilter on); its anchors are
+                   built once, timed apart
+  full (prefilter) tokenize_and_scan of every shard with the grown registry and the prefilter on
 
 It checks that the added task's rows of the incremental scan equal the full rescan's, and
 measures the IDF drift of the untouched rows (scored with the old index) against the full
@@ -112,6 +117,7 @@ def main() -> None:
     ap.add_argument("--add", default="mbpp")
     ap.add_argument("--planted", type=float, default=0.005,
                     help="share of documents with a planted benchmark item (seed 003's pool: 0.00018 removed)")
+    ap.add_argument("--json", help="write the figures to this file")
     args = ap.parse_args()
     bench = Path(args.benchmarks)
     cfg = preset("default")
@@ -156,10 +162,24 @@ def main() -> None:
 
     _, t_full_cached = timed(cached_full)
 
+    from contam_assets.detector.prefilter import ensure_prefilter
+
+    cfg_pf = cfg.replace(prefilter=True)
+    _, t_pf_task = timed(lambda: ensure_prefilter(idx1, rec1, cfg_pf, [args.add]))
+    _, t_pf_all = timed(lambda: ensure_prefilter(idx1, rec1, cfg_pf))
+    task_outs, t_task = timed(lambda: [tokenize_and_scan(pool / s, s, idx1, ref1, cfg_pf, "text", "default", "new", None,
+                                                         tasks=[args.add]) for s in shards])
+    pf_rows, t_full_pf = timed(lambda: pl.concat([
+        tokenize_and_scan(pool / s, s, idx1, ref1, cfg_pf, "text", "default", "new", None).matches for s in shards]))
+    task_rows = pl.concat([o.matches for o in task_outs])
+    task_docs = sum(o.docs_scanned for o in task_outs)
+
     drop = ["record_id"]
     a = inc_rows.drop(drop).sort("match_id")
     b = full_rows.filter(pl.col("task") == args.add).drop(drop).sort("match_id")
     equal = a.equals(b)
+    equal_task = task_rows.drop(drop).sort("match_id").equals(b)
+    equal_pf = pf_rows.drop(drop).sort("match_id").equals(full_rows.drop(drop).sort("match_id"))
     old = base_rows.select("match_id", "score", "flagged")
     new = full_rows.filter(pl.col("task") != args.add).select("match_id", "score", "flagged")
     j = old.join(new, on="match_id", how="full", suffix="_new", coalesce=True)
@@ -180,14 +200,26 @@ def main() -> None:
     print(f"| **incremental rescan for +{args.add}** (cached tokens, new index) | **{t_inc:.2f}** | {mb / t_inc:.1f} | {inc_docs} of {sum(1 for s in shards for _ in open(pool / s))} documents scanned |")
     print(f"| full rescan, grown registry (tokenize again) | {t_full_new:.1f} | {mb / t_full_new:.2f} | |")
     print(f"| full rescan from the token cache (nightly IDF refresh) | {t_full_cached:.1f} | {mb / t_full_cached:.2f} | |")
+    n_docs = sum(1 for s in shards for _ in open(pool / s))
+    print(f"| **per-task prefilter rescan for +{args.add}** (no cache; text, the task's anchors) | **{t_task:.2f}** | {mb / t_task:.1f} | {task_docs} of {n_docs} documents tokenized; anchors built in {t_pf_task:.1f} s |")
+    print(f"| full rescan with the prefilter (no cache) | {t_full_pf:.1f} | {mb / t_full_pf:.2f} | anchors of every task built in {t_pf_all:.1f} s |")
     print()
     print(f"incremental / full rescan = {t_inc / t_full_new:.3f} (limit 0.2); rows of +{args.add}: {a.height}, "
           f"equal to the full rescan: {equal}")
+    print(f"per-task prefilter rescan / full rescan = {t_task / t_full_new:.3f} (limit 0.2), equal: {equal_task}; "
+          f"full with prefilter / full = {t_full_pf / t_full_new:.3f}, equal: {equal_pf}")
     print(f"IDF drift of untouched rows: {both.height} rows compared, {changed.height} changed score "
           f"(max |Δ| {max_drift:.4f}), {flips} flag flips, {only_old} rows only before, {only_new} only after")
     shutil.rmtree(work, ignore_errors=True)
-    if not equal:
-        sys.exit("incremental rows differ from the full rescan")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(
+            mb=mb, planted=args.planted, add=args.add, full_rescan_s=t_full_new, incremental_cached_s=t_inc,
+            per_task_prefilter_s=t_task, per_task_anchors_s=t_pf_task, full_prefilter_s=t_full_pf,
+            cache_mb=cache_mb, ratio_cached=t_inc / t_full_new, ratio_per_task=t_task / t_full_new,
+            ratio_full_prefilter=t_full_pf / t_full_new, equal=equal, equal_per_task=equal_task,
+            equal_full_prefilter=equal_pf), indent=1))
+    if not (equal and equal_task and equal_pf):
+        sys.exit("rescan rows differ from the full rescan")
 
 
 if __name__ == "__main__":

@@ -60,8 +60,8 @@ class DetectConfig:
     report_floor: float = 0.5  # store every candidate scoring at least this, flagged or not
     candidate_question_floor: float = 0.5  # clusters below this question overlap are not scored at all
     max_doc_bytes: int = 8 * 1024 * 1024  # larger documents are rejected (counted, written to rejected/)
-    # beyond decon: skip, before tokenizing, documents that provably hold no flagged match (prefilter.py).
-    # Flags and removals are unchanged; near misses (stored, not flagged) of skipped documents are not kept.
+    # beyond decon: skip, before tokenizing, documents that provably hold no match row (prefilter.py):
+    # flags, removals and stored near misses are unchanged.
     prefilter: bool = False
     # beyond decon: the parts of the `thorough` preset (docs/detector.md "Beyond decon"), each off in decon's
     # presets and each switchable on its own (THOROUGH_PARTS, `contam detect --markup` ...)
@@ -196,7 +196,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("dedup_by", "--dedup-by", None, "content (sha256 of the texts) or fingerprint (the record's field, decon)"),
     Knob("report_floor", "--report-floor", None, "store every candidate scoring at least this, flagged or not"),
     Knob("max_doc_bytes", "--max-doc-bytes", None, "documents larger than this many bytes are rejected"),
-    Knob("prefilter", "--prefilter", None, "skip documents that provably cannot be flagged (true/false)"),
+    Knob("prefilter", "--prefilter", None, "skip, untokenized, documents that provably hold no match row (true/false)"),
 )
 KNOB_BY_FIELD = {k.field: k for k in KNOBS}
 
