@@ -1,7 +1,7 @@
 """Declarative automation of the data side, evaluated tick by tick on a real instance and real scans.
 
 removals follow new scans, report and mix follow new removals (the mix only for scanned
-shards), a failed blocking check stops the propagation, and nothing is requested twice.
+shards), a failed blocking check (shard_accounting) stops the propagation, and nothing is requested twice.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_scans_then_removals_then_report_and_mix_of_scanned_shards(world):
     tick = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=tick.cursor)
     assert _requested(tick) == {}  # the sensors start scans, not automation
     for shard in SHARDS[:2]:
-        assert dg.materialize([A.shard_matches, A.shard_conservation], partition_key=shard, resources=resources(s),
+        assert dg.materialize([A.shard_matches, A.shard_accounting, A.shard_conservation], partition_key=shard, resources=resources(s),
                               instance=inst).success
     tick = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=tick.cursor)
     assert _requested(tick) == {"removals": [""]}
@@ -63,18 +63,18 @@ def test_scans_then_removals_then_report_and_mix_of_scanned_shards(world):
 
 def test_a_failed_blocking_check_stops_the_removals(world):
     s, inst, defs = world["s"], world["inst"], world["defs"]
-    assert dg.materialize([A.shard_matches, A.shard_conservation], partition_key=SHARDS[2], resources=resources(s),
+    assert dg.materialize([A.shard_matches, A.shard_accounting, A.shard_conservation], partition_key=SHARDS[2], resources=resources(s),
                           instance=inst).success
     with store.connect(s.db_path) as con:  # a scan whose counts no longer add up
         con.execute("update shard_stats set read = read + 1 where shard = ?", [SHARDS[2]])
-    check = dg.materialize([A.shard_matches, A.shard_conservation], selection=dg.AssetSelection.checks(A.shard_conservation),
+    check = dg.materialize([A.shard_matches, A.shard_accounting], selection=dg.AssetSelection.checks(A.shard_accounting),
                            resources=resources(s), instance=inst, raise_on_error=False)
     assert [c.passed for c in check.get_asset_check_evaluations()] == [False]
     tick = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=world["cursor"])
     assert "removals" not in _requested(tick)
     with store.connect(s.db_path) as con:
         con.execute("update shard_stats set read = read - 1 where shard = ?", [SHARDS[2]])
-    check = dg.materialize([A.shard_matches, A.shard_conservation], selection=dg.AssetSelection.checks(A.shard_conservation),
+    check = dg.materialize([A.shard_matches, A.shard_accounting], selection=dg.AssetSelection.checks(A.shard_accounting),
                            resources=resources(s), instance=inst)
     assert [c.passed for c in check.get_asset_check_evaluations()] == [True]
     tick = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=tick.cursor)
@@ -86,4 +86,4 @@ def test_scan_state_check_is_not_part_of_a_shard_run(world):
     r = dg.materialize(DATA_ASSETS + DATA_CHECKS, selection=dg.AssetSelection.assets(A.shard_matches),
                        partition_key=SHARDS[0], resources=resources(s), instance=inst)
     assert r.success
-    assert {c.check_name for c in r.get_asset_check_evaluations()} == {"shard_conservation"}
+    assert {c.check_name for c in r.get_asset_check_evaluations()} == {"shard_accounting", "shard_conservation"}

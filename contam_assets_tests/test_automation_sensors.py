@@ -115,11 +115,11 @@ def test_nightly_schedule_rescans_idf_stale_shards_in_full(world):
 DEFS_MODULE = """
 import dagster as dg
 import contam_assets.defs.data as data
-from contam_assets.defs.data import assets, jobs, sensors
+from contam_assets.defs.data import assets, jobs, outputs, sensors
 from contam_assets.defs.resources import ContamDB, ContamSettings
 
 s = ContamSettings(out_dir={out!r}, pool_dir={pool!r}, tasks_dir={tasks!r}, benchmarks_dir={bench!r})
-defs = dg.Definitions.merge(dg.load_definitions_from_modules([assets, jobs, sensors]), data.defs,
+defs = dg.Definitions.merge(dg.load_definitions_from_modules([assets, outputs, jobs, sensors]), data.defs,
                             dg.Definitions(resources={{"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path))}}))
 """
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from contam_assets.defs.data import assets as A
+from contam_assets.defs.data import outputs
 from contam_assets.defs.model.checkpoints import checkpoints
 from contam_assets.defs.model.checks import checkpoints_found
 from contam_assets.defs.model.resources import CheckpointLoader
@@ -29,7 +30,7 @@ def _failures(result) -> str:
 def test_removals_and_report_skip_before_any_scan_and_fail_when_asked_alone(tmp_path):
     res = {k: v for k, v in _resources(tmp_path / "out").items() if k != "checkpoint_loader"}
     with dg.instance_for_test() as inst:
-        r = dg.materialize([A.removals, A.removal_report], resources=res, instance=inst)
+        r = dg.materialize([A.removals, outputs.removal_report], resources=res, instance=inst)
         assert r.success and not r.get_asset_materialization_events()
         checks = {(c.asset_key.to_user_string(), c.check_name): c for c in r.get_asset_check_evaluations()}
         skipped = checks[("removals", "inputs_present")]
@@ -38,9 +39,9 @@ def test_removals_and_report_skip_before_any_scan_and_fail_when_asked_alone(tmp_
         assert ("removal_report", "inputs_present") not in checks  # its step was skipped with its upstream
         logged = [e.user_message for e in inst.all_logs(r.run_id) if e.level >= 30]  # warnings of the run
         assert any("removals skipped, nothing materialized: no shard has been scanned" in m for m in logged), logged
-        alone = dg.materialize([A.removal_report], resources=res, instance=inst, raise_on_error=False)
+        alone = dg.materialize([outputs.removal_report], resources=res, instance=inst, raise_on_error=False)
         assert not alone.success and "nothing to report" in _failures(alone)
-        tagged = dg.materialize([A.removals, A.removal_report], resources=res, instance=inst, raise_on_error=False,
+        tagged = dg.materialize([A.removals, outputs.removal_report], resources=res, instance=inst, raise_on_error=False,
                                 tags={"contam/missing_inputs": "fail"})
         assert not tagged.success and "removals: cannot run" in _failures(tagged)
         assert inst.get_latest_materialization_event(dg.AssetKey("removals")) is None

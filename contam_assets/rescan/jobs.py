@@ -108,7 +108,6 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                            bytes=counters["bytes"], reject_reasons=reasons))
     stats = shard_stats_row(shard, counters, len(rejects), reasons, sink, time.perf_counter() - t0, preset, digest,
                             fingerprint, status=status_of(failures, counters["read"]))
-    stats["prefiltered"] = counters["prefiltered"]
     if tasks is not None:
         return ShardOutcome(shard, "incremental", stats=stats, rejects=None, stream_key=None, tasks=sorted(tasks),
                             drop=[], docs_scanned=counters["scanned"] - counters["prefiltered"], **outcome_rows(sink, matches))

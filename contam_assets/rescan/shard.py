@@ -210,5 +210,5 @@ def shard_stats_row(shard: str, counters: Counter, n_rejects: int, reject_reason
         removed=len(sink.primary_lines), kept=counters["read"] - n_rejects - len(sink.primary_lines),
         bytes=counters["bytes"], tokens=counters["tokens"], candidates=sink.n, seconds=round(seconds, 3),
         shard_fingerprint=fingerprint, reject_reasons=reject_reasons, preset=preset, index_digest=digest,
-        **(status or status_of([], counters["read"])),
+        **(status or status_of([], counters["read"])), prefiltered=counters["prefiltered"],
     )
