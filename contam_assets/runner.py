@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 import dagster as dg
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from contam_assets import store
 from contam_assets.defs.data import assets as data_assets
@@ -106,10 +107,11 @@ def _reason(err) -> str:
     return re.sub(r"^dagster\._core\.definitions\.events\.Failure: ", "", msg)
 
 
-def _run_job(defs: dg.Definitions, job, instance, partition_key=None, log: Callable[[str], None] = print):
+def _run_job(defs: dg.Definitions, job, instance, partition_key=None, log: Callable[[str], None] = print,
+             tags: dict | None = None):
     """Execute one of the named jobs in this process; asset warnings are printed, a failure raises StepFailed."""
     result = defs.resolve_job_def(job.name).execute_in_process(
-        instance=instance, partition_key=partition_key, raise_on_error=False,
+        instance=instance, partition_key=partition_key, raise_on_error=False, tags=tags,
         run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}})
     for entry in instance.all_logs(result.run_id):  # the warnings asset code logged, one line each
         if entry.level >= logging.WARNING and not entry.is_dagster_event and entry.user_message:
@@ -170,14 +172,19 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     new = [s for s in shards if s not in known]
     if new:
         instance.add_dynamic_partitions(shards_partitions.name, new)
-    failed: dict[str, str] = {}
-    for i, shard in enumerate(shards, 1):
-        log(f"scan [{i}/{len(shards)}] {shard}")
-        try:
-            _run_job(defs, scan_shards_job, instance, partition_key=shard, log=log)
-        except StepFailed as exc:
-            failed[shard] = str(exc)
-            log(f"  failed: {exc}")
+    engine = resources_for(settings)["contam_scan_engine"]
+    n = engine.processes(len(shards))
+    if n > 1:
+        failed = scan_range(settings, defs, instance, n, log)
+    else:
+        failed = {}
+        for i, shard in enumerate(shards, 1):
+            log(f"scan [{i}/{len(shards)}] {shard}")
+            try:
+                _run_job(defs, scan_shards_job, instance, partition_key=shard, log=log)
+            except StepFailed as exc:
+                failed[shard] = str(exc)
+                log(f"  failed: {exc}")
     log("removals and report")
     _run_job(defs, report_job, instance, log=log)
     for shard in shards:
@@ -189,6 +196,26 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
             failed[shard] = str(exc)
             log(f"  mix of {shard} failed: {exc}")
     return summary(settings, decon_outputs(settings, log), retired=retired, failed=failed)
+
+
+def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, processes: int,
+               log: Callable[[str], None] = print) -> dict[str, str]:
+    """Every shard in one scan_shards run over the whole partition range, its scans spread over ``processes``
+    worker processes (the run's step stays the only DuckDB writer); shard -> why it failed."""
+    keys = instance.get_dynamic_partitions(shards_partitions.name)
+    log(f"scan {len(keys)} shard(s) on {processes} processes")
+    try:
+        _run_job(defs, scan_shards_job, instance, log=log,
+                 tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
+        return {}
+    except StepFailed as exc:
+        with store.connect(settings.db_path, read_only=True) as con:
+            failed = {e["shard"]: e["message"] for e in shards_db.errors(con) if e["step"] in ("scan", "write")}
+        if not failed:  # the run failed as a whole (not one shard)
+            failed = dict.fromkeys(keys, str(exc))
+        for shard, why in failed.items():
+            log(f"  {shard} failed: {why}")
+        return failed
 
 
 def decon_outputs(settings: ContamSettings, log: Callable[[str], None] = print) -> dict:
