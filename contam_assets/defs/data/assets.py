@@ -195,17 +195,19 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     workers: set[str] = set()
     top: list[dict] = []
     incomplete: dict[str, str] = {}
-    scan_seconds = 0.0
+    scan_seconds = write_seconds = 0.0
     for job, out in contam_scan_engine.run(jobs, index, ref):
         if not isinstance(out, Exception):
             try:
                 if out.rejects is not None:
                     artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
+                t_write = time.perf_counter()
                 with contam_db.connect() as con:
                     scan_state.write_outcome(con, out, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
                                              size=sigs[job.shard][0], mtime_ns=sigs[job.shard][1], records=records)
                     shards_db.clear_errors(con, job.shard, ("scan", "write"))
                     stats = store.query_df(con, "select * from shard_stats where shard = ?", [job.shard]).to_dicts()
+                write_seconds += time.perf_counter() - t_write
             except Exception as exc:  # noqa: BLE001 - one shard's write failing must not lose the others
                 out = RuntimeError(f"writing its rows: {type(exc).__name__}: {exc}")
         if isinstance(out, Exception):
@@ -241,7 +243,7 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     return dg.MaterializeResult(metadata={
         **{f"documents_{k}" if k in ("read", "removed", "rejected", "kept") else k: v for k, v in totals.items()},
         **{f"shards_{k}": v for k, v in modes.items()},
-        "scan_seconds": round(scan_seconds, 2), "engine": contam_scan_engine.describe(len(jobs)), "workers": len(workers),
+        "scan_seconds": round(scan_seconds, 2), "write_seconds": round(write_seconds, 2), "engine": contam_scan_engine.describe(len(jobs)), "workers": len(workers),
         "index_digest": digest,
         "top_matches": dg.MetadataValue.md(md_table(None, top)),
     })
