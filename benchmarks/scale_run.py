@@ -359,7 +359,7 @@ def figures(name: str, m: dict, truth: dict, planted: set, workers: int) -> dict
     missed = sorted(planted - removed - held)
     stages = m["stages_s"]
     scan_s = stages.get("scan") or stages.get("shard_matches")
-    return m | dict(run=name, cores=workers, mb_per_s=round(mb / m["wall_s"], 2), cpu_s_per_mb=round(m["cpu_s"] / mb, 3),
+    return m | dict(run=name, cores=workers, mb_per_s=round(mb / m["wall_s"], 3), cpu_s_per_mb=round(m["cpu_s"] / mb, 3),
                     scan_mb_per_s=round(mb / scan_s, 2) if scan_s else None, removed=len(removed),
                     planted_removed=len(planted & removed), planted_held_for_review=len(planted & held),
                     planted_missed=[list(x) for x in missed[:20]], extra_removed=len(removed - planted))
@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> dict:
         res["speedup_end_to_end"] = round(one["wall_s"] / many["wall_s"], 3)
         res["speedup_scan"] = round(one["stages_s"]["scan"] / many["stages_s"]["scan"], 3)
     for r in res["runs"]:
-        r["x_tiktoken"] = round(r["mb_per_s"] / res["tiktoken"]["mb_per_s"], 3)
+        r["x_tiktoken"] = round(r["mb_per_s"] / res["tiktoken"]["mb_per_s"], 4)
     res["all_planted_removed"] = all(not r["planted_missed"] for r in res["runs"])  # removed, or held for review
     res["markdown"] = markdown(res)
     print(res["markdown"])
