@@ -4,7 +4,7 @@ Each worker receives the index and the reference records once, when it starts, a
 scans whole shards (`run_shard_job_shared`: it reads the shard itself, writes its match rows
 to a Parquet part and returns the outcome).  Results are handed back **in the order of the
 jobs**, so the caller (the step process, the only DuckDB writer) writes exactly what the
-serial engine writes, in the same order.  At most ``2 x workers`` shards are in flight, so
+serial engine writes, in the same order.  At most ``4 x workers`` shards are in flight (a slow shard does not idle the others), so
 memory stays bounded by the workers, not by the run.
 
 A shard whose scan raises yields its exception; the others go on.  A worker that dies
@@ -91,7 +91,7 @@ def scan_in_processes(jobs: list[ShardJob], index: NgramIndex, records: pl.DataF
     pool = _pool(workers, index, records)
     try:
         while todo or window:
-            while todo and len(window) < 2 * workers:
+            while todo and len(window) < 4 * workers:
                 job = todo.popleft()
                 window.append((job, pool.submit(_scan, job)))
             job, fut = window.popleft()
