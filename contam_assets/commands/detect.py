@@ -168,6 +168,8 @@ def print_summary(s: dict) -> None:
               f"or accepted (contam review OUT --accept-shard {shard})")
     for shard, why in s.get("failed", {}).items():
         print(f"FAILED {shard}: {why}")
+    if s.get("seconds"):
+        print("seconds " + "  ".join(f"{k} {v:.2f}" for k, v in s["seconds"].items()))
     print(f"tables  {s['db']}\nreport  {s['report']}\nmix     {s['mix']}/")
     if s.get("decon_reports"):
         print(f"decon   {s['decon_reports']}/ ({s['decon_report_files']} report file(s), "

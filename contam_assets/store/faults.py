@@ -47,4 +47,16 @@ def fault_point(name: str) -> None:
             _hold(Path(os.environ["CONTAM_FAULT_HOLD"]))
         return
     if _counts[name] >= int(n or 1):
+        if _parent:
+            os.kill(_parent, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def in_scan_worker(step_pid: int) -> None:
+    """Called in a scan worker process: a fault there stops the whole run (the step that started it, then itself),
+    as an operator's kill of the run would."""
+    global _parent
+    _parent = step_pid
+
+
+_parent: int | None = None

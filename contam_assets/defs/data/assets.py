@@ -3,11 +3,9 @@
 
 import json
 import time
-from pathlib import Path
 
 import dagster as dg
 import polars as pl
-from pydantic import Field
 
 from contam_assets import store
 from contam_assets.defs.automation import (
@@ -15,32 +13,24 @@ from contam_assets.defs.automation import (
     on_schedule,
 )
 from contam_assets.defs.data.engine import ScanEngine
+from contam_assets.defs.data.scan_jobs import ShardScanConfig, plan_jobs
 from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
 from contam_assets.defs.meta import DATA_OWNERS, DETECTOR_VERSION, SCAN_VERSION, check_metadata, tags
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, load_task_specs
-from contam_assets.detector.config import DetectConfig, settings_rows
+from contam_assets.detector.config import settings_rows
 from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import locate, looks_like_decon_references, spec_digest
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
-from contam_assets.rescan import token_cache, watch
-from contam_assets.rescan.jobs import ShardJob
-from contam_assets.rescan.plan import (
-    TASK_HASHES_FILE,
-    load_task_hashes,
-    plan_shard,
-    scan_config_digest,
-    shard_identity,
-    task_hashes,
-)
+from contam_assets.rescan import watch
+from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, scan_config_digest, task_hashes
 from contam_assets.store import artifacts, tables
 from contam_assets.store import shards as shards_db
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text
-from contam_assets.store.pool import check_shard
 
 GROUP = "decontamination"
 # What every asset of the data side declares (owners, group, tags); kinds and descriptions are per asset.
@@ -162,46 +152,6 @@ def ngram_index(context: dg.AssetExecutionContext, contam_settings: ContamSettin
     })
 
 
-class ShardScanConfig(dg.Config):
-    mode: str = Field("auto", description=(
-        "auto: scan what changed (full scan of new or changed shards, incremental scan of added or changed "
-        "tasks, nothing when current); full: rescan every shard of the run in full (from its cached token "
-        "stream when valid)"))
-
-
-def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, digest: str, tasks_now: dict[str, str],
-              cache_root: Path | None, mode: str, states: dict) -> tuple[list[ShardJob], dict[str, tuple[int, int]], dict[str, str]]:
-    """One job per shard (with its plan), the (size, mtime_ns) each plan saw, and shard -> why it cannot be scanned.
-
-    A shard that is gone, unreadable, not a regular file or a symlink out of the pool is
-    not scanned, and only that shard fails.
-    """
-    scan_cfg = scan_config_digest(cfg, settings.content_key)
-    jobs, sigs, failed = [], {}, {}
-    for shard in shards:
-        path, why = check_shard(settings.pool_path, shard, settings.follow_symlinks)
-        if path is None:
-            failed[shard] = why
-            continue
-        try:
-            st = path.stat()
-            fp, identity = shard_identity(path)
-        except OSError as exc:
-            failed[shard] = f"fingerprint: {type(exc).__name__}: {exc.strerror or exc}"
-            continue
-        key = token_cache.cache_key(identity, cfg, settings.content_key)
-        stream_ok = cache_root is not None and token_cache.exists(cache_root, shard, key)
-        try:
-            plan = plan_shard(states.get(shard), identity, scan_cfg, tasks_now, key, stream_ok, mode, text_rescan=cfg.prefilter)
-        except ValueError as exc:
-            raise dg.Failure(str(exc)) from exc
-        jobs.append(ShardJob(shard=shard, path=str(path), plan=plan, cfg=cfg, content_key=settings.content_key,
-                             preset=settings.preset, digest=digest, cache_root=str(cache_root) if cache_root else None,
-                             fingerprint=fp, identity=identity, parts_dir=str(settings.out_path / "parts")))
-        sigs[shard] = (st.st_size, st.st_mtime_ns)
-    return jobs, sigs, failed
-
-
 @dg.asset(
     **_DATA,
     partitions_def=shards_partitions,
@@ -232,7 +182,7 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     with contam_db.connect(read_only=True) as con:
         states = scan_state.load_states(con, shards)
     jobs, sigs, failed = plan_jobs(contam_settings, shards, cfg, digest, tasks_now, cache_root, config.mode, states)
-    context.log.info(f"{len(jobs)} shard(s) on {contam_scan_engine.describe()}: "
+    context.log.info(f"{len(jobs)} shard(s) on {contam_scan_engine.describe(len(jobs))}: "
                      + ", ".join(f"{j.shard}: {j.plan.describe()}" for j in jobs[:20]) + (" …" if len(jobs) > 20 else ""))
     totals = {"read": 0, "removed": 0, "rejected": 0, "pending_review": 0, "candidates": 0, "kept": 0, "bytes": 0}
     modes = {"full": 0, "incremental": 0, "current": 0}
@@ -241,17 +191,19 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     retries = 0
     top: list[dict] = []
     incomplete: dict[str, str] = {}
-    scan_seconds = 0.0
+    scan_seconds = write_seconds = 0.0
     for job, out in contam_scan_engine.run(jobs, index, ref):
         if not isinstance(out, Exception):
             try:
                 if out.rejects is not None:
                     artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
+                t_write = time.perf_counter()
                 with contam_db.connect() as con:
                     scan_state.write_outcome(con, out, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
                                              size=sigs[job.shard][0], mtime_ns=sigs[job.shard][1], records=records)
                     shards_db.clear_errors(con, job.shard, ("scan", "write"))
                     stats = store.query_df(con, "select * from shard_stats where shard = ?", [job.shard]).to_dicts()
+                write_seconds += time.perf_counter() - t_write
             except Exception as exc:  # noqa: BLE001 - one shard's write failing must not lose the others
                 out = RuntimeError(f"writing its rows: {type(exc).__name__}: {exc}")
         if isinstance(out, Exception):
@@ -291,7 +243,8 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     return dg.MaterializeResult(metadata={
         **{f"documents_{k}" if k in ("read", "removed", "rejected", "kept") else k: v for k, v in totals.items()},
         **{f"shards_{k}": v for k, v in modes.items()},
-        "scan_seconds": round(scan_seconds, 2), "engine": contam_scan_engine.describe(), "workers": len(workers),
+        "scan_seconds": round(scan_seconds, 2), "write_seconds": round(write_seconds, 2),
+        "engine": contam_scan_engine.describe(len(jobs)), "workers": len(workers),
         "shard_retries": retries, **({"ray_nodes": dg.MetadataValue.json(nodes)} if nodes else {}),
         "index_digest": digest,
         "top_matches": dg.MetadataValue.md(md_table(None, top)),

