@@ -34,10 +34,11 @@ def serve(out: Path, host: str, port: int, reviewer: str, dagster_home: str | No
     if not 0 < port < 65536:
         raise CliError(f"--port must be 1..65535, got {port}")
     settings = runner.recorded_settings(out)
+    cfg = settings.detect_config()[0] if settings else None  # the preset's tokenizer and cleaning, as scanned
     config = ReviewConfig(out_dir=out, pool_dir=settings.pool_path if settings else None,
                           content_key=settings.content_key if settings else "text",
-                          tokenizer=settings.tokenizer if settings else "cl100k",
-                          unescape=settings.unescape if settings else True, reviewer=reviewer)
+                          tokenizer=cfg.tokenizer if cfg else "cl100k",
+                          unescape=cfg.unescape if cfg else True, reviewer=reviewer)
     app = create_app(config, make_apply(out, dagster_home))
     print(f"review page: http://{host}:{port}/  (Ctrl-C stops it)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -233,7 +233,8 @@ def _matrix_html(con) -> str:
 
 
 def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets removal report", top: int = 50,
-                  settings: dict | None = None, pool_dir: Path | None = None, content_key: str = "text") -> str:
+                  settings: dict | None = None, pool_dir: Path | None = None, content_key: str = "text",
+                  tokenizer: str = "cl100k", unescape: bool = True) -> str:
     totals = _q(con, "select coalesce(sum(read),0) read, coalesce(sum(removed),0) removed, coalesce(sum(kept),0) kept, coalesce(sum(rejected),0) rejected, coalesce(sum(pending_review),0) pending, count(*) shards from shard_stats")[0]
     n_matches = _q(con, "select count(*) n, count(*) filter (where flagged) f, count(distinct case when flagged then shard || ':' || line end) fd from matches")[0]
     by_task = _q(con, """select task, split, count(*) filter (where flagged) as flagged_matches,
@@ -257,8 +258,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
     kpi = lambda label, v: f'<div class="kpi"><b>{v:,}</b>{html.escape(label)}</div>'
     settings = settings or {}
     settings_html = _table([{"setting": k, "value": v} for k, v in settings.items()], ["setting", "value"])
-    raws = raw_documents(pool_dir, top_rows, content_key, str(settings.get("tokenizer", "cl100k")),
-                         bool(settings.get("unescape", True)), max_shards=RAW_TEXT_SHARDS) if top_rows else {}
+    raws = raw_documents(pool_dir, top_rows, content_key, tokenizer, unescape, max_shards=RAW_TEXT_SHARDS) if top_rows else {}
     cards = "".join(_match_card(m, i + 1, raws.get(m["match_id"]), open_=i < OPEN_CARDS) for i, m in enumerate(top_rows))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     counts = f"""<div class="grid"><div><h3>per task and split</h3>{_table(by_task, ['task','split','flagged_matches','documents','instances','near_misses'])}</div>

@@ -46,8 +46,9 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
                     "select name, value, decon_name, origin from detect_settings").fetchall():
                 label = f"{name} ({decon_name})" if decon_name and decon_name != name else name
                 settings[label] = value + ("" if origin == "preset" else f"  [{origin}]")
+        cfg = detect_config(contam_settings)
         page = render_report(con, settings=settings, pool_dir=contam_settings.pool_path,
-                             content_key=contam_settings.content_key)
+                             content_key=contam_settings.content_key, tokenizer=cfg.tokenizer, unescape=cfg.unescape)
         scores = con.execute("select score, flagged from matches").fetchall()
         totals = con.execute("select coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(rejected),0) from shard_stats").fetchone()
     path = contam_settings.out_path / "report.html"
