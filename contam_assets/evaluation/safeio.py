@@ -64,12 +64,17 @@ def name_problem(name: str) -> str | None:
         return f"name {name!r} is not allowed"
     if "/" in name or "\x00" in name:
         return "name contains '/' or a NUL byte"
+    return _component_size_problem(name, "name")
+
+
+def _component_size_problem(part: str, what: str) -> str | None:
+    """``part`` not valid UTF-8, or over MAX_NAME_BYTES bytes (one path component's limit), or None."""
     try:
-        size = len(name.encode("utf-8"))
+        size = len(part.encode("utf-8"))
     except UnicodeEncodeError:
-        return "name is not valid UTF-8"
+        return f"{what} is not valid UTF-8"
     if size > MAX_NAME_BYTES:
-        return f"name is {size} bytes long, more than {MAX_NAME_BYTES}"
+        return f"{what} is {size} bytes long, more than {MAX_NAME_BYTES}"
     return None
 
 
@@ -83,12 +88,9 @@ def check_name(name: str, what: str = "name") -> str:
 def components_problem(path: str) -> str | None:
     """A component of ``path`` longer than 255 bytes (or not UTF-8), or None."""
     for part in re.split(r"[\\/]", path):
-        try:
-            size = len(part.encode("utf-8"))
-        except UnicodeEncodeError:
-            return "a path component is not valid UTF-8"
-        if size > MAX_NAME_BYTES:
-            return f"a path component is {size} bytes long, more than {MAX_NAME_BYTES}"
+        problem = _component_size_problem(part, "a path component")
+        if problem:
+            return problem
     return None
 
 
