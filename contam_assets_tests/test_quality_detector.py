@@ -207,7 +207,8 @@ def test_thorough_meets_the_verbatim_like_html_and_dump_targets(thorough):
 
 
 def test_thorough_question_only_misses_are_the_rules_own_limit(run, thorough, records):
-    """The rule holds a question of at least question_only_min_tokens tokens found whole; every miss is shorter."""
+    """The rule holds a question of at least question_only_min_tokens tokens found whole (and a shorter, distinctive
+    one: test_thorough_rules.py); every miss is shorter than question_only_min_tokens."""
     cfg = preset("thorough")
     tok = get_tokenizer(cfg.tokenizer)
     items = {it.key: it for it in items_from_records(records)}

@@ -203,6 +203,40 @@ def test_near_duplicates_are_flagged(shared_data, items, variant, edit):
     assert primary and {r["reason"] for r in primary} == {"near_duplicate"} and not any(r["needs_review"] for r in primary)
 
 
+def _mean_idf_share(shared_data: Path, it) -> tuple[int, float]:
+    """(question tokens, its n-grams' mean idf over ln N) of one item, from the thorough index."""
+    import numpy as np
+    _, records, index, _ = detector(shared_data, "thorough")
+    rids = records.filter((pl.col("task") == it.task) & (pl.col("split") == it.split) & pl.col("indexed")
+                          & (pl.col("instance_index") == it.instance_index) & (pl.col("suite") == it.task))["record_id"]
+    local = int(np.flatnonzero(np.isin(index.record_ids, rids.to_numpy()))[0])
+    return int(index.q_len[local]), float(index.q_idf_sum[local] / index.q_unique[local] / np.log(len(index.q_len)))
+
+
+def test_short_question_only_is_held_when_its_ngrams_are_rare(shared_data, items):
+    """Under question_only_min_tokens a question found whole is held only when its n-grams' mean idf reaches the bar."""
+    cfg = preset("thorough")
+    lo, hi = cfg.question_only_short_min_tokens, cfg.question_only_min_tokens
+    short = [(it, *_mean_idf_share(shared_data, it)) for it in items["by_task"]["arc_easy"][:300]
+             if lo + 2 <= q_tokens(it.question) < hi - 2]
+    rare, n, share = next((it, n, s) for it, n, s in short if lo <= n < hi and s >= cfg.question_only_short_min_idf + 0.05)
+    text = wrap(rare.question)
+
+    def held(**kw) -> bool:
+        rows = rows_for(scan(shared_data, "thorough", text, **kw), "arc_easy", rare.instance_index)
+        assert rows  # always stored: decon's candidate
+        return any(r["reason"] == "question_only" and r["flagged"] and r["needs_review"] for r in rows)
+
+    assert held()
+    assert held(question_only_short_min_idf=share - 0.01) and not held(question_only_short_min_idf=share + 0.01)
+    assert not held(question_only_short_min_tokens=n + 1)  # too short for the rule: stored, not held
+    # the stems many MMLU items share sit under the bar: "Which of the following is true?" and its kin
+    stems = [_mean_idf_share(shared_data, it)[1] for it in items["by_task"]["mmlu"]
+             if it.question.strip() in ("Which of the following is true?", "Which of the following statements is true?",
+                                        "Which of the following is not true?")]
+    assert stems and max(stems) < cfg.question_only_short_min_idf
+
+
 def _new_numbers(text: str) -> str:
     return re.sub(r"\d+", lambda m: str(int(m.group(0)) + 7), text)
 
@@ -226,6 +260,27 @@ def test_gsm_hard_changed_item_is_flagged_as_itself_and_a_template_of_gsm8k(shar
     twins = {t["instance"]: t["relation"] for t in json.loads(next(r["twins"] for r in own if r["twins"]))}
     assert twins.get(f"gsm8k/test/{hard.instance_index}") in ("same_template", "near_duplicate")
     assert not any(r["flagged"] for r in rows if r["task"] == "gsm8k")  # the hard negative stays clean for GSM8K
+
+
+def test_gsm_hard_items_are_reported_as_templates_of_their_gsm8k_twin(shared_data):
+    """Inside a flagged GSM-Hard match the GSM8K item it changes is still reported, as same_template."""
+    cfg, records, _, _ = detector(shared_data, "thorough")
+    hard = records.filter((pl.col("task") == "gsm_hard") & pl.col("indexed") & pl.col("twins").is_not_null())
+    cases = []
+    for r in hard.head(400).iter_rows(named=True):
+        twin = next((t["instance"] for t in json.loads(r["twins"])
+                     if t["relation"] == "same_template" and t["instance"].startswith("gsm8k/test/")), None)
+        if twin is not None:
+            cases.append((r, int(twin.rsplit("/", 1)[1])))
+    assert len(cases) >= 20
+    missing = []
+    for r, twin in cases[:60]:
+        rows = scan(shared_data, "thorough", wrap(f"User: {r['question']}\n\nAssistant: {r['answer']}"))
+        assert any(x["flagged"] for x in rows_for(rows, "gsm_hard", r["instance_index"]))  # the item itself
+        mine = rows_for(rows, "gsm8k", twin)
+        if not any(x["reason"] == "same_template" and not x["flagged"] for x in mine):
+            missing.append((r["instance_index"], twin))
+    assert not missing
 
 
 def test_host_text_gives_nothing(shared_data):

@@ -70,6 +70,8 @@ class DetectConfig:
     question_only: bool = False  # a long question found whole without its answer is held for review (rules.py)
     question_only_min_tokens: int = 20  # question tokens the rule needs
     question_only_overlap: float = 0.95  # question overlap the rule needs ("near 1.0")
+    question_only_short_min_tokens: int = 8  # a shorter question than question_only_min_tokens, held when distinctive:
+    question_only_short_min_idf: float = 0.65  # its n-grams' mean idf at least this share of ln(N) (thorough.py)
     answer_suites: bool = False  # derived `<task>_answer` suites where answers are long, held for review (reference.py)
     answer_suite_min_words: int = 10  # median answer words a task needs for an answer suite; answers shorter are left out
     dump_min_items: int = 0  # > 0: a document holding this many distinct instances of one task is a dump (rules.py)
@@ -237,6 +239,7 @@ def parse_knob(field: str, value) -> object:
     return value
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(DetectConfig)}
 _THOROUGH_FIELDS = ("markup", "dense_short_questions", "question_only", "question_only_min_tokens", "question_only_overlap",
+                    "question_only_short_min_tokens", "question_only_short_min_idf",
                     "answer_suites", "answer_suite_min_words", "dump_min_items", "near_duplicates", "reference_overlap")
 # The parts of `thorough`, by the name a user switches each on with (contam detect --markup, CONTAM_PARTS=markup,...)
 THOROUGH_PARTS: dict[str, dict] = {

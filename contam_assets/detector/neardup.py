@@ -279,11 +279,11 @@ def near_duplicates(ndx: NearDupIndex, index: NgramIndex, tokens: np.ndarray, wo
     if present is not None and len(present):
         allowed = set(ndx.unit_of[np.concatenate([index.postings(int(k)) for k in present])].tolist())
         for ws, we in ndx.windows(masked):
-            if any(a <= ws and we <= b for a, b in covered):
-                continue
+            # inside a flagged match only a template copy of another item can add (GSM-Hard's item is GSM8K's twin)
+            inside = any(a <= ws and we <= b for a, b in covered)
             for u in ndx.candidates(masked, ws, we):
                 v = check(u, ws, we) if u in allowed else None
-                if v is None:
+                if v is None or (inside and v.reason != "same_template"):
                     continue
                 t0, t1 = int(off[v.start]), int(off[v.end + 1]) - 1
                 same = [c for c in by_unit.get(u, []) if c.cluster_start <= t1 and t0 <= c.question_end]

@@ -7,7 +7,12 @@ document (scan.scan_many, which already runs the short-question pass, short.py):
   least ``question_only_overlap`` for a question of at least
   ``question_only_min_tokens`` tokens and that passed decon's question pre-check, is
   flagged *for review* (``held``): a long question found whole without its answer
-  (decon tops it out at 0.75);
+  (decon tops it out at 0.75).  A shorter question (at least
+  ``question_only_short_min_tokens``) is held too when it is distinctive: the mean
+  IDF of its n-grams is at least ``question_only_short_min_idf`` of the largest an
+  n-gram can have (ln N, one instance only).  That keeps MBPP's and ARC's short
+  questions and leaves stems such as "Which of the following is true of the
+  spine?" (0.57) alone: many benchmark items share them, so they say little;
 - ``near_duplicates``: neardup.py (template copies unflagged, cut or padded copies added);
 - ``dump``: when one document holds candidates of at least ``dump_min_items`` distinct
   instances of one task, at as many places (disjoint question spans; score at least
@@ -89,10 +94,17 @@ _BUILT: dict[tuple, Extras] = {}  # the last two built in this process, by the c
 
 
 def question_only(index: NgramIndex, cands: list[Candidate], cfg: DetectConfig) -> None:
+    top = float(np.log(max(len(index.q_len), 2)))  # idf of an n-gram one instance holds: ln(N / 1)
     for c in cands:
-        if (not c.flagged and c.question_check and c.q_overlap >= cfg.question_only_overlap
-                and int(index.q_len[c.local]) >= cfg.question_only_min_tokens):
-            # beyond decon rule: a long question found whole without its answer is held for review
+        if c.flagged or not c.question_check or c.q_overlap < cfg.question_only_overlap:
+            continue
+        n = int(index.q_len[c.local])
+        # beyond decon rule: a long question found whole without its answer is held for review
+        long_enough = n >= cfg.question_only_min_tokens
+        # beyond decon rule: a shorter one too when its n-grams are rare (mean idf near ln N: not a shared stem)
+        distinctive = (n >= cfg.question_only_short_min_tokens and index.q_unique[c.local] > 0
+                       and index.q_idf_sum[c.local] / index.q_unique[c.local] >= cfg.question_only_short_min_idf * top)
+        if long_enough or distinctive:
             c.flagged, c.held, c.reason = True, True, "question_only"
 
 
