@@ -35,6 +35,7 @@ normaliser's words (minhash.py) and runs after decon's scan of a document:
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +51,7 @@ from contam_assets.detector.minhash import (
     shingle_set,
     shingle_sets,
 )
+from contam_assets.detector.overlap import instance_name
 from contam_assets.detector.scan import Candidate
 from contam_assets.detector.text import clean_words
 
@@ -135,6 +137,14 @@ class NearDupIndex:
             raw[u][2].append(r["answer"] or "")
             raw[u][3].append(bool(r["is_correct"]))
             self.unit_of[local] = u
+        # beyond decon: every unit's twins in the reference set (reference_overlap), looked for inside its flagged copy
+        name_of = {instance_name(*key): u for key, u in by_instance.items()}
+        self.twins: dict[int, list[int]] = {}
+        for r in recs:
+            u = by_instance.get((r["suite"], r["split"], r["instance_index"], r["subject"]))
+            if u is not None and u not in self.twins and r.get("twins"):
+                self.twins[u] = sorted({name_of[t["instance"]] for t in json.loads(r["twins"])
+                                        if t["relation"] != "identical" and t["instance"] in name_of} - {u})
         ids, masked = masked_word_ids([w for w, *_ in raw])
         answer_words = [[clean_words(a, opts) for a in ans] for _, _, ans, _, _, _ in raw]
         flat_answers = masked_word_ids([a for ans in answer_words for a in ans])
@@ -260,10 +270,13 @@ def near_duplicates(ndx: NearDupIndex, index: NgramIndex, tokens: np.ndarray, wo
 
     verdicts: list[tuple[Verdict, Candidate | None]] = []
     covered: list[tuple[int, int]] = []  # word spans of flagged matches
+    flagged_at: list[tuple[int, int, int]] = []  # (unit, first word, last word) of every flagged match
     by_unit: dict[int, list[Candidate]] = {}
     for c in cands:  # decon's own candidates first: the n-gram index proposed them, the words decide
         u = int(ndx.unit_of[c.local])
         ws, we = word_of(c.cluster_start), word_of(c.question_end)
+        if c.flagged and not c.held and u >= 0:
+            flagged_at.append((u, ws, we))
         if u < 0 or (c.flagged and not c.held and not ndx.units[u].numbers.any()):
             if c.flagged and not c.held:
                 covered.append((ws, we))  # flagged, and no number to change: nothing to add
@@ -278,12 +291,14 @@ def near_duplicates(ndx: NearDupIndex, index: NgramIndex, tokens: np.ndarray, wo
             verdicts.append((v, c))
     if present is not None and len(present):
         allowed = set(ndx.unit_of[np.concatenate([index.postings(int(k)) for k in present])].tolist())
-        for ws, we in ndx.windows(masked):
-            # inside a flagged match only a template copy of another item can add (GSM-Hard's item is GSM8K's twin)
-            inside = any(a <= ws and we <= b for a, b in covered)
-            for u in ndx.candidates(masked, ws, we):
+        # beyond decon rule: a flagged item's twins are looked for inside its copy, as template copies only
+        # (a GSM-Hard item is its GSM8K twin with other numbers; the windows below skip flagged spans)
+        spans = [((ws, we), [t]) for u, ws, we in flagged_at for t in ndx.twins.get(u, ()) if t in allowed]
+        spans += [((ws, we), None) for ws, we in ndx.windows(masked) if not any(a <= ws and we <= b for a, b in covered)]
+        for (ws, we), units in spans:
+            for u in units if units is not None else ndx.candidates(masked, ws, we):
                 v = check(u, ws, we) if u in allowed else None
-                if v is None or (inside and v.reason != "same_template"):
+                if v is None or (units is not None and v.reason != "same_template"):
                     continue
                 t0, t1 = int(off[v.start]), int(off[v.end + 1]) - 1
                 same = [c for c in by_unit.get(u, []) if c.cluster_start <= t1 and t0 <= c.question_end]
