@@ -15,7 +15,14 @@ from contam_assets.defs.data import assets as A
 from contam_assets.defs.data import outputs as O
 from contam_assets.defs.data.engine import ScanEngine
 from contam_assets.defs.resources import ContamDB
-from contam_assets_tests.automation_helpers import build_reference, instance, make_tasks_dir, settings, table, write_pool
+from contam_assets_tests.automation_helpers import (
+    build_reference,
+    instance,
+    make_tasks_dir,
+    settings,
+    table,
+    write_pool,
+)
 
 SHARDS = ["part-000.jsonl", "part-001.jsonl.gz", "part-002.jsonl.zst", "part-003.jsonl.gz"]
 
