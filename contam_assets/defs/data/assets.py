@@ -247,7 +247,7 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     return dg.MaterializeResult(metadata={
         **{f"documents_{k}" if k in ("read", "removed", "rejected", "kept") else k: v for k, v in totals.items()},
         **{f"shards_{k}": v for k, v in modes.items()},
-        "scan_seconds": round(scan_seconds, 2), "write_seconds": round(write_seconds, 2),
+        "scan_seconds": round(scan_seconds, 2), "write_seconds": round(write_seconds, 2), "write_batches": writer.flushes,
         "engine": contam_scan_engine.describe(len(jobs)), "workers": len(workers),
         "shard_retries": retries, **({"ray_nodes": dg.MetadataValue.json(nodes)} if nodes else {}),
         "index_digest": digest,
