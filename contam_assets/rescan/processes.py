@@ -9,13 +9,16 @@ An item whose ``fn`` raises yields its exception; the others go on.  A worker th
 (OOM killer, SIGKILL) breaks the pool: its item is tried again alone in a fresh pool, the
 others in flight in another fresh pool, and only an item that kills its worker twice fails
 (``WorkerDied``).  A ``CONTAM_FAULT`` kill point inside a worker kills the step too (an
-operator's kill of the run).  Workers start from a forkserver, so no step thread is forked.
+operator's kill of the run), and a worker whose step is gone exits within a second.  Workers
+start from a forkserver, so no step thread is forked.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -57,8 +60,21 @@ def _context(preload: list[str]):
     return mp.get_context("spawn")
 
 
+def _watch_step(step_pid: int, every_s: float = 1.0) -> None:
+    """A worker outlives a killed step otherwise (its forkserver parent is not the step): leave with it."""
+    while True:
+        time.sleep(every_s)
+        try:
+            os.kill(step_pid, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:  # a pid taken by another user's process: the step is gone
+            os._exit(1)
+
+
 def _start(step_pid: int, init: Callable | None, initargs: tuple) -> None:
     faults.in_scan_worker(step_pid)
+    threading.Thread(target=_watch_step, args=(step_pid,), daemon=True, name="contam-watch-step").start()
     if init is not None:
         init(*initargs)
 
