@@ -7,6 +7,8 @@ sources as throughput_pool.py -- with real benchmark items from the benchmark fo
 verbatim into about --plant-rate of the documents, in plain, .gz and .zst shards.  Then:
 
   detect-1     `contam detect` with CONTAM_SCAN_WORKERS=1 (every shard in the step's process)
+  detect-1-ranged  the same with CONTAM_DETECT_RUNS=ranged: one ranged scan run and ranged mix runs, one process
+               (the engine alone: detect-N against it is the speedup of the cores, not of fewer Dagster runs)
   detect-N     `contam detect` on every core (CONTAM_SCAN_WORKERS=N: one ranged run, N scan processes)
   dagster      the documented Dagster commands on their own instance: `dagster job execute` of
                build_reference, of scan_shards over the range of all shard partitions (the job's
@@ -206,15 +208,18 @@ def base_env(home: Path, workers: int) -> dict:
     return env
 
 
-def detect_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str) -> dict:
-    out = work / f"detect-{workers}"
+def detect_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str, ranged: bool = False) -> dict:
+    name = f"detect-{workers}" + ("-ranged" if ranged else "")
+    out = work / name
     shutil.rmtree(out, ignore_errors=True)
     env = base_env(out / ".dagster_home", workers)
+    if ranged:
+        env["CONTAM_DETECT_RUNS"] = "ranged"
     cmd = [sys.executable, "-m", "contam_assets.cli", "detect", "--pool", str(pool), "--out", str(out), "--benchmarks", str(shared)]
     if tasks:
         cmd += ["--tasks", tasks]
-    m = measure(cmd, env, work / f"detect-{workers}.log")
-    line = next(x for x in (work / f"detect-{workers}.log").read_text().splitlines() if x.startswith("seconds "))
+    m = measure(cmd, env, work / f"{name}.log")
+    line = next(x for x in (work / f"{name}.log").read_text().splitlines() if x.startswith("seconds "))
     words = line.split()[1:]
     m["stages_s"] = {words[i]: float(words[i + 1]) for i in range(0, len(words), 2)}
     m["stages_s"]["table_writes"] = write_seconds(out / ".dagster_home")
@@ -389,7 +394,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tasks", default="", help="tasks to index (default: every task with data)")
     ap.add_argument("--tiktoken-mb", type=float, default=100.0, help="MB of the pool the tiktoken reference encodes")
     ap.add_argument("--benchmarks", type=Path, default=SHARED, help="benchmark folder (planted items and the index)")
-    ap.add_argument("--skip", default="", help="comma-separated runs to leave out: detect-1, detect-N, dagster")
+    ap.add_argument("--skip", default="", help="comma-separated runs to leave out: detect-1, detect-1-ranged, detect-N, dagster")
     ap.add_argument("--json", type=Path, default=None, help="write the figures as one JSON object")
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -403,10 +408,10 @@ def main(argv: list[str] | None = None) -> dict:
                pool=dict(path=str(pool), raw_mb=round(truth["raw_bytes"] / 1e6, 2), stored_mb=round(truth["stored_bytes"] / 1e6, 2),
                          documents=truth["documents"], shards=truth["shards"], planted=len(planted)), runs=[])
     res["tiktoken"] = tiktoken_reference(pool, args.tiktoken_mb) | {"load": load()}
-    runs = [("detect-1", 1, detect_run), (f"detect-{args.workers}", args.workers, detect_run),
-            ("dagster", args.workers, dagster_run)]
+    runs = [("detect-1", 1, detect_run), ("detect-1-ranged", 1, lambda *a: detect_run(*a, ranged=True)),
+            (f"detect-{args.workers}", args.workers, detect_run), ("dagster", args.workers, dagster_run)]
     for name, w, fn in runs:
-        if name in skip or (name.startswith("detect-") and name != "detect-1" and "detect-N" in skip):
+        if name in skip or (name == f"detect-{args.workers}" and name != "detect-1" and "detect-N" in skip):
             continue
         m = fn(args.work, pool, args.benchmarks, w, args.tasks)
         res["runs"].append(figures(name, m, truth, planted, w))
@@ -419,6 +424,12 @@ def main(argv: list[str] | None = None) -> dict:
         res["tables_identical"] = tables(Path(one["out"])) == tables(Path(many["out"]))
         res["speedup_end_to_end"] = round(one["wall_s"] / many["wall_s"], 3)
         res["speedup_scan"] = round(one["stages_s"]["scan"] / many["stages_s"]["scan"], 3)
+    ranged = by.get("detect-1-ranged")
+    if ranged and many and args.workers > 1:  # the engine alone: one ranged run on one core against N cores
+        res["tables_identical_ranged"] = tables(Path(ranged["out"])) == tables(Path(many["out"]))
+        res["speedup_engine_end_to_end"] = round(ranged["wall_s"] / many["wall_s"], 3)
+        res["speedup_engine_scan"] = round(ranged["stages_s"]["scan"] / many["stages_s"]["scan"], 3)
+        res["speedup_engine_mix"] = round(ranged["stages_s"]["mix"] / max(many["stages_s"]["mix"], 1e-9), 3)
     for r in res["runs"]:
         r["x_tiktoken"] = round(r["mb_per_s"] / res["tiktoken"]["mb_per_s"], 4)
     res["all_planted_removed"] = all(not r["planted_missed"] for r in res["runs"])  # removed, or held for review
@@ -429,6 +440,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.json.write_text(json.dumps(res, indent=2))
     assert res["all_planted_removed"], [(r["run"], r["planted_missed"]) for r in res["runs"]]
     assert res.get("tables_identical", True), "the parallel run's tables differ from the serial run's"
+    assert res.get("tables_identical_ranged", True), "the parallel run's tables differ from the one-process ranged run's"
     return res
 
 

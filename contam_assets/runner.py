@@ -179,7 +179,8 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
         instance.add_dynamic_partitions(shards_partitions.name, new)
     engine = resources_for(settings)["contam_scan_engine"]
     n = engine.processes(len(shards))
-    if n > 1:
+    ranged = detect_runs(n)
+    if ranged:
         failed = scan_range(settings, defs, instance, n, log)
     else:
         failed = {}
@@ -194,9 +195,9 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     log("removals and report")
     _run_job(defs, report_job, instance, log=log)
     clock.lap("report")
-    if n > 1:
+    if ranged:
         failed |= mix_ranges(settings, defs, instance, failed, log)
-    for shard in shards if n <= 1 else []:
+    for shard in shards if not ranged else []:
         if shard in failed:
             continue
         try:
@@ -208,6 +209,15 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     extra = decon_outputs(settings, log)
     clock.lap("decon")
     return summary(settings, extra | {"seconds": clock.laps}, retired=retired, failed=failed)
+
+
+def detect_runs(processes: int, env=os.environ) -> bool:
+    """True: `contam detect` scans in one ranged run and mixes in ranged runs; False: one run per partition.
+    CONTAM_DETECT_RUNS=ranged|per-shard|auto (default auto: ranged when the engine has more than one process)."""
+    how = env.get("CONTAM_DETECT_RUNS", "auto").strip().lower() or "auto"
+    if how not in ("auto", "ranged", "per-shard"):
+        raise ValueError(f"CONTAM_DETECT_RUNS must be auto, ranged or per-shard, got {how!r}")
+    return how == "ranged" or (how == "auto" and processes > 1)
 
 
 class _Clock:

@@ -33,8 +33,9 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tmp_path, shared_data):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads((tmp_path / "scale.json").read_text())
     assert res["pool"]["planted"] > 0 and res["pool"]["shards"] == 3 and res["all_planted_removed"]
-    assert [x["run"] for x in res["runs"]] == ["detect-1", "detect-2", "dagster"]
+    assert [x["run"] for x in res["runs"]] == ["detect-1", "detect-1-ranged", "detect-2", "dagster"]
     assert res["tables_identical"] and res["speedup_end_to_end"] > 0 and res["speedup_scan"] > 0
+    assert res["tables_identical_ranged"] and res["speedup_engine_end_to_end"] > 0 and res["speedup_engine_mix"] > 0
     assert res["tiktoken"]["mb_per_s"] > 0 and res["machine"]["cores"] >= 1
     for run in res["runs"]:
         assert run["planted_removed"] + run["planted_held_for_review"] == res["pool"]["planted"], run["run"]
@@ -43,8 +44,8 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tmp_path, shared_data):
             assert run[key] > 0, (run["run"], key)
         assert run["load_before"] and run["load_after"]
         assert run["stages_s"]["table_writes"] > 0
-    one, two, dag = res["runs"]
-    assert {"listing", "reference", "scan", "report", "mix"} <= set(one["stages_s"])
+    one, ranged, two, dag = res["runs"]
+    assert {"listing", "reference", "scan", "report", "mix"} <= set(one["stages_s"]) <= set(ranged["stages_s"])
     assert two["worker_peak_rss_mb"] > 0  # the scan workers were seen
     assert dag["multiprocess_executor"] and {"shard_matches", "removal_report", "decontaminated_mix"} <= set(dag["stages_s"])
     assert "| detect-1 |" in res["markdown"]

@@ -96,3 +96,52 @@ def test_a_shard_that_raises_or_kills_its_worker_fails_alone(tmp_path, shared_da
     assert isinstance(outs[1], AttributeError)
     assert isinstance(outs[2], WorkerDied)
     assert outs[0].stats["read"] == 12 and outs[3].stats["read"] == 12
+
+
+def test_outcomes_written_in_one_batch_equal_one_write_each_and_a_bad_one_fails_alone(tmp_path, shared_data):
+    from contam_assets import store
+    from contam_assets.defs.data.scan_jobs import plan_jobs
+    from contam_assets.defs.resources import detect_config
+    from contam_assets.detector.matches import Reference
+    from contam_assets.rescan.jobs import run_shard_job
+    from contam_assets.rescan.outcomes import OutcomeWriter
+    from contam_assets.rescan.plan import load_task_hashes
+    from contam_assets.rescan.state import write_outcome
+
+    pool, tasks = tmp_path / "pool", make_tasks_dir(tmp_path / "tasks")
+    write_pool(pool, shared_data, n_shards=4, docs=20)
+    got = {}
+    for name in ("one_each", "batched"):
+        s = settings(tmp_path / name, pool, tasks, shared_data)
+        build_reference(s, instance(tmp_path / f"home_{name}"))
+        cfg = detect_config(s)
+        index, records, digest = artifacts.load_index(s.out_path)
+        tasks_now = load_task_hashes(artifacts.index_dir(s.out_path, digest), records, cfg)
+        jobs, sigs, _ = plan_jobs(s, SHARDS, cfg, digest, tasks_now, None, "auto", {})
+        outs = [(job, run_shard_job(job, index, Reference(records))) for job in jobs]
+        kw = dict(tasks_now=tasks_now, digest=digest, scan_config="cfg", records=records)
+        if name == "one_each":
+            for job, out in outs:
+                with store.connect(s.db_path) as con:
+                    write_outcome(con, out, size=sigs[job.shard][0], mtime_ns=sigs[job.shard][1], **kw)
+        else:
+            outs[2][1].stats["read"] = "not a number"  # this shard's rows cannot be written
+            seen = []
+            w = OutcomeWriter(lambda **a: store.connect(s.db_path, **a), sigs, lambda j, o, st: seen.append((j.shard, o, st)),
+                              flush_shards=10, flush_seconds=1e9, **kw)
+            for job, out in outs:
+                w.add(job, out)
+            assert w.flushes == 0  # nothing written until the batch is flushed
+            w.flush()
+            assert [x[0] for x in seen] == SHARDS  # every shard reported, in order
+            assert isinstance(seen[2][1], RuntimeError) and "writing its rows" in str(seen[2][1])
+            assert all(x[2] and x[2][0]["shard"] == x[0] for i, x in enumerate(seen) if i != 2)
+        got[name] = s
+    one, batched = got["one_each"], got["batched"]
+    keep = f"shard <> '{SHARDS[2]}'"
+    assert matches(batched).height > 0
+    assert matches(batched).equals(matches(one, keep))
+    for sql in ("select * exclude (seconds, index_digest) from shard_stats where {} order by rowid",
+                "select * exclude (scanned_at) from shard_scans where {} order by rowid",
+                "select * from removals where {} order by shard, line"):  # a group by: its row order is its own
+        assert table(batched, sql.format("true")).equals(table(one, sql.format(keep))), sql

@@ -173,11 +173,21 @@ def open_binary(path: Path | str) -> io.BufferedIOBase:
     return raw
 
 
+class _GzipWriter(gzip.GzipFile):
+    """gzip at level 6 with no file name and a zero mtime in its header: the same lines give the same bytes
+    (the file is written under a temporary name, at any time)."""
+
+    def __init__(self, path: Path | str):
+        raw = open(path, "wb")
+        super().__init__(filename="", mode="wb", compresslevel=6, fileobj=raw, mtime=0)
+        self.myfileobj = raw  # closed with the writer, as gzip.open's own file is
+
+
 def open_writer(path: Path | str, like: str | None = None) -> io.BufferedIOBase:
     """A binary writer compressing as the file name (or the name `like`) implies."""
     c = compression_of(like or Path(path).name)
     if c == ".gz":
-        return gzip.open(path, "wb", compresslevel=6)
+        return _GzipWriter(path)
     if c in (".zst", ".zstd"):
         return zstandard.ZstdCompressor(level=3).stream_writer(open(path, "wb"), closefd=True)
     if c == ".bz2":

@@ -95,56 +95,80 @@ def _insert_matches(con: duckdb.DuckDBPyConnection, out: ShardOutcome) -> None:
 
 def write_outcome(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_now: dict[str, str], digest: str,
                   scan_config: str, size: int, mtime_ns: int, records: pl.DataFrame | None = None) -> None:
-    """Merge one shard's outcome into matches / shard_stats / state, then refresh its removals."""
-    if out.mode == "current":
+    """Merge one shard's outcome into matches / shard_stats / state and refresh its removals, in one transaction."""
+    write_outcomes(con, [(out, size, mtime_ns)], tasks_now=tasks_now, digest=digest, scan_config=scan_config,
+                   records=records)
+
+
+def write_outcomes(con: duckdb.DuckDBPyConnection, outs: list[tuple[ShardOutcome, int, int]], *, tasks_now: dict[str, str],
+                   digest: str, scan_config: str, records: pl.DataFrame | None = None,
+                   clear_errors: tuple[str, ...] = ()) -> None:
+    """Several shards' outcomes, each with the (size, mtime_ns) its plan saw, merged in order in **one** transaction
+    (all or none: a kill mid-way leaves the tables as they were), each shard's removals refreshed; with
+    ``clear_errors``, the shard's errors of those steps are cleared too.  The rows are those of one
+    ``write_outcome`` per shard, in the same order; the Parquet parts merged are deleted after the commit."""
+    if all(out.mode == "current" for out, _, _ in outs) and not clear_errors:
         return
     ensure_schema(con)
-    shard, now = out.shard, _now()
     con.execute("begin transaction")
     try:
-        if out.mode == "full":
-            con.execute("delete from matches where shard = ?", [shard])
-            _insert_matches(con, out)
-            con.execute("delete from shard_stats where shard = ?", [shard])
-            _insert(con, "shard_stats", pl.DataFrame([out.stats]))
-            con.execute("delete from shard_task_scans where shard = ?", [shard])
-        elif out.mode == "incremental":
-            gone = sorted(set(out.drop) | set(out.tasks))
-            con.execute("delete from matches where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
-            _insert_matches(con, out)
-            if records is not None:
-                _rekey(con, shard, records)
-            con.execute("""update shard_stats set
-                    flagged = (select count(distinct line) from matches m where m.shard = ? and m.flagged),
-                    candidates = (select count(*) from matches m where m.shard = ?)
-                where shard = ?""", [shard, shard, shard])
-            con.execute("delete from shard_task_scans where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
-        task_rows = pl.DataFrame(
-            [dict(shard=shard, task=t, task_hash=tasks_now[t], index_digest=digest, scanned_at=now) for t in out.tasks if t in tasks_now],
-            schema={"shard": pl.Utf8, "task": pl.Utf8, "task_hash": pl.Utf8, "index_digest": pl.Utf8, "scanned_at": pl.Datetime("us")})
-        _insert(con, "shard_task_scans", task_rows)
-        prev = con.execute("select shard_fingerprint, scan_config, stream_key, index_digest, mode from shard_scans where shard = ?",
-                           [shard]).fetchall()
-        con.execute("delete from shard_scans where shard = ?", [shard])
-        if out.mode == "full":
-            fp, cfg_digest, key, idx, mode = out.stats["shard_fingerprint"], scan_config, out.stream_key, digest, "full"
-        else:
-            fp, cfg_digest, key, idx, _ = prev[0] if prev else (None, scan_config, None, digest, None)
-            key, mode = out.stream_key or key, "incremental"
-        _insert(con, "shard_scans", pl.DataFrame([dict(shard=shard, shard_fingerprint=fp, size=size, mtime_ns=mtime_ns,
-                                                       scan_config=cfg_digest, stream_key=key, index_digest=idx, mode=mode,
-                                                       scanned_at=now)],
-                                                 schema={"shard": pl.Utf8, "shard_fingerprint": pl.Utf8, "size": pl.Int64,
-                                                         "mtime_ns": pl.Int64, "scan_config": pl.Utf8, "stream_key": pl.Utf8,
-                                                         "index_digest": pl.Utf8, "mode": pl.Utf8, "scanned_at": pl.Datetime("us")}))
-        fault_point("table_write")
+        for out, size, mtime_ns in outs:
+            if out.mode != "current":
+                _merge(con, out, tasks_now=tasks_now, digest=digest, scan_config=scan_config, size=size, mtime_ns=mtime_ns,
+                       records=records)
+                fault_point("table_write")
+                tables.recompute_removals(con, out.shard, transaction=False)
+            if clear_errors:
+                con.execute("delete from shard_errors where shard = ? and step in (select unnest(?::varchar[]))",
+                            [out.shard, list(clear_errors)])
         con.execute("commit")
     except Exception:
         con.execute("rollback")
         raise
-    if out.matches_path:  # merged: the part is not needed any more
-        Path(out.matches_path).unlink(missing_ok=True)
-    tables.recompute_removals(con, shard)
+    for out, _, _ in outs:
+        if out.mode != "current" and out.matches_path:  # merged: the part is not needed any more
+            Path(out.matches_path).unlink(missing_ok=True)
+
+
+def _merge(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_now: dict[str, str], digest: str,
+           scan_config: str, size: int, mtime_ns: int, records: pl.DataFrame | None) -> None:
+    """One outcome's rows (inside the caller's transaction)."""
+    shard, now = out.shard, _now()
+    if out.mode == "full":
+        con.execute("delete from matches where shard = ?", [shard])
+        _insert_matches(con, out)
+        con.execute("delete from shard_stats where shard = ?", [shard])
+        _insert(con, "shard_stats", pl.DataFrame([out.stats]))
+        con.execute("delete from shard_task_scans where shard = ?", [shard])
+    elif out.mode == "incremental":
+        gone = sorted(set(out.drop) | set(out.tasks))
+        con.execute("delete from matches where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
+        _insert_matches(con, out)
+        if records is not None:
+            _rekey(con, shard, records)
+        con.execute("""update shard_stats set
+                flagged = (select count(distinct line) from matches m where m.shard = ? and m.flagged),
+                candidates = (select count(*) from matches m where m.shard = ?)
+            where shard = ?""", [shard, shard, shard])
+        con.execute("delete from shard_task_scans where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
+    task_rows = pl.DataFrame(
+        [dict(shard=shard, task=t, task_hash=tasks_now[t], index_digest=digest, scanned_at=now) for t in out.tasks if t in tasks_now],
+        schema={"shard": pl.Utf8, "task": pl.Utf8, "task_hash": pl.Utf8, "index_digest": pl.Utf8, "scanned_at": pl.Datetime("us")})
+    _insert(con, "shard_task_scans", task_rows)
+    prev = con.execute("select shard_fingerprint, scan_config, stream_key, index_digest, mode from shard_scans where shard = ?",
+                       [shard]).fetchall()
+    con.execute("delete from shard_scans where shard = ?", [shard])
+    if out.mode == "full":
+        fp, cfg_digest, key, idx, mode = out.stats["shard_fingerprint"], scan_config, out.stream_key, digest, "full"
+    else:
+        fp, cfg_digest, key, idx, _ = prev[0] if prev else (None, scan_config, None, digest, None)
+        key, mode = out.stream_key or key, "incremental"
+    _insert(con, "shard_scans", pl.DataFrame([dict(shard=shard, shard_fingerprint=fp, size=size, mtime_ns=mtime_ns,
+                                                   scan_config=cfg_digest, stream_key=key, index_digest=idx, mode=mode,
+                                                   scanned_at=now)],
+                                             schema={"shard": pl.Utf8, "shard_fingerprint": pl.Utf8, "size": pl.Int64,
+                                                     "mtime_ns": pl.Int64, "scan_config": pl.Utf8, "stream_key": pl.Utf8,
+                                                     "index_digest": pl.Utf8, "mode": pl.Utf8, "scanned_at": pl.Datetime("us")}))
 
 
 def _rekey(con: duckdb.DuckDBPyConnection, shard: str, records: pl.DataFrame) -> None:

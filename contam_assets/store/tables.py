@@ -147,11 +147,13 @@ REMOVABLE_SQL = """
 REMOVES = "flagged and (not needs_review or decision = 'accept') and coalesce(decision, '') <> 'reject'"
 
 
-def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None) -> int:
-    """Rebuild `removals` (all shards or one) from matches + review decisions; update shard_stats."""
+def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None, transaction: bool = True) -> int:
+    """Rebuild `removals` (all shards or one) from matches + review decisions; update shard_stats.
+    In a transaction of its own, or (``transaction=False``) inside the caller's."""
     where = "shard = ?" if shard is not None else "true"
     params = [shard] if shard is not None else []
-    con.execute("begin transaction")
+    if transaction:
+        con.execute("begin transaction")
     try:
         con.execute(f"delete from removals where {where}", params)
         con.execute(
@@ -179,9 +181,11 @@ def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None)
             params,
         )
         n = con.execute(f"select count(*) from removals where {where}", params).fetchone()[0]
-        con.execute("commit")
+        if transaction:
+            con.execute("commit")
     except Exception:
-        con.execute("rollback")
+        if transaction:
+            con.execute("rollback")
         raise
     return int(n)
 

@@ -26,6 +26,7 @@ from contam_assets.detector.registry import locate, looks_like_decon_references,
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan import watch
+from contam_assets.rescan.outcomes import OutcomeWriter
 from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, scan_config_digest, task_hashes
 from contam_assets.store import artifacts, tables
 from contam_assets.store import shards as shards_db
@@ -191,25 +192,15 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     retries = 0
     top: list[dict] = []
     incomplete: dict[str, str] = {}
-    scan_seconds = write_seconds = 0.0
-    for job, out in contam_scan_engine.run(jobs, index, ref):
-        if not isinstance(out, Exception):
-            try:
-                if out.rejects is not None:
-                    artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
-                t_write = time.perf_counter()
-                with contam_db.connect() as con:
-                    scan_state.write_outcome(con, out, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
-                                             size=sigs[job.shard][0], mtime_ns=sigs[job.shard][1], records=records)
-                    shards_db.clear_errors(con, job.shard, ("scan", "write"))
-                    stats = store.query_df(con, "select * from shard_stats where shard = ?", [job.shard]).to_dicts()
-                write_seconds += time.perf_counter() - t_write
-            except Exception as exc:  # noqa: BLE001 - one shard's write failing must not lose the others
-                out = RuntimeError(f"writing its rows: {type(exc).__name__}: {exc}")
+    scan_seconds = 0.0
+
+    def finish(job, out, stats: list[dict]) -> None:
+        """One outcome, once its rows are committed (OutcomeWriter, in the jobs' order)."""
+        nonlocal retries, scan_seconds, top
         if isinstance(out, Exception):
             failed[job.shard] = f"{type(out).__name__}: {out}" if not isinstance(out, RuntimeError) else str(out)
             context.log.error(f"{job.shard}: {failed[job.shard]}")
-            continue
+            return
         if stats and stats[0].get("status") not in (None, "ok"):
             incomplete[job.shard] = f"{stats[0]['status']}: {stats[0]['status_reason']}"
             context.log.warning(f"{job.shard}: {incomplete[job.shard]} (its readable documents are scanned; it gets no mix file)")
@@ -231,6 +222,19 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
                 "shard", "line", "task", "suite", "split", "instance_index", "score", "flagged", "needs_review").to_dicts()
         else:
             top += out.top
+
+    # several outcomes per connection and transaction (rescan/outcomes.py); the rows are one write per shard's
+    writer = OutcomeWriter(contam_db.connect, sigs, finish, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
+                           records=records)
+    for job, out in contam_scan_engine.run(jobs, index, ref, idle=writer.idle):
+        if not isinstance(out, Exception) and out.rejects is not None:
+            try:
+                artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
+            except Exception as exc:  # noqa: BLE001 - one shard's write failing must not lose the others
+                out = RuntimeError(f"writing its rows: {type(exc).__name__}: {exc}")
+        writer.add(job, out)
+    writer.flush()
+    write_seconds = writer.write_seconds
     if failed:
         with contam_db.connect() as con:
             for shard, why in failed.items():
@@ -243,7 +247,7 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     return dg.MaterializeResult(metadata={
         **{f"documents_{k}" if k in ("read", "removed", "rejected", "kept") else k: v for k, v in totals.items()},
         **{f"shards_{k}": v for k, v in modes.items()},
-        "scan_seconds": round(scan_seconds, 2), "write_seconds": round(write_seconds, 2),
+        "scan_seconds": round(scan_seconds, 2), "write_seconds": round(write_seconds, 2), "write_batches": writer.flushes,
         "engine": contam_scan_engine.describe(len(jobs)), "workers": len(workers),
         "shard_retries": retries, **({"ray_nodes": dg.MetadataValue.json(nodes)} if nodes else {}),
         "index_digest": digest,

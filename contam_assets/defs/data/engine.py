@@ -18,7 +18,7 @@ step then joins it as a driver, without Ray Client (docs/automation.md, Multi-no
 """
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -53,10 +53,12 @@ class ScanEngine(dg.ConfigurableResource):
         n = self.processes(n_jobs)
         return f"{n} local processes" if n > 1 else "in-process"
 
-    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference,
+            idle: Callable[[], None] | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+        """(job, outcome or exception) in the jobs' order; ``idle()`` is called while the step waits for the next."""
         n = self.processes(len(jobs))
         if n > 1:
-            yield from scan_in_processes(jobs, index, ref.records, n)
+            yield from scan_in_processes(jobs, index, ref.records, n, idle=idle)
             return
         for job in jobs:
             try:
@@ -84,8 +86,9 @@ class RayScanEngine(ScanEngine):
     def describe(self, n_jobs: int = 1) -> str:
         return f"ray ({self.ray_cluster.name})"
 
-    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
-        """Results as they finish.  A task lost with its worker process or its node (not an error of the
+    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference,
+            idle: Callable[[], None] | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+        """Results as they finish (``idle()`` is called every second while none is).  A task lost with its worker process or its node (not an error of the
         scan itself) is submitted again, up to `shard_retries` times; the outcome counts its attempts."""
         import ray
         from ray.exceptions import NodeDiedError, ObjectLostError, OwnerDiedError, WorkerCrashedError
@@ -100,7 +103,9 @@ class RayScanEngine(ScanEngine):
         task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0)(run_shard_job_shared)
         pending = {task.remote(job, index_ref, records_ref): (job, 1) for job in jobs}
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=None if idle is None else 1.0)
+            if not done and idle is not None:
+                idle()
             for obj in done:
                 job, attempt = pending.pop(obj)
                 try:

@@ -1,11 +1,9 @@
 """Data side, the outputs a person uses: the removal report (report.html) and the decontaminated mix (mix/)."""
 
-import json
 from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
-import polars as pl
 
 from contam_assets import store
 from contam_assets.defs.automation import MIX_REFRESH_CRON, REPORT_REFRESH_CRON, on_new_removals
@@ -16,9 +14,9 @@ from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config
 from contam_assets.report.html import histogram_png, render_report
 from contam_assets.report.render import md_table, png_markdown_bytes
-from contam_assets.store import artifacts, mix_state, tables
-from contam_assets.store import shards as shards_db
-from contam_assets.store.cuts import span_cutter
+from contam_assets.rescan.mix import write_mix
+from contam_assets.rescan.processes import workers_from_env
+from contam_assets.store import artifacts
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.pool import shard_path
@@ -73,68 +71,18 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
 
     A shard whose stream broke (status incomplete or failed) is quarantined: no mix file,
     until it is replaced (and rescanned) or a reviewer accepts it (`contam review --accept-shard`).
-    One shard that cannot be written fails only its own partition.
+    One shard that cannot be written fails only its own partition.  The files of a run's shards are
+    written by CONTAM_SCAN_WORKERS processes (rescan/mix.py); the tables are the serial loop's.
     """
-    out = contam_settings.out_path
-    totals = {"written": 0, "dropped": 0, "rejected": 0, "cut": 0, "quarantined": 0}
-    unchanged = 0
-    failed: dict[str, str] = {}
     if contam_settings.removal not in ("document", "span"):
         raise dg.Failure(f"removal must be 'document' or 'span', got {contam_settings.removal!r}")
-    for shard in context.partition_keys:
-        cutter, rewrote = None, False
-        with contam_db.connect(read_only=True) as con:
-            drop = {r[0] for r in con.execute("select line from removals where shard = ?", [shard]).fetchall()}
-            stats = con.execute("select read, rejected, coalesce(status, 'ok'), shard_fingerprint from shard_stats where shard = ?",
-                                [shard]).fetchone()
-            ok_to_mix = stats is not None and (stats[2] == "ok" or shards_db.accepted(con, shard, stats[3]))
-        if stats is None:
-            failed[shard] = "not scanned; materialize shard_matches for it first"
-            continue
-        if not ok_to_mix:
-            gone = artifacts.remove_outputs(out, shard, rejected=False)
-            mix_state.forget(out, shard)
-            res = {"shard": shard, "written": 0, "dropped": 0, "rejected": 0, "path": None, "status": "quarantined", "cut": 0}
-            context.log.warning(f"{shard}: {stats[2]} stream, quarantined (no mix file{'; stale one removed' if gone else ''})")
-            totals["quarantined"] += 1
-        else:
-            rej_path = out / "rejected" / f"{shard}.jsonl"
-            rejected = {json.loads(line)["line"] for line in rej_path.read_text().splitlines()} if rej_path.exists() else set()
-            mix_file = artifacts.mix_path(out, contam_settings.pool_path, shard)
-            cfg = detect_config(contam_settings)
-            try:
-                key = mix_state.state_key(shard_path(contam_settings.pool_path, shard), drop, rejected) | {
-                    "status": stats[2], "removal": contam_settings.removal,
-                    "detector": cfg.digest() if contam_settings.removal == "span" else None}
-                res = mix_state.current(out, shard, key, mix_file)
-                if res is None:
-                    if contam_settings.removal == "span":  # issue 13: cut the matched spans instead of dropping the document
-                        with contam_db.connect(read_only=True) as con:
-                            cutter = span_cutter(con, shard, cfg, contam_settings.content_key)
-                    res = artifacts.write_mix_shard(contam_settings.pool_path, out, shard, drop, rejected,
-                                                    expected_read=stats[0] if stats[2] == "ok" else None,
-                                                    max_doc_bytes=cfg.max_doc_bytes,
-                                                    accept_broken=stats[2] != "ok", cut=cutter)
-                    res["rejected"] = len(rejected)
-                    mix_state.record(out, shard, key, res, mix_file)
-                    rewrote = True
-                else:
-                    unchanged += 1
-            except (artifacts.MixError, OSError) as exc:
-                failed[shard] = str(exc)
-                continue
-        with contam_db.connect() as con:
-            tables.ensure_schema(con)
-            tables.replace_rows(con, "mix_stats", "shard = ?", [shard], pl.DataFrame([res]))
-            if rewrote or not ok_to_mix:  # cuts of span removal follow the file written (none for document removal)
-                tables.replace_rows(con, "cuts", "shard = ?", [shard], cutter.frame() if cutter else None)
-            shards_db.clear_errors(con, shard, ("mix",))
-        for k in ("written", "dropped", "rejected", "cut"):
-            totals[k] += res.get(k) or 0
+    shards = list(context.partition_keys)
+    out = contam_settings.out_path
+    run = write_mix(contam_db.connect, out, contam_settings.pool_path, shards, contam_settings.removal,
+                    detect_config(contam_settings), contam_settings.content_key, workers_from_env(len(shards)),
+                    warn=context.log.warning)
+    totals, unchanged, failed = run.totals, run.unchanged, run.failed
     if failed:
-        with contam_db.connect() as con:
-            for shard, why in failed.items():
-                shards_db.record_error(con, shard, "mix", why)
         raise dg.Failure(description=f"mix of {len(failed)} shard(s) not written: "
                          + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
                          metadata={"failed": dg.MetadataValue.json(failed)})
