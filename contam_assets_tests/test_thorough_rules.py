@@ -334,3 +334,32 @@ def test_prefilter_passes_every_document_a_thorough_rule_flags(shared_data, item
 def test_config_digests_of_decon_presets_ignore_the_thorough_fields():
     assert DetectConfig().digest() == dataclasses.replace(DetectConfig(), question_only_overlap=0.95).digest()
     assert DetectConfig().digest() != DetectConfig(markup=True).digest()
+
+
+def test_minhashes_equal_datasketch_generator_and_containment_is_exact(shared_data):
+    """The near-duplicate stage's two speedups change no value: one shared starting MinHash gives
+    MinHash.generator's signatures, and the batched containment equals minhash.containment per unit."""
+    import numpy as np
+    from datasketch import MinHash
+
+    from contam_assets.detector.minhash import NUM_PERM, containment, minhashes, shingle_set
+    from contam_assets.detector.neardup import ENSEMBLE_THRESHOLD
+    from contam_assets.detector.thorough import ensure_extras
+
+    rng = np.random.default_rng(3)
+    sets = [np.unique(rng.integers(0, 2**63, int(rng.integers(1, 60)), dtype=np.uint64)) for _ in range(40)]
+    ours = minhashes(sets)
+    theirs = MinHash.generator((s.tolist() for s in sets), num_perm=NUM_PERM, hashfunc=int, scheme="affine64")
+    assert all(np.array_equal(a.hashvalues, b.hashvalues) for a, b in zip(ours, theirs, strict=True))
+    cfg, records, index, _ = detector(shared_data, "thorough")
+    ndx = ensure_extras(index, records, cfg).near
+    checked = 0
+    for unit in [u for u in ndx.sets if len(ndx.units[u].masked) >= 30][:50]:
+        masked = ndx.units[unit].masked
+        for lo, hi in ((0, len(masked) - 1), (5, len(masked) // 2)):
+            s = shingle_set(masked[lo : hi + 1])
+            lsh = sorted(ndx.ensemble.query(minhashes([s])[0], len(s)))
+            expected = [u for u in lsh if containment(s, ndx.sets[u]) >= ENSEMBLE_THRESHOLD]
+            assert ndx.candidates(masked, lo, hi) == expected
+            checked += len(lsh)
+    assert checked > 100

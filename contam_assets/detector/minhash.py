@@ -18,6 +18,8 @@ can lose a candidate (the LSH band structure bounds how often, see neardup.py).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import xxhash
 
@@ -70,11 +72,23 @@ def shingle_sets(texts_ids: list[np.ndarray]) -> list[np.ndarray]:
     return [values[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
 
-def minhashes(sets: list[np.ndarray]) -> list:
-    """datasketch MinHash of every shingle set (the 64-bit hashes are the values; no rehashing)."""
+@lru_cache(maxsize=1)
+def _empty_minhash():
+    """The MinHash every set starts from: its permutations are drawn once per process, not once per call."""
     from datasketch import MinHash
 
-    return list(MinHash.generator((s.tolist() for s in sets), num_perm=NUM_PERM, hashfunc=int, scheme="affine64"))
+    return MinHash(num_perm=NUM_PERM, hashfunc=int, scheme="affine64")
+
+
+def minhashes(sets: list[np.ndarray]) -> list:
+    """datasketch MinHash of every shingle set (the 64-bit hashes are the values; no rehashing); what
+    ``MinHash.generator`` gives, from one shared starting MinHash."""
+    out = []
+    for s in sets:
+        m = _empty_minhash().copy()
+        m.update_batch(s.tolist())
+        out.append(m)
+    return out
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

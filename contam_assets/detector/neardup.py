@@ -185,8 +185,14 @@ class NearDupIndex:
         if not len(s):
             return []
         # the LSH proposes, the exact containment of the window's shingles in the question's decides
-        return [u for u in sorted(self.ensemble.query(minhashes([s])[0], len(s)))
-                if containment(s, self.sets[u]) >= ENSEMBLE_THRESHOLD]
+        proposed = sorted(self.ensemble.query(minhashes([s])[0], len(s)))
+        if not proposed:
+            return []
+        # containment(s, sets[u]) of every proposed unit at once: its shingles that are in s, counted per unit
+        sets = [self.sets[u] for u in proposed]
+        unit_of = np.repeat(np.arange(len(proposed)), [len(x) for x in sets])
+        shared = np.bincount(unit_of[np.isin(np.concatenate(sets), s)], minlength=len(proposed))
+        return [u for u, k in zip(proposed, (shared / len(s)).tolist()) if k >= ENSEMBLE_THRESHOLD]
 
     def verify(self, u: int, ids: np.ndarray, masked: np.ndarray, lo: int, hi: int) -> Verdict | None:
         """Exact check of unit ``u`` against words[lo:hi] (see the module docstring)."""
