@@ -38,9 +38,12 @@ def test_segment_ngram_hashes_equals_per_array_hashes():
 
 def test_unique_per_segment_equals_np_unique_per_segment():
     rng = np.random.default_rng(1)
-    for _ in range(200):
+    for trial in range(300):
         m = int(rng.integers(0, 300))
-        values = rng.integers(0, 20, size=m).astype(np.uint64)
+        if trial % 3 == 2:  # 64-bit values (n-gram hashes), a few repeated: packed by their rank
+            values = rng.choice(rng.integers(0, 2**63, size=40, dtype=np.int64).astype(np.uint64) * np.uint64(2), size=m)
+        else:  # small values (token ids): packed as themselves
+            values = rng.integers(0, 20, size=m).astype(np.uint64)
         seg = np.sort(rng.integers(0, 8, size=m)) if rng.random() < 0.5 else rng.integers(0, 8, size=m)
         v, s = unique_per_segment(values, seg)
         want = [(np.unique(values[seg == k]), k) for k in range(8)]

@@ -46,11 +46,23 @@ class Reference:
     records: pl.DataFrame
 
     def __post_init__(self):
-        df = self.records.sort("record_id")
-        self._rows = {r["record_id"]: r for r in df.iter_rows(named=True)}
+        # rows are made when a match asks for them: a run of one small shard meets a few records of ~80,000
+        self._df = self.records.sort("record_id")
+        ids = self._df["record_id"].to_numpy()
+        self._pos = None if np.array_equal(ids, np.arange(len(ids))) else {int(r): i for i, r in enumerate(ids.tolist())}
+        self._rows: dict[int, dict] = {}
 
     def get(self, record_id: int) -> dict:
-        return self._rows[record_id]
+        row = self._rows.get(record_id)
+        if row is None:
+            if self._pos is not None:
+                pos = self._pos[record_id]  # KeyError for an unknown id, as a dict lookup gives
+            elif 0 <= record_id < self._df.height:
+                pos = record_id
+            else:
+                raise KeyError(record_id)
+            row = self._rows[record_id] = self._df.row(pos, named=True)
+        return row
 
 
 def match_id(shard: str, line: int, rec: dict, start: int) -> str:

@@ -96,10 +96,35 @@ def segment_ngram_hashes(arrays: list[np.ndarray], n: int, use: np.ndarray | Non
 def unique_per_segment(values: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct values of each segment, segments in ascending order, and their segment ids.
 
-    Equals concatenating ``np.unique(values[seg == s])`` over the segments s in order.
+    Equals concatenating ``np.unique(values[seg == s])`` over the segments s in order.  One sort of
+    (segment, value) packed into a uint64 key: the value itself when both fit (token ids), else its
+    rank among the distinct values (n-gram hashes) — numpy sorts uint64 far faster than it lexsorts.
     """
-    order = np.lexsort((values, seg))
-    v, s = values[order], seg[order]
-    keep = np.ones(len(v), dtype=bool)
-    keep[1:] = (v[1:] != v[:-1]) | (s[1:] != s[:-1])
-    return v[keep], s[keep]
+    if not len(values):
+        return values[:0].copy(), seg[:0].copy()
+    if values.dtype.kind not in "ui" or seg.dtype.kind not in "ui" or int(values.min()) < 0 or int(seg.min()) < 0:
+        order = np.lexsort((values, seg))
+        v, s = values[order], seg[order]
+        keep = np.ones(len(v), dtype=bool)
+        keep[1:] = (v[1:] != v[:-1]) | (s[1:] != s[:-1])
+        return v[keep], s[keep]
+    seg_bits = int(seg.max()).bit_length()
+    distinct = None
+    low = values.astype(np.uint64)
+    if int(values.max()).bit_length() + seg_bits > 64:  # a hash: its rank stands for it
+        by_value = np.argsort(low)
+        ranked = low[by_value]
+        first = np.ones(len(ranked), dtype=bool)
+        first[1:] = ranked[1:] != ranked[:-1]
+        distinct = ranked[first]
+        low = np.empty(len(values), dtype=np.uint64)
+        low[by_value] = np.cumsum(first) - 1
+    bits = np.uint64(max(1, int(low.max()).bit_length()))
+    key = (seg.astype(np.uint64) << bits) | low
+    key.sort()
+    keep = np.ones(len(key), dtype=bool)
+    keep[1:] = key[1:] != key[:-1]
+    key = key[keep]
+    low = key & ((np.uint64(1) << bits) - np.uint64(1))
+    v = distinct[low.astype(np.int64)] if distinct is not None else low
+    return v.astype(values.dtype), (key >> bits).astype(seg.dtype)
