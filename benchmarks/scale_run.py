@@ -1,4 +1,4 @@
-"""Scale run (issue 17): a generated pool of a given size through the whole data graph, three ways.
+"""Scale run (issue 17): a generated pool of a given size through the whole data graph, six ways.
 
 Generates (once per --size/--seed, kept under --work) a pool of real-looking text -- the
 project's host text, Python's own documentation and standard-library source, the same
@@ -9,11 +9,18 @@ verbatim into about --plant-rate of the documents, in plain, .gz and .zst shards
   detect-1     `contam detect` with CONTAM_SCAN_WORKERS=1 (every shard in the step's process)
   detect-1-ranged  the same with CONTAM_DETECT_RUNS=ranged: one ranged scan run and ranged mix runs, one process
                (the engine alone: detect-N against it is the speedup of the cores, not of fewer Dagster runs)
+  detect-N-on-1-core  detect-N's engine (ranged runs, N scan and mix processes) with every process pinned to
+               one core: what the N cores are measured against (a scan in the step's own process costs more
+               CPU than in a fresh worker, so detect-1-ranged flatters the N cores)
   detect-N     `contam detect` on every core (CONTAM_SCAN_WORKERS=N: one ranged run, N scan processes)
   dagster      the documented Dagster commands on their own instance: `dagster job execute` of
                build_reference, of scan_shards over the range of all shard partitions (the job's
                multiprocess executor; the step fans out to N scan processes), of apply_reviews, and
                of write_mix over the same range
+  dagster-backfill  the production path: `dagster-daemon run` with queued runs (N at once),
+               `dagster job launch` of build_reference and apply_reviews, `dagster job backfill --all`
+               of scan_shards and of write_mix: a run per shard partition, each step in a process
+               of the multiprocess executor (automation.md, "Backfills")
 
 Each is timed from outside (wall), with the CPU seconds and peak RSS (VmHWM) of every
 process of its tree sampled from /proc every 0.2 s (driver: the command's own process;
@@ -177,10 +184,12 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def measure(cmd: list[str], env: dict, log: Path) -> dict:
+def measure(cmd: list[str], env: dict, log: Path, cpus: set[int] | None = None) -> dict:
+    """Run ``cmd`` (on the cores ``cpus`` only, when given: its processes inherit the affinity) and measure it."""
     t0, load0 = time.perf_counter(), load()
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         sampler = TreeSampler(proc.pid)
         sampler.start()
         _, status, ru = os.wait4(proc.pid, 0)
@@ -208,8 +217,11 @@ def base_env(home: Path, workers: int) -> dict:
     return env
 
 
-def detect_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str, ranged: bool = False) -> dict:
-    name = f"detect-{workers}" + ("-ranged" if ranged else "")
+def detect_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str, ranged: bool = False,
+               one_core: bool = False) -> dict:
+    """`contam detect` with ``workers`` scan processes; ``one_core``: all of them pinned to one core (the engine
+    of the N-core run, on one core: what N cores are measured against)."""
+    name = f"detect-{workers}" + ("-ranged" if ranged else "") + ("-on-1-core" if one_core else "")
     out = work / name
     shutil.rmtree(out, ignore_errors=True)
     env = base_env(out / ".dagster_home", workers)
@@ -218,7 +230,7 @@ def detect_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str, r
     cmd = [sys.executable, "-m", "contam_assets.cli", "detect", "--pool", str(pool), "--out", str(out), "--benchmarks", str(shared)]
     if tasks:
         cmd += ["--tasks", tasks]
-    m = measure(cmd, env, work / f"{name}.log")
+    m = measure(cmd, env, work / f"{name}.log", cpus={min(os.sched_getaffinity(0))} if one_core else None)
     line = next(x for x in (work / f"{name}.log").read_text().splitlines() if x.startswith("seconds "))
     words = line.split()[1:]
     m["stages_s"] = {words[i]: float(words[i + 1]) for i in range(0, len(words), 2)}
@@ -256,6 +268,95 @@ def dagster_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str) 
     m["stages_s"] = {"listing": round(listing, 3), **step_seconds(home), "table_writes": write_seconds(home)}
     m["multiprocess_executor"] = any("multiprocess executor" in (work / f"dagster-{j}.log").read_text() for j, _ in steps)
     return m | artefacts(out) | {"out": str(out)}
+
+
+QUEUED_YAML = """# written by benchmarks/scale_run.py: queued runs, {runs} at once (deploy/dagster.prod.yaml has 32)
+telemetry:
+  enabled: false
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+concurrency:
+  runs:
+    max_concurrent_runs: {runs}
+"""
+
+
+def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str) -> dict:
+    """The production path: `dagster-daemon run` with queued runs (``workers`` at once), `dagster job launch` of
+    build_reference and apply_reviews, and `dagster job backfill` of scan_shards and write_mix over every shard
+    partition (a run per shard, its step in a process of the multiprocess executor), commands as automation.md shows."""
+    import dagster as dg
+
+    out = work / "dagster-backfill"
+    shutil.rmtree(out, ignore_errors=True)
+    home = out / ".dagster_home"
+    env = base_env(home, 1) | dict(CONTAM_OUT=str(out), CONTAM_POOL=str(pool), CONTAM_BENCHMARKS=str(shared))
+    (home / "dagster.yaml").write_text(QUEUED_YAML.format(runs=workers))
+    if tasks:
+        env["CONTAM_TASKS"] = tasks
+    shards = pool_shards(pool)
+    bin_dir = Path(sys.executable).parent
+    t0, load0 = time.perf_counter(), load()
+    inst = _instance(home)
+    inst.add_dynamic_partitions("shards", shards)  # what new_shards_sensor does
+    daemon_log = open(work / "dagster-backfill-daemon.log", "w")
+    daemon = subprocess.Popen([str(bin_dir / "dagster-daemon"), "run"], env=env, cwd=ROOT, stdout=daemon_log,
+                              stderr=subprocess.STDOUT)
+    sampler = TreeSampler(daemon.pid)
+    sampler.start()
+    steps = [("build_reference", ["job", "launch", "-j", "build_reference"], 1),
+             ("scan_shards", ["job", "backfill", "-j", "scan_shards", "--all", "--noprompt"], len(shards)),
+             ("apply_reviews", ["job", "launch", "-j", "apply_reviews"], 1),
+             ("write_mix", ["job", "backfill", "-j", "write_mix", "--all", "--noprompt"], len(shards))]
+    phases, cli_cpu = {}, 0.0
+    try:
+        for job, args, n_runs in steps:
+            t = time.perf_counter()
+            cli = measure([str(bin_dir / "dagster"), *args], env, work / f"dagster-backfill-{job}.log")
+            cli_cpu += cli["cpu_s"]
+            wait_for_runs(inst, job, n_runs, daemon)
+            phases[job] = round(time.perf_counter() - t, 2)
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        daemon_log.close()
+        sampler.stop.set()
+        sampler.join()
+    wall = time.perf_counter() - t0
+    runs = inst.get_runs(limit=100_000)
+    m = dict(wall_s=round(wall, 2), cpu_s=round(sum(sampler.cpu.values()) + cli_cpu, 2), processes=len(sampler.hwm),
+             driver_peak_rss_mb=round(sampler.hwm.get(daemon.pid, 0) / 1e6, 1),
+             worker_peak_rss_mb=round(max((h for p, h in sampler.hwm.items() if p != daemon.pid), default=0) / 1e6, 1),
+             load_before=load0, load_after=load(), commands_s=phases, dagster_runs=len(runs),
+             runs_failed=sum(r.status == dg.DagsterRunStatus.FAILURE for r in runs))
+    m["stages_s"] = {**step_seconds(home), "table_writes": write_seconds(home)}
+    m["multiprocess_executor"] = any("multiprocess" in (e.user_message or "").lower()
+                                     for r in runs[:3] for e in inst.all_logs(r.run_id))
+    return m | artefacts(out) | {"out": str(out)}
+
+
+def wait_for_runs(inst, job: str, n_runs: int, daemon: subprocess.Popen, timeout_s: float = 4 * 3600) -> None:
+    """Until ``n_runs`` runs of ``job`` have ended; a failed run or a dead daemon raises."""
+    import dagster as dg
+
+    ended = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        runs = inst.get_runs(filters=dg.RunsFilter(job_name=job), limit=100_000)
+        failed = [r.run_id for r in runs if r.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)]
+        if failed:
+            raise RuntimeError(f"{len(failed)} {job} run(s) failed, e.g. {failed[0]}")
+        if len(runs) >= n_runs and all(r.status in ended for r in runs):
+            return
+        if daemon.poll() is not None:
+            raise RuntimeError(f"dagster-daemon exited {daemon.returncode} while {job} ran")
+        time.sleep(1.0)
+    raise TimeoutError(f"{job}: {n_runs} run(s) did not end within {timeout_s} s")
 
 
 def _instance(home: Path):
@@ -394,7 +495,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tasks", default="", help="tasks to index (default: every task with data)")
     ap.add_argument("--tiktoken-mb", type=float, default=100.0, help="MB of the pool the tiktoken reference encodes")
     ap.add_argument("--benchmarks", type=Path, default=SHARED, help="benchmark folder (planted items and the index)")
-    ap.add_argument("--skip", default="", help="comma-separated runs to leave out: detect-1, detect-1-ranged, detect-N, dagster")
+    ap.add_argument("--skip", default="", help="comma-separated runs to leave out: detect-1, detect-1-ranged, detect-N-on-1-core, detect-N, dagster, "
+                    "dagster-backfill")
     ap.add_argument("--json", type=Path, default=None, help="write the figures as one JSON object")
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -409,9 +511,13 @@ def main(argv: list[str] | None = None) -> dict:
                          documents=truth["documents"], shards=truth["shards"], planted=len(planted)), runs=[])
     res["tiktoken"] = tiktoken_reference(pool, args.tiktoken_mb) | {"load": load()}
     runs = [("detect-1", 1, detect_run), ("detect-1-ranged", 1, lambda *a: detect_run(*a, ranged=True)),
-            (f"detect-{args.workers}", args.workers, detect_run), ("dagster", args.workers, dagster_run)]
+            (f"detect-{args.workers}-on-1-core", args.workers, lambda *a: detect_run(*a, ranged=True, one_core=True)),
+            (f"detect-{args.workers}", args.workers, detect_run), ("dagster", args.workers, dagster_run),
+            ("dagster-backfill", args.workers, backfill_run)]
     for name, w, fn in runs:
         if name in skip or (name == f"detect-{args.workers}" and name != "detect-1" and "detect-N" in skip):
+            continue
+        if name.endswith("-on-1-core") and (args.workers < 2 or "detect-N-on-1-core" in skip):
             continue
         m = fn(args.work, pool, args.benchmarks, w, args.tasks)
         res["runs"].append(figures(name, m, truth, planted, w))
@@ -430,6 +536,14 @@ def main(argv: list[str] | None = None) -> dict:
         res["speedup_engine_end_to_end"] = round(ranged["wall_s"] / many["wall_s"], 3)
         res["speedup_engine_scan"] = round(ranged["stages_s"]["scan"] / many["stages_s"]["scan"], 3)
         res["speedup_engine_mix"] = round(ranged["stages_s"]["mix"] / max(many["stages_s"]["mix"], 1e-9), 3)
+    pinned = by.get(f"detect-{args.workers}-on-1-core")
+    if pinned and many:  # the same engine (ranged runs, N scan and mix processes) on one core against N cores
+        res["tables_identical_one_core"] = tables(Path(pinned["out"])) == tables(Path(many["out"]))
+        res["speedup_cores"] = {k: round(pinned["stages_s"][k] / max(many["stages_s"][k], 1e-9), 3)
+                                for k in ("reference", "scan", "mix")} | {"end_to_end": round(pinned["wall_s"] / many["wall_s"], 3)}
+    first, backfill = one or ranged, by.get("dagster-backfill")
+    if first and backfill:  # the daemon's runs give the same tables as `contam detect`
+        res["tables_identical_backfill"] = tables(Path(first["out"])) == tables(Path(backfill["out"]))
     for r in res["runs"]:
         r["x_tiktoken"] = round(r["mb_per_s"] / res["tiktoken"]["mb_per_s"], 4)
     res["all_planted_removed"] = all(not r["planted_missed"] for r in res["runs"])  # removed, or held for review
@@ -441,6 +555,8 @@ def main(argv: list[str] | None = None) -> dict:
     assert res["all_planted_removed"], [(r["run"], r["planted_missed"]) for r in res["runs"]]
     assert res.get("tables_identical", True), "the parallel run's tables differ from the serial run's"
     assert res.get("tables_identical_ranged", True), "the parallel run's tables differ from the one-process ranged run's"
+    assert res.get("tables_identical_one_core", True), "the N-process run on one core gave other tables"
+    assert res.get("tables_identical_backfill", True), "the daemon's backfill gave other tables than `contam detect`"
     return res
 
 

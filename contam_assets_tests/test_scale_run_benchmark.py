@@ -1,5 +1,6 @@
 """benchmarks/scale_run.py as docs/scale.md and the README show it, at a tiny size: every figure is in its JSON,
-every planted copy is removed in every run (serial detect, detect on every core, the Dagster job commands), and
+every planted copy is removed in every run (serial detect, detect on every core, the Dagster job commands, the
+daemon's backfills), the daemon's tables equal `contam detect`'s, and
 the parallel run's tables equal the serial run's."""
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tmp_path, shared_data):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads((tmp_path / "scale.json").read_text())
     assert res["pool"]["planted"] > 0 and res["pool"]["shards"] == 3 and res["all_planted_removed"]
-    assert [x["run"] for x in res["runs"]] == ["detect-1", "detect-1-ranged", "detect-2", "dagster"]
+    assert [x["run"] for x in res["runs"]] == ["detect-1", "detect-1-ranged", "detect-2-on-1-core", "detect-2", "dagster",
+                                               "dagster-backfill"]
+    assert res["tables_identical_one_core"] and set(res["speedup_cores"]) == {"reference", "scan", "mix", "end_to_end"}
     assert res["tables_identical"] and res["speedup_end_to_end"] > 0 and res["speedup_scan"] > 0
     assert res["tables_identical_ranged"] and res["speedup_engine_end_to_end"] > 0 and res["speedup_engine_mix"] > 0
     assert res["tiktoken"]["mb_per_s"] > 0 and res["machine"]["cores"] >= 1
@@ -44,8 +47,15 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tmp_path, shared_data):
             assert run[key] > 0, (run["run"], key)
         assert run["load_before"] and run["load_after"]
         assert run["stages_s"]["table_writes"] > 0
-    one, ranged, two, dag = res["runs"]
+    one, ranged, pinned, two, dag, backfill = res["runs"]
+    assert pinned["worker_peak_rss_mb"] > 0  # two scan processes, on one core
     assert {"listing", "reference", "scan", "report", "mix"} <= set(one["stages_s"]) <= set(ranged["stages_s"])
     assert two["worker_peak_rss_mb"] > 0  # the scan workers were seen
     assert dag["multiprocess_executor"] and {"shard_matches", "removal_report", "decontaminated_mix"} <= set(dag["stages_s"])
     assert "| detect-1 |" in res["markdown"]
+    # the daemon's backfills: a run per shard partition for the scan and the mix, one for the reference and the report
+    assert res["tables_identical_backfill"]
+    assert backfill["dagster_runs"] == 1 + 3 + 1 + 3 and backfill["runs_failed"] == 0, backfill
+    assert backfill["multiprocess_executor"] and set(backfill["commands_s"]) == {"build_reference", "scan_shards",
+                                                                                  "apply_reviews", "write_mix"}
+    assert {"shard_matches", "decontaminated_mix", "decontaminated_mix_mix_conservation"} <= set(backfill["stages_s"])

@@ -29,7 +29,7 @@ from pathlib import Path
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets.rescan.processes import map_in_order, workers_for
+from contam_assets.rescan.processes import frozen_heap, map_in_order, workers_for
 from contam_assets.store import artifacts, mix_state, tables
 from contam_assets.store import shards as shards_db
 from contam_assets.store.cuts import SpanCutter, span_cutter
@@ -120,9 +120,12 @@ def _written(jobs: list[MixJob], workers: int, idle: Callable[[], None]) -> Iter
         return
     for job in jobs:
         try:
-            yield job, write_mix_job(job)
+            with frozen_heap():
+                res = write_mix_job(job)
         except Exception as exc:  # noqa: BLE001 - one shard's failure does not stop the others
             yield job, exc
+            continue
+        yield job, res
 
 
 def _why(exc: Exception) -> str:

@@ -15,6 +15,7 @@ start from a forkserver, so no step thread is forked.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import threading
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_for
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 
 from contam_assets.store import faults
 
@@ -48,6 +50,22 @@ def workers_for(n_items: int, workers: int) -> int:
 def workers_from_env(n_items: int, env=os.environ) -> int:
     """``workers_for`` with CONTAM_SCAN_WORKERS (default 0 = every core)."""
     return workers_for(n_items, int(env.get("CONTAM_SCAN_WORKERS", "0") or 0))
+
+
+@contextmanager
+def frozen_heap():
+    """Work done in the step's own process (one worker) without the cyclic collector walking the step's heap.
+
+    A step holds Dagster, DuckDB, the index and the reference records: hundreds of thousands of
+    objects that every full collection triggered by the scan's allocations would traverse again (a
+    shard scanned in the step took ~25 % more CPU than in a fresh worker).  ``gc.freeze`` sets them
+    aside until the work is done; what the work itself allocates is collected as usual.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _context(preload: list[str]):

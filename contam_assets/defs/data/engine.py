@@ -29,6 +29,7 @@ from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference
 from contam_assets.rescan.jobs import ShardJob, run_shard_job, run_shard_job_shared
 from contam_assets.rescan.pool_scan import available_cpus, scan_in_processes
+from contam_assets.rescan.processes import frozen_heap
 from contam_assets.rescan.shard import ShardOutcome
 
 
@@ -62,9 +63,12 @@ class ScanEngine(dg.ConfigurableResource):
             return
         for job in jobs:
             try:
-                yield job, run_shard_job(job, index, ref)
+                with frozen_heap():
+                    outcome = run_shard_job(job, index, ref)
             except Exception as exc:  # one bad shard does not lose the others' results
                 yield job, exc
+                continue
+            yield job, outcome
 
 
 class RayScanEngine(ScanEngine):
