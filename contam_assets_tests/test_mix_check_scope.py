@@ -11,7 +11,15 @@ from contam_assets.defs.data import assets as A
 from contam_assets.defs.data import outputs as O
 from contam_assets.defs.resources import ContamDB
 from contam_assets.store.pool import shard_path
-from contam_assets_tests.automation_helpers import build_reference, instance, make_tasks_dir, resources, scan, settings, write_pool
+from contam_assets_tests.automation_helpers import (
+    build_reference,
+    instance,
+    make_tasks_dir,
+    resources,
+    scan,
+    settings,
+    write_pool,
+)
 
 SHARDS = ["part-000.jsonl", "part-001.jsonl", "part-002.jsonl"]
 
