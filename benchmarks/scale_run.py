@@ -38,151 +38,26 @@ the same documents (up to --tiktoken-mb of them), one core, CPU time.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
-import random
-import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import duckdb
-import zstandard
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from throughput_pool import Sources  # noqa: E402
+from proc_tree import TreeSampler, load  # noqa: E402
+from scale_pool import build_pool, parse_size, pool_shards  # noqa: E402
 
 SHARED = Path(os.environ.get("CONTAM_SHARED_DATA", "/work/shared/data"))
-MIN_WORDS = 40
-UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
-
-def parse_size(text: str) -> int:
-    m = re.fullmatch(r"\s*([\d.]+)\s*([kmgt]b)?\s*", text.lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"size like 1GB, 200MB or 5MB, got {text!r}")
-    return int(float(m.group(1)) * UNITS[m.group(2) or "mb"])
-
-
-# -- the pool ------------------------------------------------------------------
-
-def benchmark_items(shared: Path) -> list[tuple[str, str]]:
-    """(task, verbatim text) of the items planted: GSM8K test, MBPP, HumanEval."""
-    def rows(name):
-        opener = gzip.open if name.endswith(".gz") else open
-        with opener(shared / name, "rt", encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-
-    items = [("gsm8k", f"{r['question']}\n{r['answer']}") for r in rows("gsm8k_test.jsonl")]
-    items += [("mbpp", f"{r['text']}\n{r['code']}") for r in rows("mbpp.jsonl")]
-    items += [("humaneval", r["prompt"] + r["canonical_solution"]) for r in rows("HumanEval.jsonl.gz")]
-    # at least MIN_WORDS words: shorter MBPP one-liners (15-27 words) are below what decon's n-gram rules tell
-    # from chance (docs/quality.md measures recall per leak type); this benchmark plants what must be caught
-    return [(task, text) for task, text in items if len(text.split()) >= MIN_WORDS]
-
-
-def _writer(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "wb", compresslevel=1)
-    if path.suffix == ".zst":
-        return zstandard.ZstdCompressor(level=3).stream_writer(open(path, "wb"))
-    return open(path, "wb")
-
-
-def build_pool(pool: Path, size: int, n_shards: int, seed: int, plant_rate: float, shared: Path) -> dict:
-    """Shards of about size / n_shards raw JSONL bytes each (every third .gz, every third .zst); the planted truth."""
-    truth_file = pool.with_name(pool.name + ".truth.json")  # beside the pool: a .json in it would be a shard
-    if truth_file.exists() and pool.is_dir():
-        return json.loads(truth_file.read_text())
-    shutil.rmtree(pool, ignore_errors=True)
-    pool.mkdir(parents=True)
-    rng, src, items = random.Random(seed), Sources(seed), benchmark_items(shared)
-    planted, raw_bytes, docs = [], 0, 0
-    for s in range(n_shards):
-        name = f"part-{s:04d}.jsonl" + ("", ".gz", ".zst")[s % 3]
-        size_s, line = 0, 0
-        with _writer(pool / name) as fh:
-            while size_s < size / n_shards:
-                source, text = src.document()
-                if rng.random() < plant_rate:
-                    task, item = rng.choice(items)
-                    form = rng.choice(["inline", "instruct", "appended"])
-                    text = {"inline": f"{src.host.paragraph()}\n\n{item}\n\n{text}",
-                            "instruct": f"User: {item.splitlines()[0]}\n\nAssistant: {item}\n\n{text}",
-                            "appended": f"{text}\n\n{item}\n"}[form]
-                    planted.append(dict(shard=name, line=line, task=task, form=form))
-                raw = json.dumps({"id": f"{name}:{line}", "source": source, "text": text}).encode() + b"\n"
-                fh.write(raw)
-                size_s += len(raw)
-                line += 1
-        raw_bytes, docs = raw_bytes + size_s, docs + line
-    truth = dict(raw_bytes=raw_bytes, documents=docs, shards=n_shards, planted=planted,
-                 stored_bytes=sum(p.stat().st_size for p in pool.iterdir()))
-    truth_file.write_text(json.dumps(truth))  # last: a half-written pool is rebuilt
-    return truth
-
-
-def pool_shards(pool: Path) -> list[str]:
-    return sorted(p.name for p in pool.iterdir() if ".jsonl" in p.name)
-
-
 # -- measuring a command ---------------------------------------------------------
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_table() -> dict[int, tuple[int, float, int]]:
-    """pid -> (ppid, cpu seconds, VmHWM bytes) of every process we can read."""
-    out = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{d}/stat").read()
-            fields = stat[stat.rindex(")") + 2:].split()
-            hwm = 0
-            for line in open(f"/proc/{d}/status"):
-                if line.startswith("VmHWM:"):
-                    hwm = int(line.split()[1]) * 1024
-            out[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, hwm)
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-class TreeSampler(threading.Thread):
-    """Peak RSS and CPU seconds of a process and every descendant, sampled until stopped."""
-
-    def __init__(self, root: int, every: float = 0.2):
-        super().__init__(daemon=True)
-        self.root, self.every, self.stop = root, every, threading.Event()
-        self.cpu: dict[int, float] = {}
-        self.hwm: dict[int, int] = {}
-
-    def run(self):
-        while not self.stop.is_set():
-            table = _proc_table()
-            tree, grew = {self.root}, True
-            while grew:
-                more = {p for p, (pp, _, _) in table.items() if pp in tree and p not in tree}
-                tree |= more
-                grew = bool(more)
-            for p in tree & table.keys():
-                self.cpu[p] = max(self.cpu.get(p, 0.0), table[p][1])
-                self.hwm[p] = max(self.hwm.get(p, 0), table[p][2])
-            self.stop.wait(self.every)
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
 
 def measure(cmd: list[str], env: dict, log: Path, cpus: set[int] | None = None) -> dict:
     """Run ``cmd`` (on the cores ``cpus`` only, when given: its processes inherit the affinity) and measure it."""
