@@ -184,7 +184,8 @@ def encode_texts(texts: list[str], cfg: DetectConfig, cleaned_out: list | None =
     """Clean and tokenize texts, encoding each distinct text once (MMLU repeats questions per choice)."""
     tok = get_tokenizer(cfg.tokenizer)
     opts = cfg.clean_options
-    cleaned = [clean_text(t, opts) if t else "" for t in texts]
+    by_raw = {t: clean_text(t, opts) if t else "" for t in dict.fromkeys(texts)}  # each distinct text cleaned once
+    cleaned = [by_raw[t] for t in texts]
     if cleaned_out is not None:
         cleaned_out.extend(cleaned)
     distinct = list(dict.fromkeys(cleaned))

@@ -239,31 +239,48 @@ def apply_same_answer_rule(records: list[dict], stats: ReferenceStats) -> None:
 def apply_decon_filters(records: list[dict], cfg: DetectConfig) -> None:
     tok = get_tokenizer(cfg.tokenizer)
     opts = cfg.clean_options
-    combined = []
+    cleaned: dict[str, str] = {}  # raw -> cleaned: MMLU repeats a question for each of its choices
+
+    def clean(raw: str) -> str:
+        out = cleaned.get(raw)
+        if out is None:
+            out = cleaned[raw] = clean_text(raw, opts)
+        return out
+
+    parts_of = []
     for r in records:
         parts = []
         if cfg.index_passages and r["passage"]:
-            parts.append(clean_text(r["passage"], opts))
-        parts.append(clean_text(r["question"], opts))
+            parts.append(clean(r["passage"]))
+        parts.append(clean(r["question"]))
         if cfg.index_answers and r["answer"]:
-            parts.append(clean_text(r["answer"], opts))
-        combined.append(" ".join(p for p in parts if p))
-    token_ids = tok.encode_many(combined)
+            parts.append(clean(r["answer"]))
+        parts_of.append([p for p in parts if p])
+    words = {c: c.split() for c in dict.fromkeys(cleaned.values())}
+    # Every tokenizer encodes the " ".join of texts in cleaned form as their ids back to back (the word
+    # rule, tokenize.py), so a record's tokens are counted once per distinct part; a record with a part
+    # that is not in that form (str.split sees whitespace the cleaner kept) is encoded whole, as decon does.
+    odd = {c for c, ws in words.items() if " ".join(ws) != c}
+    whole = {i: " ".join(parts) for i, parts in enumerate(parts_of) if odd and not odd.isdisjoint(parts)}
+    distinct = [c for c in words if c and c not in odd]
+    non_space = dict(zip(distinct, tok.count_non_space_many(tok.encode_many(distinct)).tolist()))
+    whole_count = dict(zip(whole, tok.count_non_space_many(tok.encode_many(list(whole.values()))).tolist()))
     seen: set[tuple[str, str]] = set()
-    for r, text, ids in zip(records, combined, token_ids):
+    for i, (r, parts) in enumerate(zip(records, parts_of)):
+        n_tokens = whole_count[i] if i in whole else sum(non_space.get(p, 0) for p in parts)
         given = r.get("fingerprint")  # decon reference files carry their own
         computed = fingerprint(r["passage"], r["question"], r["answer"])
         r["fingerprint"] = given or computed
         # dedup_by=fingerprint (decon): only records with a fingerprint field are deduplicated, by that field
         dedup_key = (r["suite"], given if cfg.dedup_by == "fingerprint" else computed)
         reason = None
-        if cfg.eval_min_token_length and tok.count_non_space(ids) < cfg.eval_min_token_length:
+        if cfg.eval_min_token_length and n_tokens < cfg.eval_min_token_length:
             reason = "min_tokens"  # decon rule: fewer than eval_min_token_length tokens
-        elif cfg.eval_min_unique_words and len(set(text.split())) < cfg.eval_min_unique_words:
+        elif cfg.eval_min_unique_words and len(set(words[parts[0]]) if len(parts) == 1 else {w for p in parts for w in words[p]}) < cfg.eval_min_unique_words:
             reason = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
         elif cfg.eval_dedup and dedup_key[1] is not None and dedup_key in seen:
             reason = "duplicate"  # decon rule: exact duplicates dropped per suite (eval_key) by fingerprint
-        elif not clean_text(r["question"], opts):
+        elif not clean(r["question"]):
             reason = "empty_question"
         if cfg.eval_dedup and reason is None and dedup_key[1] is not None:
             seen.add(dedup_key)

@@ -127,6 +127,10 @@ class Tokenizer:
     def count_non_space(self, ids: np.ndarray) -> int:
         raise NotImplementedError
 
+    def count_non_space_many(self, docs: list[np.ndarray]) -> np.ndarray:
+        """``count_non_space`` of each document's ids."""
+        return np.fromiter(map(self.count_non_space, docs), dtype=np.int64, count=len(docs))
+
     def span_text(self, cleaned: str, ids: np.ndarray, start: int, end: int) -> str:
         """Text of tokens ``ids[start:end]`` of the document whose cleaned text is ``cleaned``."""
         raise NotImplementedError
@@ -242,13 +246,31 @@ class BPETokenizer(Tokenizer):
         # decon rule: whitespace-only tokens do not count towards eval_min_token_length
         if len(ids) == 0:
             return 0
+        table = self._space_lookup()
+        ids = np.asarray(ids, dtype=np.uint64)
+        known = ids[ids < len(table)].astype(np.int64)
+        return int(len(ids) - table[known].sum())
+
+    def _space_lookup(self) -> np.ndarray:
+        """True at the id of every whitespace-only token."""
         if self._space_table is None:
             table = np.zeros(self._enc.n_vocab, dtype=bool)
             table[self._spaces().astype(np.int64)] = True
             self._space_table = table
-        ids = np.asarray(ids, dtype=np.uint64)
-        known = ids[ids < len(self._space_table)].astype(np.int64)
-        return int(len(ids) - self._space_table[known].sum())
+        return self._space_table
+
+    def count_non_space_many(self, docs: list[np.ndarray]) -> np.ndarray:
+        if not docs:
+            return np.zeros(0, dtype=np.int64)
+        table = self._space_lookup()
+        lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+        ids = np.concatenate(docs).astype(np.uint64) if lens.sum() else np.zeros(0, dtype=np.uint64)
+        known = ids < len(table)
+        space = np.zeros(len(ids), dtype=np.int64)  # 1 where a token is whitespace only
+        space[known] = table[ids[known].astype(np.int64)]
+        csum = np.concatenate([[0], np.cumsum(space)])
+        ends = np.cumsum(lens)
+        return lens - (csum[ends] - csum[ends - lens])
 
     def decode(self, ids) -> str:
         return self._enc.decode([int(i) for i in ids])

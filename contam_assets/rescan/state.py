@@ -38,6 +38,11 @@ STATE_SCHEMA = {
     """,
 }
 
+TASK_SCAN_SCHEMA = {"shard": pl.Utf8, "task": pl.Utf8, "task_hash": pl.Utf8, "index_digest": pl.Utf8,
+                    "scanned_at": pl.Datetime("us")}
+SCAN_SCHEMA = {"shard": pl.Utf8, "shard_fingerprint": pl.Utf8, "size": pl.Int64, "mtime_ns": pl.Int64, "scan_config": pl.Utf8,
+               "stream_key": pl.Utf8, "index_digest": pl.Utf8, "mode": pl.Utf8, "scanned_at": pl.Datetime("us")}
+
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     tables.ensure_schema(con)
@@ -102,25 +107,31 @@ def write_outcome(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_no
 
 def write_outcomes(con: duckdb.DuckDBPyConnection, outs: list[tuple[ShardOutcome, int, int]], *, tasks_now: dict[str, str],
                    digest: str, scan_config: str, records: pl.DataFrame | None = None,
-                   clear_errors: tuple[str, ...] = ()) -> None:
+                   clear_errors: tuple[str, ...] = (), bulk: bool = True) -> None:
     """Several shards' outcomes, each with the (size, mtime_ns) its plan saw, merged in order in **one** transaction
     (all or none: a kill mid-way leaves the tables as they were), each shard's removals refreshed; with
     ``clear_errors``, the shard's errors of those steps are cleared too.  The rows are those of one
-    ``write_outcome`` per shard, in the same order; the Parquet parts merged are deleted after the commit."""
+    ``write_outcome`` per shard, in the same order; the Parquet parts merged are deleted after the commit.
+    Consecutive full scans are merged in bulk (``_merge_full``); ``bulk=False`` merges them shard by shard,
+    the reference the bulk merge is checked against (benchmarks/table_writes.py, test_table_writes.py)."""
     if all(out.mode == "current" for out, _, _ in outs) and not clear_errors:
         return
     ensure_schema(con)
     con.execute("begin transaction")
     try:
-        for out, size, mtime_ns in outs:
-            if out.mode != "current":
-                _merge(con, out, tasks_now=tasks_now, digest=digest, scan_config=scan_config, size=size, mtime_ns=mtime_ns,
-                       records=records)
-                fault_point("table_write")
-                tables.recompute_removals(con, out.shard, transaction=False)
+        for run in _runs(outs):
+            if bulk and run[0][0].mode == "full" and len(run) > 1:
+                _merge_full(con, run, tasks_now=tasks_now, digest=digest, scan_config=scan_config)
+            else:
+                for out, size, mtime_ns in run:
+                    if out.mode != "current":
+                        _merge(con, out, tasks_now=tasks_now, digest=digest, scan_config=scan_config, size=size,
+                               mtime_ns=mtime_ns, records=records)
+                        fault_point("table_write")
+                        tables.recompute_removals(con, out.shard, transaction=False)
             if clear_errors:
-                con.execute("delete from shard_errors where shard = ? and step in (select unnest(?::varchar[]))",
-                            [out.shard, list(clear_errors)])
+                con.execute("delete from shard_errors where shard in (select unnest(?::varchar[])) "
+                            "and step in (select unnest(?::varchar[]))", [[o.shard for o, _, _ in run], list(clear_errors)])
         con.execute("commit")
     except Exception:
         con.execute("rollback")
@@ -128,6 +139,49 @@ def write_outcomes(con: duckdb.DuckDBPyConnection, outs: list[tuple[ShardOutcome
     for out, _, _ in outs:
         if out.mode != "current" and out.matches_path:  # merged: the part is not needed any more
             Path(out.matches_path).unlink(missing_ok=True)
+
+
+def _runs(outs: list[tuple[ShardOutcome, int, int]]) -> list[list[tuple[ShardOutcome, int, int]]]:
+    """The outcomes cut into stretches of one mode and distinct shards, in order."""
+    runs: list[list] = []
+    for item in outs:
+        last = runs[-1] if runs else None
+        if last and last[0][0].mode == item[0].mode and all(o.shard != item[0].shard for o, _, _ in last):
+            last.append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+def _merge_full(con: duckdb.DuckDBPyConnection, run: list[tuple[ShardOutcome, int, int]], *, tasks_now: dict[str, str],
+                digest: str, scan_config: str) -> None:
+    """Full scans of several shards (inside the caller's transaction): each table's rows of all of them are
+    deleted and inserted with one statement, in the outcomes' order, and their removals recomputed at once.
+    The tables are those of ``_merge`` shard by shard; the writer holds its lock for a few statements per
+    batch instead of a dozen per shard (benchmarks/table_writes.py)."""
+    shards, now = [out.shard for out, _, _ in run], _now()
+    in_run = "shard in (select unnest(?::varchar[]))"
+    con.execute(f"delete from matches where {in_run}", [shards])
+    paths = [out.matches_path for out, _, _ in run if out.matches is None and out.matches_path]
+    if len(paths) == len(run):  # every shard's rows are in a Parquet part: one read of all of them
+        cols = ", ".join(tables.MATCH_COLUMNS)
+        con.execute(f"insert into matches ({cols}) select {cols} from read_parquet(?)", [paths])
+    else:
+        for out, _, _ in run:
+            _insert_matches(con, out)
+    for table in ("shard_stats", "shard_task_scans", "shard_scans"):
+        con.execute(f"delete from {table} where {in_run}", [shards])
+    _insert(con, "shard_stats", pl.DataFrame([out.stats for out, _, _ in run], infer_schema_length=None))
+    _insert(con, "shard_task_scans", pl.DataFrame(
+        [dict(shard=out.shard, task=t, task_hash=tasks_now[t], index_digest=digest, scanned_at=now)
+         for out, _, _ in run for t in out.tasks if t in tasks_now], schema=TASK_SCAN_SCHEMA))
+    _insert(con, "shard_scans", pl.DataFrame(
+        [dict(shard=out.shard, shard_fingerprint=out.stats["shard_fingerprint"], size=size, mtime_ns=mtime_ns,
+              scan_config=scan_config, stream_key=out.stream_key, index_digest=digest, mode="full", scanned_at=now)
+         for out, size, mtime_ns in run], schema=SCAN_SCHEMA))
+    for _ in run:
+        fault_point("table_write")
+    tables.recompute_removals(con, shards, transaction=False)
 
 
 def _merge(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_now: dict[str, str], digest: str,
@@ -153,7 +207,7 @@ def _merge(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_now: dict
         con.execute("delete from shard_task_scans where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
     task_rows = pl.DataFrame(
         [dict(shard=shard, task=t, task_hash=tasks_now[t], index_digest=digest, scanned_at=now) for t in out.tasks if t in tasks_now],
-        schema={"shard": pl.Utf8, "task": pl.Utf8, "task_hash": pl.Utf8, "index_digest": pl.Utf8, "scanned_at": pl.Datetime("us")})
+        schema=TASK_SCAN_SCHEMA)
     _insert(con, "shard_task_scans", task_rows)
     prev = con.execute("select shard_fingerprint, scan_config, stream_key, index_digest, mode from shard_scans where shard = ?",
                        [shard]).fetchall()
@@ -165,10 +219,7 @@ def _merge(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_now: dict
         key, mode = out.stream_key or key, "incremental"
     _insert(con, "shard_scans", pl.DataFrame([dict(shard=shard, shard_fingerprint=fp, size=size, mtime_ns=mtime_ns,
                                                    scan_config=cfg_digest, stream_key=key, index_digest=idx, mode=mode,
-                                                   scanned_at=now)],
-                                             schema={"shard": pl.Utf8, "shard_fingerprint": pl.Utf8, "size": pl.Int64,
-                                                     "mtime_ns": pl.Int64, "scan_config": pl.Utf8, "stream_key": pl.Utf8,
-                                                     "index_digest": pl.Utf8, "mode": pl.Utf8, "scanned_at": pl.Datetime("us")}))
+                                                   scanned_at=now)], schema=SCAN_SCHEMA))
 
 
 def _rekey(con: duckdb.DuckDBPyConnection, shard: str, records: pl.DataFrame) -> None:

@@ -147,11 +147,14 @@ REMOVABLE_SQL = """
 REMOVES = "flagged and (not needs_review or decision = 'accept') and coalesce(decision, '') <> 'reject'"
 
 
-def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | None = None, transaction: bool = True) -> int:
-    """Rebuild `removals` (all shards or one) from matches + review decisions; update shard_stats.
+def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | list[str] | None = None, transaction: bool = True) -> int:
+    """Rebuild `removals` (all shards, one, or a list) from matches + review decisions; update shard_stats.
     In a transaction of its own, or (``transaction=False``) inside the caller's."""
-    where = "shard = ?" if shard is not None else "true"
-    params = [shard] if shard is not None else []
+    if isinstance(shard, list):
+        where, params = "shard in (select unnest(?::varchar[]))", [shard]
+    else:
+        where = "shard = ?" if shard is not None else "true"
+        params = [shard] if shard is not None else []
     if transaction:
         con.execute("begin transaction")
     try:
