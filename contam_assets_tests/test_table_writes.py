@@ -74,6 +74,7 @@ def test_bulk_merge_equals_shard_by_shard(tmp_path):
 
 def test_table_writes_benchmark_as_documented(tmp_path):
     cmd = command("docs/scale.md", START)
+    assert command("README.md", START) == cmd
     cmd = re.sub(r"--stored \S+", "--stored 0,30", cmd)
     cmd = re.sub(r"--json \S+", f"--json {tmp_path / 'writes.json'}", cmd) + " --shards 40 --rows 8"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
