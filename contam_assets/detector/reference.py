@@ -276,7 +276,7 @@ def apply_decon_filters(records: list[dict], cfg: DetectConfig) -> None:
         reason = None
         if cfg.eval_min_token_length and n_tokens < cfg.eval_min_token_length:
             reason = "min_tokens"  # decon rule: fewer than eval_min_token_length tokens
-        elif cfg.eval_min_unique_words and len(set(words[parts[0]]) if len(parts) == 1 else {w for p in parts for w in words[p]}) < cfg.eval_min_unique_words:
+        elif cfg.eval_min_unique_words and len({w for p in parts for w in words[p]}) < cfg.eval_min_unique_words:
             reason = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
         elif cfg.eval_dedup and dedup_key[1] is not None and dedup_key in seen:
             reason = "duplicate"  # decon rule: exact duplicates dropped per suite (eval_key) by fingerprint

@@ -120,7 +120,7 @@ def write_outcomes(con: duckdb.DuckDBPyConnection, outs: list[tuple[ShardOutcome
     con.execute("begin transaction")
     try:
         for run in _runs(outs):
-            if bulk and run[0][0].mode == "full" and len(run) > 1:
+            if bulk and run[0][0].mode == "full":
                 _merge_full(con, run, tasks_now=tasks_now, digest=digest, scan_config=scan_config)
             else:
                 for out, size, mtime_ns in run:
