@@ -168,3 +168,17 @@ def test_a_same_size_rewrite_in_the_same_clock_tick_is_still_seen(tmp_path, monk
     listed, _, gen = _listed(index)
     assert listed == {("a", "s"): 0.7}
     assert _listed(index)[2] == gen  # read again while racy, but unchanged: the generation stays
+
+
+def test_a_racy_window_closing_mid_refresh_keeps_the_generation(tmp_path, monkeypatch):
+    """A fresh report is read again on each refresh while racy; when its window closes between the check and the
+    re-read (a long refresh of many reports), the re-read entry is the same one: the generation, and with it the
+    ETag a client holds, must not move (the load benchmark saw a 200 for an If-None-Match of an unchanged listing)."""
+    root = tmp_path / "out"
+    _write(root, "a", "s", loss=0.5)
+    _write(root, "b", "s", loss=0.6)
+    index = ReportIndex(str(root))
+    listed, _, gen = _listed(index)
+    assert listed == {("a", "s"): 0.5, ("b", "s"): 0.6}
+    monkeypatch.setattr(report_index, "racy_until", lambda st: 0.0)  # the window closed during the refresh
+    assert _listed(index) == (listed, {}, gen)

@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import quote
 
@@ -71,7 +71,9 @@ class Item:
     path: str | None = None  # real path of the report file (good entries)
     head: bytes = b""  # the summary's JSON up to the url's output_dir value
     tail: bytes = b""
-    racy_until: float = 0.0  # mtime + RACY_S: until then the stat key alone does not prove the file unchanged
+    # mtime + RACY_S: until then the stat key alone does not prove the file unchanged.  Not compared: a re-read
+    # whose window closed mid-refresh (0.0) is the same entry, and must not move the generation (the ETag)
+    racy_until: float = field(default=0.0, compare=False)
 
 
 def _item(found: Found, route: str) -> Item:
