@@ -100,13 +100,19 @@ class Prefilter:
         return sum(a.nbytes for a in arrays) + (self.pairs.nbytes if self.pairs is not None else 0)
 
     # -- the document side ---------------------------------------------------------
-    def must_scan(self, texts: list[str], options: CleanOptions) -> np.ndarray:
+    def must_scan(self, texts: list[str], options: CleanOptions, compiled: bool | None = None) -> np.ndarray:
         """Per document: True when it may hold a flagged match or a stored candidate (scan it), False when it
-        provably holds neither."""
+        provably holds neither.  ``compiled``: the byte pass of prefilter_kernel.py (default, where numba is
+        installed) or the numpy reference pass (False); both give the same answer."""
+        if self.always_pass or not texts:
+            return np.ones(len(texts), dtype=bool)
+        return self._passing(*self.hits(texts, options, compiled))
+
+    def hits(self, texts: list[str], options: CleanOptions, compiled: bool | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(document, anchor id) of every anchor found in ``texts``, and the documents forced to a scan."""
         n = len(texts)
         forced = np.zeros(n, dtype=bool)
-        if self.always_pass or n == 0:
-            return np.ones(n, dtype=bool)
         parts = []
         for i, t in enumerate(texts):
             try:
@@ -119,6 +125,19 @@ class Prefilter:
         starts = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lens, out=starts[1:])
         raw = np.frombuffer(b"\0 " + b"\0 ".join(parts) + bytes(24), dtype=np.uint8)
+        kernel = compiled_pass() if compiled is not False else None
+        if kernel is None:
+            doc, anchor = self._byte_pass_reference(raw, starts, forced)
+        else:
+            filt = self.__dict__.get("_filters")
+            if filt is None:
+                filt = self.__dict__["_filters"] = kernel.filters(self.keys, self.level_off)
+            doc, anchor = kernel.byte_pass(raw, starts, self.keys, self.level_off, filt, self.pairs, MAX_RUN, forced)
+        return doc, anchor, forced
+
+    def _byte_pass_reference(self, raw: np.ndarray, starts: np.ndarray, forced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The byte pass in numpy (the reference of prefilter_kernel.byte_pass): (document, anchor id) of every
+        anchor hit; sets ``forced`` for long runs and fallback windows."""
         space = raw == 32
         drop = space[1:] & space[:-1]  # a space right after a space: collapse runs of spaces
         keep = np.concatenate(([True], ~drop))
@@ -150,15 +169,18 @@ class Prefilter:
             v = quad_slots(view, np.arange(len(buf) - 24, dtype=np.int64))
             at = np.flatnonzero((self.pairs[v >> np.uint64(3)] >> (v & np.uint64(7)).astype(np.uint8)) & 1)
             forced[np.unique(np.searchsorted(doc_start, at, side="right") - 1)] = True
+        p = np.concatenate(hit_pos)
+        return np.searchsorted(doc_start, p, side="right") - 1, np.concatenate(hit_anchor)
+
+    def _passing(self, doc: np.ndarray, a: np.ndarray, forced: np.ndarray) -> np.ndarray:
+        """Documents forced, or whose distinct anchors reach some group's need."""
         passing = forced.copy()
-        p, a = np.concatenate(hit_pos), np.concatenate(hit_anchor)
-        if len(p):
-            doc = np.searchsorted(doc_start, p, side="right") - 1
+        if len(doc):
             count = self.offsets[a + 1] - self.offsets[a]
             ends = np.cumsum(count)
-            grp = self.groups[np.repeat(self.offsets[a] - (ends - count), count) + np.arange(int(ends[-1]) if len(ends) else 0)]
-            doc_r, anchor_r = np.repeat(doc, count), np.repeat(a, count)
             entry = np.repeat(self.offsets[a] - (ends - count), count) + np.arange(int(ends[-1]) if len(ends) else 0)
+            grp = self.groups[entry]
+            doc_r, anchor_r = np.repeat(doc, count), np.repeat(a, count)
             n_groups, n_anchors = len(self.need), len(self.keys)
             # distinct (document, group, anchor); their weights summed per (document, group) against its need
             trip, first = np.unique((doc_r * n_groups + grp) * n_anchors + anchor_r, return_index=True)
@@ -169,6 +191,13 @@ class Prefilter:
             passing[np.unique(pair[ok] // n_groups)] = True
         return passing
 
+
+def compiled_pass():
+    """The module prefilter_kernel, imported on first use (numba loads in ~0.3 s, and its compiled code from the
+    cache in ~0.5 s more on the first call of a process); None where numba is not installed."""
+    from contam_assets.detector import prefilter_kernel
+
+    return prefilter_kernel if prefilter_kernel.AVAILABLE else None
 
 
 def ensure_prefilter(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig,
@@ -189,6 +218,7 @@ def ensure_prefilter(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig
     a = build_anchors(q_tokens, q_cleaned, index.lookup, index.hot, index.q_idf, index.q_idf_sum[locals_],
                       index.q_len[locals_], cfg)
     pf = cache[key] = pack(a.hashes, a.tables, a.groups, a.weights, a.need, key, a.always_pass, a.pairs)
+    pf.must_scan(["warm up"], cfg.clean_options)  # the compiled pass loaded here, once per process, not in a shard
     return pf
 
 
