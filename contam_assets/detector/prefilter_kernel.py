@@ -31,15 +31,18 @@ _SMASK, _SMULT = _SHORT[SHORT[0]]
 _QMASK = np.uint64(0xFFFFFFFF)
 _QSHIFT = np.uint64(64 - QUAD_BITS)
 _B, _B1, _B2 = np.uint64(63), np.uint64(6), np.uint64(12)  # the three bits of a key in its block
+_HT = np.uint64(18)  # the hash table's slot: bits above those three
 BITS_PER_KEY = 16  # filter size: 1.3 MB for the 670,000 anchors of every task, where the bit sets take 6.8 MB
 assert LEVELS == (24, 16, 8) and SHORT == (4,), "the kernel hard-codes the anchor tables"
 
 
 def _word(buf, p):
-    """Little-endian 64-bit word of the 8 bytes at ``p``."""
+    """Little-endian 64-bit word of the 8 bytes at ``p`` (an unsigned index: numba then adds no negative-index
+    wraparound, and the eight byte loads become one)."""
+    q = np.uint64(p)
     v = np.uint64(0)
     for k in range(8):
-        v |= np.uint64(buf[p + k]) << np.uint64(8 * k)
+        v |= np.uint64(buf[q + np.uint64(k)]) << np.uint64(8 * k)
     return v
 
 
@@ -55,19 +58,29 @@ def _maybe(h, j, blocks, block_off, shifts):
     return (blocks[block_off[j] + np.int64(h >> shifts[j])] & m) == m
 
 
-def _search(keys, a, b, h):
-    """Index of ``h`` in the sorted ``keys[a:b]``, or -1 (kept out of line: reached by few windows)."""
-    lo, hi = a, b
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if keys[mid] < h:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo if lo < b and keys[lo] == h else -1
+def _probe(keys, slots, h, a, b):
+    """Index of ``h`` in ``keys[a:b]`` (one table's sorted, distinct keys), or -1: by the open-addressing table
+    ``slots`` over every key (linear probing from bits 18 on of the hash; -1 marks an empty slot)."""
+    mask = len(slots) - 1
+    s = np.int64(h >> _HT) & mask
+    while slots[s] >= 0:
+        k = slots[s]
+        if keys[k] == h and a <= k < b:
+            return k
+        s = (s + 1) & mask
+    return -1
 
 
-def _pass(raw, starts, keys, level_off, blocks, block_off, shifts, pairs, use_pairs, max_run, forced):
+def _fill(keys, slots):
+    mask = len(slots) - 1
+    for k in range(len(keys)):
+        s = np.int64(keys[k] >> _HT) & mask
+        while slots[s] >= 0:
+            s = (s + 1) & mask
+        slots[s] = k
+
+
+def _pass(raw, starts, keys, level_off, blocks, block_off, shifts, slots, pairs, use_pairs, max_run, forced):
     """(hit documents, hit anchor ids) of a batch; sets ``forced`` for long runs and fallback windows."""
     n = len(starts) - 1
     buf = np.empty(len(raw), dtype=np.uint8)
@@ -78,12 +91,12 @@ def _pass(raw, starts, keys, level_off, blocks, block_off, shifts, pairs, use_pa
     for i in range(n):  # collapse runs of spaces (across the whole batch, as the reference does)
         doc_start[i] = w
         for p in range(starts[i], starts[i + 1]):
-            c = raw[p]
+            c = raw[np.uint64(p)]
             if c == 32:
                 if prev == 32:
                     continue
                 n_spaces += 1
-            buf[w] = c
+            buf[np.uint64(w)] = c
             w += 1
             prev = c
     end = doc_start[n] = w  # the 24 zero bytes of padding follow
@@ -102,13 +115,15 @@ def _pass(raw, starts, keys, level_off, blocks, block_off, shifts, pairs, use_pa
     for i in range(n):
         lo, hi = doc_start[i], doc_start[i + 1]
         if use_pairs:  # a fallback 4-byte window at any byte of the document (or across its end)
+            x = _word(buf, lo) & _QMASK  # the window at p, rolled one byte at a time
             for p in range(lo, hi):
-                slot = np.int64(((_word(buf, p) & _QMASK) * _QUAD_MULT) >> _QSHIFT)
+                slot = np.int64((x * _QUAD_MULT) >> _QSHIFT)
                 if (pairs[slot >> 3] >> (slot & 7)) & 1:
                     forced[i] = True
                     break
+                x = (x >> np.uint64(8)) | (np.uint64(buf[np.uint64(p + 4)]) << np.uint64(24))
         for p in range(lo, hi):
-            if buf[p] != 32:
+            if buf[np.uint64(p)] != 32:
                 continue
             if p - last_space - 1 > max_run and last_space >= 0:
                 forced[i if last_space >= lo else i - 1] = True
@@ -141,7 +156,7 @@ def _pass(raw, starts, keys, level_off, blocks, block_off, shifts, pairs, use_pa
     nh = 0
     for m in range(nc):
         j = cand_table[m]
-        k = _search(keys, level_off[j], level_off[j + 1], cand_hash[m])
+        k = _probe(keys, slots, cand_hash[m], level_off[j], level_off[j + 1])
         if k >= 0:
             hit_doc[nh], hit_anchor[nh] = cand_doc[m], k
             nh += 1
@@ -152,13 +167,16 @@ if AVAILABLE:
     _word = njit(inline="always", cache=True)(_word)
     _mix = njit(inline="always", cache=True)(_mix)
     _maybe = njit(inline="always", cache=True)(_maybe)
-    _search = njit(cache=True)(_search)
+    _probe = njit(inline="always", cache=True)(_probe)
+    _fill = njit(cache=True)(_fill)
     _pass = njit(cache=True, nogil=True)(_pass)
 
 
-def filters(keys: np.ndarray, level_off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Blocked Bloom filters of the anchor tables (blocks, block_off, shifts): a key sets three bits of the 64-bit
-    block its top bits pick.  Smaller than the prefilter's one-bit sets, and fewer false hits reach the search."""
+def filters(keys: np.ndarray, level_off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The kernel's lookup structures (blocks, block_off, shifts, slots).  Blocked Bloom filters of the anchor
+    tables: a key sets three bits of the 64-bit block its top bits pick (smaller than the prefilter's one-bit
+    sets, and fewer false hits go on); then an open-addressing table of every key (slots: key indices) in
+    place of a binary search of the sorted keys."""
     blocks, block_off, shifts = [], [0], []
     for j in range(len(level_off) - 1):
         k = keys[level_off[j] : level_off[j + 1]]
@@ -169,15 +187,18 @@ def filters(keys: np.ndarray, level_off: np.ndarray) -> tuple[np.ndarray, np.nda
         blocks.append(b)
         block_off.append(block_off[-1] + len(b))
         shifts.append(64 - bits)
-    return np.concatenate(blocks), np.array(block_off, dtype=np.int64), np.array(shifts, dtype=np.uint64)
+    slots = np.full(1 << max(4, int(np.ceil(np.log2(2 * max(1, len(keys)))))), -1, dtype=np.int64)
+    if AVAILABLE:
+        _fill(keys, slots)
+    return np.concatenate(blocks), np.array(block_off, dtype=np.int64), np.array(shifts, dtype=np.uint64), slots
 
 
 def byte_pass(raw: np.ndarray, starts: np.ndarray, keys: np.ndarray, level_off: np.ndarray,
-              filt: tuple[np.ndarray, np.ndarray, np.ndarray], pairs: np.ndarray | None, max_run: int,
+              filt: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], pairs: np.ndarray | None, max_run: int,
               forced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Hits (document, anchor id) of the batch ``raw`` (documents at ``starts``, 24 zero bytes after the last),
     ``filt`` from :func:`filters`; ``forced`` is set for the documents that must be scanned whatever their anchors."""
     use_pairs = pairs is not None
     p = pairs if use_pairs else np.zeros(1, dtype=np.uint8)
-    blocks, block_off, shifts = filt
-    return _pass(raw, starts, keys, level_off, blocks, block_off, shifts, p, use_pairs, max_run, forced)
+    blocks, block_off, shifts, slots = filt
+    return _pass(raw, starts, keys, level_off, blocks, block_off, shifts, slots, p, use_pairs, max_run, forced)
