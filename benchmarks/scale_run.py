@@ -83,8 +83,11 @@ def measure(cmd: list[str], env: dict, log: Path, cpus: set[int] | None = None) 
 
 # -- the three runs ----------------------------------------------------------------
 
+KNOBS = {"args": [], "suffix": "", "env": {}}  # --prefilter: the detector knob on every run
+
+
 def base_env(home: Path, workers: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))} | KNOBS["env"]
     env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""), DAGSTER_HOME=str(home),
                CONTAM_SCAN_WORKERS=str(workers), WANDB_MODE="offline", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     home.mkdir(parents=True, exist_ok=True)
@@ -96,7 +99,7 @@ def detect_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str, r
                one_core: bool = False) -> dict:
     """`contam detect` with ``workers`` scan processes; ``one_core``: all of them pinned to one core (the engine
     of the N-core run, on one core: what N cores are measured against)."""
-    name = f"detect-{workers}" + ("-ranged" if ranged else "") + ("-on-1-core" if one_core else "")
+    name = f"detect-{workers}" + ("-ranged" if ranged else "") + ("-on-1-core" if one_core else "") + KNOBS["suffix"]
     out = work / name
     shutil.rmtree(out, ignore_errors=True)
     env = base_env(out / ".dagster_home", workers)
@@ -105,6 +108,7 @@ def detect_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str, r
     cmd = [sys.executable, "-m", "contam_assets.cli", "detect", "--pool", str(pool), "--out", str(out), "--benchmarks", str(shared)]
     if tasks:
         cmd += ["--tasks", tasks]
+    cmd += KNOBS["args"]
     m = measure(cmd, env, work / f"{name}.log", cpus={min(os.sched_getaffinity(0))} if one_core else None)
     line = next(x for x in (work / f"{name}.log").read_text().splitlines() if x.startswith("seconds "))
     words = line.split()[1:]
@@ -372,8 +376,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--benchmarks", type=Path, default=SHARED, help="benchmark folder (planted items and the index)")
     ap.add_argument("--skip", default="", help="comma-separated runs to leave out: detect-1, detect-1-ranged, detect-N-on-1-core, detect-N, dagster, "
                     "dagster-backfill")
+    ap.add_argument("--prefilter", choices=["true", "false"], default=None,
+                    help="the prefilter knob on every run (default: the preset's); the runs' folders get a -prefilter-VALUE suffix")
     ap.add_argument("--json", type=Path, default=None, help="write the figures as one JSON object")
     args = ap.parse_args(argv)
+    if args.prefilter is not None:
+        KNOBS.update(args=["--prefilter", args.prefilter], suffix=f"-prefilter-{args.prefilter}",
+                     env={"CONTAM_KNOBS": json.dumps({"prefilter": args.prefilter == "true"})})
     skip = set(filter(None, args.skip.split(",")))
     n_shards = args.shards or max(3, min(64, round(args.size / 16e6)))
     args.work.mkdir(parents=True, exist_ok=True)

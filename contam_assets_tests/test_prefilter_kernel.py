@@ -5,16 +5,19 @@ MAX_RUN bytes and longer ones, at a document's start, end and across a batch's e
 documents; empty documents; lone surrogates; non-ASCII text), on a synthetic prefilter whose anchors are
 windows of the documents themselves (so every table hits), and with a fallback 4-byte bit set: the
 anchor hits (document, anchor), the forced documents and the final answer must all be equal.
+A prefilter saved beside its index is read back equal, and one cut short is built and written again.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 
 import numpy as np
 import pytest
 
 from contam_assets.demo import HostText
+from contam_assets.detector import prefilter
 from contam_assets.detector.anchors import LEVELS, N_TABLES, SHORT, quad_slots, short_hashes, u64_view, window_hashes
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.prefilter import MAX_RUN, compiled_pass, ensure_prefilter, pack
@@ -130,3 +133,33 @@ def test_synthetic_anchors_in_every_table_and_fallback_windows(seed):
         if with_pairs:
             assert f.sum() >= 1
         both(pf, texts)
+
+
+def fresh(index):
+    """The same index without the prefilters built on it."""
+    other = copy.copy(index)
+    other.__dict__.pop("_prefilters", None)
+    return other
+
+
+def test_a_saved_prefilter_is_read_back_and_a_broken_one_is_built_again(detector, tmp_path, monkeypatch):
+    records, index, _ = detector
+    cfg = CFG.replace(prefilter=True)
+    built = ensure_prefilter(fresh(index), records, cfg, folder=tmp_path)
+    (saved,) = tmp_path.glob("prefilter-v*.npz")
+    texts = adversarial_documents(records, n=120, seed=41) + edge_documents()
+    calls = []
+    real_build = prefilter.build_prefilter
+    monkeypatch.setattr(prefilter, "build_prefilter", lambda *a, **k: calls.append(1) or real_build(*a, **k))
+    read = ensure_prefilter(fresh(index), records, cfg, folder=tmp_path)
+    assert not calls  # read, not built
+    for name in prefilter.ARRAYS:
+        assert np.array_equal(getattr(read, name), getattr(built, name)), name
+    assert read.params_json == built.params_json and np.array_equal(read.must_scan(texts, cfg.clean_options),
+                                                                     built.must_scan(texts, cfg.clean_options))
+    saved.write_bytes(saved.read_bytes()[:1000])  # cut short
+    again = ensure_prefilter(fresh(index), records, cfg, folder=tmp_path)
+    assert calls == [1] and np.array_equal(again.keys, built.keys)
+    assert np.array_equal(prefilter.Prefilter.load(saved).keys, built.keys)  # written whole again
+    per_task = ensure_prefilter(fresh(index), records, cfg, ["gsm8k"], folder=tmp_path)  # another key, another file
+    assert len(list(tmp_path.glob("prefilter-v*.npz"))) == 2 and len(per_task.keys) < len(built.keys)

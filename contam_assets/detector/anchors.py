@@ -297,7 +297,12 @@ def _units(grams: np.ndarray, buf: bytes, start, end, grp, key, idf, n_groups: i
     win_id = np.cumsum(new_win) - 1
     c_df = np.empty(len(o), dtype=np.int64)
     c_df[o] = np.bincount(win_id, weights=new_pair).astype(np.int64)[win_id]
-    o = np.lexsort((c_hash, c_df, c_gram))
+    # among an n-gram's windows: the one whose bytes ordinary text holds least (digits, other bytes and rare
+    # letters before common ones: " for ch3" rather than " name fo"), then the rarest in the reference set
+    rare = np.concatenate(([0], np.cumsum(_RARITY[np.frombuffer(buf, dtype=np.uint8)], dtype=np.int64)))
+    c_pos = spaces[c_idx]
+    c_rare = rare[c_pos + c_level] - rare[c_pos]
+    o = np.lexsort((c_hash, c_df, -c_rare, c_gram))
     best = o[np.concatenate(([True], c_gram[o][1:] != c_gram[o][:-1]))] if len(o) else o
     # one unit per (group, table, hash): LEVELS windows, then the fallback anchors (df 0: tested last by count)
     table_of = {W: j for j, W in enumerate(LEVELS)}
@@ -342,6 +347,11 @@ def _cover(units: list[float], reach: float, limit: float) -> tuple[int, int] | 
 
 
 _COMMON = frozenset(b"etaoinshrdlu")
+# how unlike ordinary text a byte of cleaned text is: space 0, common letter 1, other letter 2, anything else 3
+_RARITY = np.full(256, 3, dtype=np.int64)
+_RARITY[32] = 0
+_RARITY[np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)] = 2
+_RARITY[np.frombuffer(bytes(sorted(_COMMON)), dtype=np.uint8)] = 1
 QUAD_BITS = 20  # bit set of the fallback 4-byte windows: 2**20 bits (128 KB)
 _QUAD_MULT = np.uint64(0x9FB21C651E98DF25)
 

@@ -26,8 +26,13 @@ idf(M) by the anchors hit.  Anchor hashes are 64-bit: a collision can only add a
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import uuid
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -64,6 +69,10 @@ def params_of(cfg: DetectConfig) -> dict:
     return out
 
 
+FORMAT_VERSION = 1  # of the anchors and of the saved file: a change of either makes the saved ones stale
+ARRAYS = ("keys", "level_off", "offsets", "groups", "weights", "need", "tables", "table_off")
+
+
 @dataclass
 class Prefilter:
     keys: np.ndarray  # uint64 anchor hashes: one sorted unique run per table (LEVELS, SHORT)
@@ -98,6 +107,26 @@ class Prefilter:
     def nbytes(self) -> int:
         arrays = (self.keys, self.level_off, self.offsets, self.groups, self.weights, self.need, self.tables, self.table_off)
         return sum(a.nbytes for a in arrays) + (self.pairs.nbytes if self.pairs is not None else 0)
+
+    def save(self, path: Path) -> None:
+        """All arrays and the key in one .npz, written whole under a temporary name (two savers never collide)."""
+        arrays = {k: getattr(self, k) for k in ARRAYS}
+        if self.pairs is not None:
+            arrays["pairs"] = self.pairs
+        meta = dict(params_json=self.params_json, always_pass=self.always_pass)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz")
+        try:
+            np.savez(tmp, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, path: Path) -> "Prefilter":
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(bytes(z["__meta__"]).decode())
+            return cls(**{k: z[k] for k in ARRAYS}, params_json=meta["params_json"], always_pass=meta["always_pass"],
+                       pairs=z["pairs"] if "pairs" in z.files else None)
 
     # -- the document side ---------------------------------------------------------
     def must_scan(self, texts: list[str], options: CleanOptions, compiled: bool | None = None) -> np.ndarray:
@@ -201,14 +230,37 @@ def compiled_pass():
 
 
 def ensure_prefilter(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig,
-                     tasks: list[str] | None = None) -> Prefilter:
+                     tasks: list[str] | None = None, folder: Path | None = None) -> Prefilter:
     """The prefilter of ``index`` for ``cfg`` (and, with ``tasks``, for those tasks' records only: the
-    per-task rescan): built beside the index on first use and kept with it, one per config and task list."""
+    per-task rescan): built beside the index on first use and kept with it, one per config and task list.
+    With ``folder`` (the index's own folder) it is read from there when saved before, else built and saved
+    there: building the anchors of every task takes seconds, reading them milliseconds."""
     cache = index.__dict__.setdefault("_prefilters", {})
     key = json.dumps(params_of(cfg) | {"tasks": sorted(tasks) if tasks is not None else None}, sort_keys=True)
     pf = cache.get(key)
     if pf is not None:
         return pf
+    name = f"prefilter-v{FORMAT_VERSION}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
+    path = Path(folder) / name if folder else None
+    if path is not None and path.exists():
+        try:
+            pf = Prefilter.load(path)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            pf = None  # unreadable (a disk error, a file cut short by hand): built and written again
+        if pf is not None and pf.params_json != key:
+            pf = None
+    if pf is None:
+        pf = build_prefilter(index, records, cfg, tasks, key)
+        if path is not None:
+            pf.save(path)
+    cache[key] = pf
+    pf.must_scan(["warm up"], cfg.clean_options)  # the compiled pass loaded here, once per process, not in a shard
+    return pf
+
+
+def build_prefilter(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig, tasks: list[str] | None,
+                    key: str) -> Prefilter:
+    """The anchors of the indexed records' questions (of ``tasks`` only, when given), packed."""
     recs = records.filter(pl.col("indexed")).sort("record_id")
     if not np.array_equal(recs["record_id"].to_numpy(), index.record_ids):
         raise ValueError("records do not match the index (rebuild the index)")
@@ -217,9 +269,7 @@ def ensure_prefilter(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig
     q_tokens = encode_texts(recs["question"].gather(locals_).to_list(), cfg, q_cleaned)
     a = build_anchors(q_tokens, q_cleaned, index.lookup, index.hot, index.q_idf, index.q_idf_sum[locals_],
                       index.q_len[locals_], cfg)
-    pf = cache[key] = pack(a.hashes, a.tables, a.groups, a.weights, a.need, key, a.always_pass, a.pairs)
-    pf.must_scan(["warm up"], cfg.clean_options)  # the compiled pass loaded here, once per process, not in a shard
-    return pf
+    return pack(a.hashes, a.tables, a.groups, a.weights, a.need, key, a.always_pass, a.pairs)
 
 
 def pack(hashes: np.ndarray, levels: np.ndarray, groups: np.ndarray, weights: np.ndarray, need: np.ndarray,

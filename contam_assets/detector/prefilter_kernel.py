@@ -187,7 +187,7 @@ def filters(keys: np.ndarray, level_off: np.ndarray) -> tuple[np.ndarray, np.nda
         blocks.append(b)
         block_off.append(block_off[-1] + len(b))
         shifts.append(64 - bits)
-    slots = np.full(1 << max(4, int(np.ceil(np.log2(2 * max(1, len(keys)))))), -1, dtype=np.int64)
+    slots = np.full(1 << max(4, int(np.ceil(np.log2(2 * max(1, len(keys)))))), -1, dtype=np.int32)
     if AVAILABLE:
         _fill(keys, slots)
     return np.concatenate(blocks), np.array(block_off, dtype=np.int64), np.array(shifts, dtype=np.uint64), slots

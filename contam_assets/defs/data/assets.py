@@ -21,6 +21,7 @@ from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config
 from contam_assets.detector.config import settings_rows
 from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
+from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import locate, looks_like_decon_references, spec_digest
 from contam_assets.report.render import md_table
@@ -143,6 +144,8 @@ def ngram_index(context: dg.AssetExecutionContext, contam_settings: ContamSettin
         artifacts.save_index(out, digest, records, index)
     hashes = task_hashes(records, cfg)
     atomic_write_text(artifacts.index_dir(out, digest) / TASK_HASHES_FILE, json.dumps(hashes, indent=1))
+    if cfg.prefilter:  # built once here and saved beside the index, so no scan run builds the anchors again
+        ensure_prefilter(index, records, cfg, folder=artifacts.index_dir(out, digest))
     seconds = time.perf_counter() - t0
     context.log.info(f"index {digest}: {index.n_records} records, {len(index.q_keys)} question n-grams ({'reused' if reused else 'built'} in {seconds:.1f}s)")
     return dg.MaterializeResult(metadata={
@@ -176,6 +179,8 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     except FileNotFoundError as exc:
         raise dg.Failure(str(exc)) from exc
     ref = Reference(records)
+    if cfg.prefilter:  # read (or built once and saved) beside the index; the workers receive it with the index
+        ensure_prefilter(index, records, cfg, folder=artifacts.index_dir(contam_settings.out_path, digest))
     tasks_now = load_task_hashes(artifacts.index_dir(contam_settings.out_path, digest), records, cfg)
     scan_cfg = scan_config_digest(cfg, contam_settings.content_key)
     cache_root = contam_scan_engine.cache_root(contam_settings.out_path)
