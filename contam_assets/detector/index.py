@@ -27,6 +27,17 @@ from contam_assets.detector.tokenize import get_tokenizer
 FORMAT_VERSION = 1
 
 
+def write_npz(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` and ``meta`` (as JSON, key __meta__) in one .npz, written whole under a temporary name first
+    (unique: two writers never collide)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz")
+    try:
+        np.savez(tmp, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 @dataclass
 class NgramIndex:
     record_ids: np.ndarray  # int32: local position -> reference record_id
@@ -131,12 +142,7 @@ class NgramIndex:
         arrays = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
         meta = dict(version=FORMAT_VERSION, bloom_bits=self.bloom_bits, hot_threshold=self.hot_threshold,
                     config_json=self.config_json)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz")  # unique: two savers never collide
-        try:
-            np.savez(tmp, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_npz(path, meta, arrays)
 
     @classmethod
     def load(cls, path: Path) -> "NgramIndex":

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +50,7 @@ from contam_assets.detector.anchors import (
     window_hashes,
 )
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.index import NgramIndex, encode_texts
+from contam_assets.detector.index import NgramIndex, encode_texts, write_npz
 from contam_assets.detector.text import CleanOptions, translate_bytes
 
 __all__ = ["Prefilter", "ensure_prefilter", "flag_bar", "keep_bar", "rule_floor"]
@@ -113,13 +111,7 @@ class Prefilter:
         arrays = {k: getattr(self, k) for k in ARRAYS}
         if self.pairs is not None:
             arrays["pairs"] = self.pairs
-        meta = dict(params_json=self.params_json, always_pass=self.always_pass)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz")
-        try:
-            np.savez(tmp, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_npz(path, dict(params_json=self.params_json, always_pass=self.always_pass), arrays)
 
     @classmethod
     def load(cls, path: Path) -> "Prefilter":
