@@ -12,6 +12,7 @@ Chosen by environment at load time (docs/automation.md):
     CONTAM_RAY_NUM_CPUS              CPUs of a local Ray cluster (default: all)
     CONTAM_RAY_TEMP_DIR              session folder of a local Ray cluster (default /tmp/ray)
     CONTAM_RAY_SHARD_RETRIES         resubmissions of a shard whose worker or node died (default 2)
+    CONTAM_RAY_SCHEDULING            SPREAD (default: a run's shards over every node) or DEFAULT (Ray's own)
     CONTAM_TOKEN_CACHE=DIR|off       where token streams are kept (default <out>/token_cache)
 CONTAM_RAY_ADDRESS may also be the GCS address of a cluster started with `ray start` (host:6379): the
 step then joins it as a driver, without Ray Client (docs/automation.md, Multi-node Ray).
@@ -83,6 +84,8 @@ class RayScanEngine(ScanEngine):
     shard_retries: int = Field(2, description="resubmissions of a shard whose Ray worker or node died mid-task")
     ray_cluster: RayResource
     num_cpus_per_shard: float = Field(1.0, description="Ray CPUs reserved per shard task")
+    scheduling_strategy: str = Field("SPREAD", description="Ray's placement of the shard tasks: SPREAD over the "
+                                     "cluster's nodes (default), or DEFAULT (Ray's: fill the driver's node first)")
 
     def processes(self, n_jobs: int) -> int:
         return 1  # the Ray cluster decides
@@ -104,7 +107,8 @@ class RayScanEngine(ScanEngine):
         log = dg.get_dagster_logger()
         index_ref, records_ref = ray.put(index), ray.put(ref.records)
         # Ray's own retries are off: a lost shard is resubmitted here, where it is counted and logged
-        task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0)(run_shard_job_shared)
+        task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0,
+                          scheduling_strategy=self.scheduling_strategy)(run_shard_job_shared)
         pending = {task.remote(job, index_ref, records_ref): (job, 1) for job in jobs}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=None if idle is None else 1.0)
@@ -177,5 +181,6 @@ def engine_from_env(env=os.environ) -> ScanEngine:
         cluster = RayClusterAddress(address=address) if address else local_ray(cpus, env.get("CONTAM_RAY_TEMP_DIR") or None)
         return RayScanEngine(token_cache_dir=cache, ray_cluster=cluster,
                              num_cpus_per_shard=float(env.get("CONTAM_RAY_CPUS_PER_SHARD", "1")),
-                             shard_retries=int(env.get("CONTAM_RAY_SHARD_RETRIES", "2")))
+                             shard_retries=int(env.get("CONTAM_RAY_SHARD_RETRIES", "2")),
+                             scheduling_strategy=env.get("CONTAM_RAY_SCHEDULING", "SPREAD").strip().upper() or "SPREAD")
     raise ValueError(f"CONTAM_SCAN_ENGINE must be 'local' or 'ray', got {kind!r}")
