@@ -8,7 +8,7 @@ the reference's exactly (`test_prefilter_kernel.py` holds them side by side).
 What it does, per batch (documents joined as b"\\0 " + cleaned bytes, as prefilter.py):
 collapse runs of spaces; mark documents with a run of more than ``max_run`` bytes between
 spaces; at every space hash the 24-, 16- and 8-byte windows (and the 4-byte one) and look
-each up in its table's bit set, then in its sorted keys; with ``pairs``, mark documents
+each up in its table's blocked Bloom filter, then in the hash table of the keys; with ``pairs``, mark documents
 holding a fallback 4-byte window at any byte.  The group sums stay in prefilter.py.
 """
 
@@ -150,7 +150,7 @@ def _pass(raw, starts, keys, level_off, blocks, block_off, shifts, slots, pairs,
                 nc += 1
     if last_space >= 0 and end - last_space - 1 > max_run:  # the run after a batch's last space
         forced[n - 1] = True
-    # 2. the few windows that passed a bit set: searched in their table's sorted keys
+    # 2. the few windows that passed a bit set: looked up in the hash table of the keys
     hit_doc = np.empty(nc, dtype=np.int64)
     hit_anchor = np.empty(nc, dtype=np.int64)
     nh = 0
