@@ -23,7 +23,7 @@ from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.scan import Candidate, scan_many
 from contam_assets.detector.scoring import length_adjusted_score
-from contam_assets.detector.text import clean_words, join_words
+from contam_assets.detector.text import join_words, split_translated, translate_bytes
 from contam_assets.detector.thorough import ensure_extras, finish
 from contam_assets.detector.tokenize import Tokenizer, get_tokenizer
 
@@ -183,15 +183,17 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
     opts = cfg.clean_options
     rows: list[dict] = []
     counters = Counter()
+    parts = [translate_bytes(d.text, opts) for d in docs]  # decon clean, as bytes: words are split out of them
     if cfg.prefilter:
         # documents that provably hold no flagged match are not tokenized (prefilter.py)
-        keep = ensure_prefilter(index, ref.records, cfg).must_scan([d.text for d in docs], opts)
+        keep = ensure_prefilter(index, ref.records, cfg).must_scan_translated(parts)
         skipped = len(docs) - int(keep.sum())
         counters["prefiltered"] += skipped
         counters["scanned"] += skipped
-        docs = [d for d, k in zip(docs, keep.tolist()) if k]
-    words = [clean_words(d.text, opts) for d in docs]
-    encoded = tok.encode_words(words)
+        kept = np.flatnonzero(keep).tolist()
+        docs, parts = [docs[i] for i in kept], [parts[i] for i in kept]
+    encoded = tok.encode_translated(parts)
+    words = _Words(parts)  # split into word objects only for the documents with candidates
     n_tokens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     counters["tokens"] += int(n_tokens.sum())
     short = int((n_tokens < cfg.min_doc_tokens).sum())  # decon rule: documents under 10 tokens are not scanned
@@ -201,6 +203,22 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
         if cands:
             rows.extend(rows_for_doc(docs[i], shard, join_words(words[i]), encoded[i], cands, ref, tok, preset, cfg.threshold))
     return rows, counters
+
+
+class _Words:
+    """A batch's cleaned words (text.clean_words), split from its translated bytes on first use, per document."""
+
+    def __init__(self, parts: list[bytes]):
+        self.parts, self.done = parts, {}
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __getitem__(self, i: int) -> list[bytes]:
+        w = self.done.get(i)
+        if w is None:
+            w = self.done[i] = split_translated(self.parts[i])
+        return w
 
 
 def candidates(index: NgramIndex, ref: Reference, encoded: list[np.ndarray], words: list[list[bytes]],

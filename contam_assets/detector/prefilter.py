@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,8 @@ from contam_assets.detector.index import NgramIndex, encode_texts, write_npz
 from contam_assets.detector.text import CleanOptions, translate_bytes
 
 __all__ = ["Prefilter", "ensure_prefilter", "flag_bar", "keep_bar", "rule_floor"]
+# a lone surrogate in translate_bytes' output (surrogatepass): ED A0-BF never occurs in valid UTF-8
+_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
 MAX_RUN = 256  # text.MAX_WORD_CHARS: longer runs are cut by clean_text, so such documents always pass
 
 
@@ -127,20 +130,29 @@ class Prefilter:
         installed) or the numpy reference pass (False); both give the same answer."""
         if self.always_pass or not texts:
             return np.ones(len(texts), dtype=bool)
-        return self._passing(*self.hits(texts, options, compiled))
+        return self.must_scan_translated([translate_bytes(t, options) for t in texts], compiled)
+
+    def must_scan_translated(self, parts: list[bytes], compiled: bool | None = None) -> np.ndarray:
+        """``must_scan`` of documents given as text.translate_bytes output (what the scan tokenizes)."""
+        if self.always_pass or not parts:
+            return np.ones(len(parts), dtype=bool)
+        return self._passing(*self.hits_translated(parts, compiled))
 
     def hits(self, texts: list[str], options: CleanOptions, compiled: bool | None = None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(document, anchor id) of every anchor found in ``texts``, and the documents forced to a scan."""
-        n = len(texts)
+        return self.hits_translated([translate_bytes(t, options) for t in texts], compiled)
+
+    def hits_translated(self, parts: list[bytes], compiled: bool | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``hits`` of documents given as text.translate_bytes output."""
+        n = len(parts)
         forced = np.zeros(n, dtype=bool)
-        parts = []
-        for i, t in enumerate(texts):
-            try:
-                parts.append(translate_bytes(t, options, errors="strict"))
-            except UnicodeEncodeError:  # lone surrogates: tiktoken sees other bytes
+        for i, p in enumerate(parts):
+            if not p.isascii() and _SURROGATE.search(p):  # lone surrogates: tiktoken sees other bytes
                 forced[i] = True
-                parts.append(b"")
+        if forced.any():
+            parts = [b"" if f else p for p, f in zip(parts, forced.tolist())]
         # "\0 " before every document: the space the tokenizer puts in front; \0 keeps documents apart
         lens = np.fromiter(map(len, parts), dtype=np.int64, count=n) + 2
         starts = np.zeros(n + 1, dtype=np.int64)

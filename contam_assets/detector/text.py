@@ -11,6 +11,8 @@ import html
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 # decon default punctuation set (config/default.yaml `punctuation_chars`).
 DEFAULT_PUNCTUATION = "!'\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~\u201c\u201d\u2018\u2019\u2014"
 
@@ -187,12 +189,37 @@ def translate_bytes(text: str, options: CleanOptions = CleanOptions(), errors: s
     ascii_table, utf8_table, wide = _fast_tables(options.punctuation)
     if text.isascii():
         return text.encode("ascii").translate(ascii_table)
+    kernel = _WIDE_KERNEL.get(options.punctuation) or _wide_kernel(options.punctuation)
+    if kernel[0] is not None:  # the regex and the translate in one compiled walk over the bytes (text_kernel.py)
+        return kernel[0](text.lower().encode("utf-8", errors), kernel[1], kernel[2])
     return wide.sub(" ", text.lower()).encode("utf-8", errors).translate(utf8_table)
+
+
+_WIDE_KERNEL: dict[str, tuple] = {}
+
+
+def _wide_kernel(punctuation: str) -> tuple:
+    """(text_kernel.map_wide or None without numba, code-point set, ASCII byte table) for ``punctuation``."""
+    from contam_assets.detector import text_kernel
+
+    _, utf8_table, _ = _fast_tables(punctuation)
+    if not text_kernel.AVAILABLE:
+        k = (None, None, None)
+    else:
+        chars = "".join(sorted({c for c in punctuation if ord(c) >= 128} | set(_WIDE_SPACE)))
+        k = (text_kernel.map_wide, text_kernel.wide_set(chars), np.frombuffer(utf8_table, dtype=np.uint8))
+    _WIDE_KERNEL[punctuation] = k
+    return k
 
 
 def clean_words(text: str, options: CleanOptions = CleanOptions()) -> list[bytes]:
     """Words of the cleaned text as UTF-8 bytes: ``b" ".join(clean_words(t))`` is clean_text(t) encoded."""
-    words = translate_bytes(text, options).split()
+    return split_translated(translate_bytes(text, options))
+
+
+def split_translated(translated: bytes) -> list[bytes]:
+    """Words of :func:`translate_bytes` output, long words cut: ``clean_words(t) == split_translated(translate_bytes(t))``."""
+    words = translated.split()
     if words and max(map(len, words)) > MAX_WORD_CHARS:
         words = _split_long(words)
     return words

@@ -15,7 +15,8 @@ whitespace runs), so no BPE piece crosses a word boundary and
 
 ``_WordCache`` keeps each distinct word's ids and builds a document's ids by
 gathering them, so a word is BPE-encoded once per process instead of once per
-occurrence.  Text that is not in cleaned form (other whitespace, double or
+occurrence.  ``encode_translated`` does the lookups of a whole batch in one compiled
+walk over its bytes (word_kernel.py), with no Python object per word.  Text that is not in cleaned form (other whitespace, double or
 outer spaces) goes to tiktoken directly.  Tests compare the result with
 ``encode_reference`` (tiktoken on the whole text) on random and real input.
 """
@@ -29,7 +30,7 @@ from itertools import repeat
 import numpy as np
 import xxhash
 
-from contam_assets.detector.text import join_words
+from contam_assets.detector.text import MAX_WORD_CHARS, join_words, split_translated
 
 TOKENIZERS = ("cl100k", "word", "bytes")
 # Distinct words a process keeps (about 150 bytes each); the cache starts over when full.
@@ -39,16 +40,19 @@ WORD_CACHE_SIZE = 1 << 17
 class _WordCache:
     """Token ids of single words, stored back to back; ``ids`` maps a word to its slot."""
 
-    def __init__(self, encode_word, max_words: int = WORD_CACHE_SIZE, encode_batch=None):
+    def __init__(self, encode_word, max_words: int = WORD_CACHE_SIZE, encode_batch=None, index=None):
         self._encode_word = encode_word
         self._encode_batch = encode_batch  # optional: token ids of many words in one call
         self.max_words = max_words
         self._lock = threading.Lock()  # slots handed out must not be cleared by another thread mid-batch
         self.lookups = 0
         self.encoded = 0
+        self.index = index  # word_kernel.WordIndex over the same slots (bytes words), or None
         self.clear()
 
     def clear(self) -> None:
+        if self.index is not None:
+            self.index.clear()
         self.ids: dict[str, int] = {}
         self._flat = np.zeros(1 << 16, dtype=np.uint64)
         self._used = 0
@@ -75,6 +79,8 @@ class _WordCache:
         self._used = need
         self.ids.update(zip(words, range(n0, n1)))
         self.encoded += len(words)
+        if self.index is not None:
+            self.index.add(range(n0, n1), words)
 
     def slots(self, words: list[str]) -> np.ndarray:
         self.lookups += len(words)
@@ -124,6 +130,10 @@ class Tokenizer:
         """Token ids of documents given as text.clean_words output (UTF-8 words)."""
         return self.encode_many([join_words(ws) for ws in docs])
 
+    def encode_translated(self, parts: list[bytes]) -> list[np.ndarray]:
+        """Token ids of documents given as text.translate_bytes output: ``encode_words`` of their words."""
+        return self.encode_words([split_translated(p) for p in parts])
+
     def count_non_space(self, ids: np.ndarray) -> int:
         raise NotImplementedError
 
@@ -156,7 +166,7 @@ class BPETokenizer(Tokenizer):
         self._space_ids: np.ndarray | None = None
         self._token_len: np.ndarray | None = None
         self._space_table: np.ndarray | None = None
-        self.cache = _WordCache(self._encode_word, encode_batch=self._encode_word_batch)
+        self.cache = _WordCache(self._encode_word, encode_batch=self._encode_word_batch, index=_word_index())
 
     def _encode_word(self, w: str | bytes) -> list[int]:
         if isinstance(w, bytes):
@@ -222,6 +232,42 @@ class BPETokenizer(Tokenizer):
 
     def encode_words(self, docs: list[list[bytes]]) -> list[np.ndarray]:
         return self.cache.encode(docs)
+
+    def encode_translated(self, parts: list[bytes]) -> list[np.ndarray]:
+        """The word cache's ids of every document, looked up in one compiled walk over the batch (word_kernel.py);
+        the words it has not seen are encoded and added, and their documents walked again.  Documents with a word
+        longer than MAX_WORD_CHARS bytes (cut by the word rule) take the Python path; so does everything without numba."""
+        cache = self.cache
+        if cache.index is None or not parts:
+            return super().encode_translated(parts)
+        joined = b" ".join(parts)
+        buf = np.frombuffer(joined, dtype=np.uint8)
+        lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        starts = np.zeros(len(parts), dtype=np.int64)
+        np.cumsum(lens[:-1] + 1, out=starts[1:])
+        ends = starts + lens
+        out: list = [None] * len(parts)
+        todo = np.arange(len(parts), dtype=np.int64)
+        for _ in range(3):  # a miss is encoded, then its documents walked again (a cache cleared meanwhile: again)
+            with cache._lock:
+                ids, n_tok, status, miss_at, miss_len, n_words = cache.index.encode(
+                    buf, starts, ends, todo, cache._start, cache._len, cache._flat, MAX_WORD_CHARS)
+                cache.lookups += n_words
+                if len(miss_at):
+                    cache.slots(list(dict.fromkeys(joined[a : a + n] for a, n in zip(miss_at.tolist(), miss_len.tolist()))))
+            bounds = np.zeros(len(todo) + 1, dtype=np.int64)
+            np.cumsum(n_tok, out=bounds[1:])
+            b = bounds.tolist()
+            for d in np.flatnonzero(status == 0).tolist():
+                out[int(todo[d])] = ids[b[d] : b[d + 1]]
+            todo = todo[status == 1]
+            if not len(todo):
+                break
+        rest = [i for i, r in enumerate(out) if r is None]  # long words, or misses three times over
+        if rest:
+            for i, r in zip(rest, super().encode_translated([parts[i] for i in rest])):
+                out[i] = r
+        return out
 
     def word_token_counts(self, words: list[bytes]) -> np.ndarray:
         # by the word rule (module docstring) every word is encoded on its own, so its tokens are contiguous
@@ -345,6 +391,13 @@ class ByteTokenizer(Tokenizer):
 
     def byte_spans(self, cleaned: str, ids: np.ndarray) -> tuple[bytes, np.ndarray]:
         return bytes(np.asarray(ids, dtype=np.uint8)), np.arange(len(ids) + 1, dtype=np.int64)
+
+
+def _word_index():
+    """The compiled index of the word cache, or None where numba is missing (the Python path then)."""
+    from contam_assets.detector import word_kernel
+
+    return word_kernel.WordIndex() if word_kernel.AVAILABLE else None
 
 
 @lru_cache(maxsize=4)

@@ -1,0 +1,126 @@
+"""The compiled word-cache walk (word_kernel.py) gives tiktoken's ids, whatever the batch holds.
+
+Reference: tiktoken cl100k ``encode_ordinary(" " + cleaned text)`` on the whole text
+(tokenize.BPETokenizer.encode_reference), for random text under random cleaning options,
+for the benchmark files' own text, and for the cases the walk hands back or repeats: words
+longer than MAX_WORD_CHARS, lone surrogates, a cache too small for one batch (cleared
+mid-batch), a hash that two words share.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import numpy as np
+import pytest
+
+from contam_assets.detector.text import MAX_WORD_CHARS, CleanOptions, clean_text, clean_words, translate_bytes
+from contam_assets_tests.test_throughput_reference_paths import random_options, random_text
+
+word_kernel = pytest.importorskip("contam_assets.detector.word_kernel")
+pytestmark = pytest.mark.skipif(not word_kernel.AVAILABLE, reason="numba not installed")
+
+
+def _fresh(max_words: int = 1 << 17):
+    from contam_assets.detector.tokenize import BPETokenizer, _WordCache, _word_index
+
+    tok = BPETokenizer()
+    tok.cache = _WordCache(tok._encode_word, max_words=max_words, encode_batch=tok._encode_word_batch, index=_word_index())
+    return tok
+
+
+def _real_texts(shared_data, n: int = 600) -> list[str]:
+    texts = []
+    with open(shared_data / "gsm8k_test.jsonl") as fh:
+        for line in fh:
+            row = json.loads(line)
+            texts.append(row["question"] + "\n\n" + row["answer"])
+            if len(texts) >= n // 2:
+                break
+    with gzip.open(shared_data / "HumanEval.jsonl.gz", "rt") as fh:
+        texts += [json.loads(line)["prompt"] + json.loads(line)["canonical_solution"] for line in fh]
+    with open(shared_data / "mbpp.jsonl") as fh:
+        texts += [json.loads(line)["text"] + "\n" + json.loads(line)["code"] for line in fh][: n // 2]
+    return texts
+
+
+def _check(tok, texts: list[str], options: CleanOptions, batch: int = 97) -> int:
+    """Asserts every document's ids equal tiktoken's on the whole cleaned text; returns the ids compared."""
+    n = 0
+    for i in range(0, len(texts), batch):
+        chunk = texts[i : i + batch]
+        got = tok.encode_translated([translate_bytes(t, options) for t in chunk])
+        assert len(got) == len(chunk)
+        for t, g in zip(chunk, got):
+            want = tok.encode_reference(clean_text(t, options))
+            assert g.dtype == np.uint64 and np.array_equal(g, want), t[:200]
+            n += len(want)
+    return n
+
+
+def test_walk_equals_tiktoken_on_random_text_and_options():
+    rng = random.Random(21)
+    texts = [random_text(rng) for _ in range(1200)]
+    for max_words in (1 << 17, 60):  # 60: the cache starts over inside a batch, the walk goes again
+        tok = _fresh(max_words)
+        for i in range(0, len(texts), 200):
+            options = random_options(rng)
+            assert _check(tok, texts[i : i + 200], options) > 0
+        if max_words == 60:
+            assert tok.cache.encoded > len(tok.cache.ids)  # it did start over
+
+
+def test_walk_equals_tiktoken_on_the_benchmark_files(shared_data):
+    texts = _real_texts(shared_data)
+    tok = _fresh()
+    n = _check(tok, texts, CleanOptions())
+    assert n > 50_000
+    # the second time every word is in the index: one walk, nothing encoded again
+    encoded = tok.cache.encoded
+    _check(tok, texts, CleanOptions())
+    assert tok.cache.encoded == encoded
+
+
+def test_long_words_surrogates_and_empty_documents():
+    long_ascii = "x" * (MAX_WORD_CHARS + 1)
+    long_multibyte = "\u00e9" * (MAX_WORD_CHARS // 2 + 10)  # over MAX_WORD_CHARS bytes, under it in characters
+    texts = ["", "   ", "\n\t", f"a {long_ascii} b", f"before {long_multibyte} after", "lone \ud800 surrogate \udfff end",
+             "x" * (3 * MAX_WORD_CHARS + 5), "\u0130stanbul \u03a3\u039f\u03a6\u039f\u03a3 STRASSE \u1e9e", "<|endoftext|> special"]
+    tok = _fresh()
+    _check(tok, texts, CleanOptions(), batch=len(texts))
+    parts = [translate_bytes(t) for t in texts]
+    got = tok.encode_translated(parts)
+    assert [len(g) for g in got[:3]] == [0, 0, 0]
+
+
+def test_python_path_without_the_index_is_the_same(shared_data):
+    texts = _real_texts(shared_data, n=200)
+    parts = [translate_bytes(t) for t in texts]
+    with_index = _fresh().encode_translated(parts)
+    tok = _fresh()
+    tok.cache.index = None
+    tok.cache.clear()
+    without = tok.encode_translated(parts)
+    assert all(np.array_equal(a, b) for a, b in zip(with_index, without))
+    assert without == [] or tok.encode_words([clean_words(t) for t in texts[:1]])[0].tolist() == without[0].tolist()
+
+
+def test_a_shared_hash_never_hands_out_another_words_ids():
+    idx = word_kernel.WordIndex()
+    idx.add(range(0, 1), [b"abc"])
+    # pretend "abd" hashed like "abc": the stored bytes must tell them apart
+    idx.w_hash[0] = word_kernel.fnv1a(b"abd")
+    word_kernel._rehash(idx.table, idx.w_hash, np.array([0], dtype=np.int64))
+    buf = np.frombuffer(b"abd abc", dtype=np.uint8)
+    ids, n_tok, status, miss_at, miss_len, n_words = idx.encode(
+        buf, np.array([0, 4]), np.array([3, 7]), np.array([0, 1]), np.array([0], dtype=np.int64),
+        np.array([1], dtype=np.int64), np.array([42], dtype=np.uint64), MAX_WORD_CHARS)
+    # "abd": its hash finds slot 0, whose bytes differ -> a miss; "abc": its own hash finds nothing -> a miss too
+    assert status.tolist() == [1, 1] and miss_at.tolist() == [0, 4] and n_words == 2
+    idx.w_hash[0] = word_kernel.fnv1a(b"abc")
+    word_kernel._rehash(idx.table, idx.w_hash, np.array([0], dtype=np.int64))
+    ids, n_tok, status, *_ = idx.encode(buf, np.array([0, 4]), np.array([3, 7]), np.array([1]), np.array([0], dtype=np.int64),
+                                       np.array([1], dtype=np.int64), np.array([42], dtype=np.uint64), MAX_WORD_CHARS)
+    assert status.tolist() == [0] and ids.tolist() == [42]
