@@ -16,6 +16,9 @@ same documents, single-threaded, in CPU seconds of this process:
                    cluster expansion and scoring, match rows, the polars table.
                    Also once with an empty word cache (every word BPE-encoded once).
   prefilter        the same with ``DetectConfig(prefilter=True)``.
+  plain paths      the faithful scan with ``CONTAM_COMPILED=off``: the word cache's dict, the binary search
+                   of the index keys and the cleaning regex instead of the compiled steps (the scan as it
+                   was before them; its rows must equal the faithful scan's).
   thorough         the same with the ``thorough`` preset (its own reference set and index;
                    its near-duplicate index is built before timing, once per process).
   datatrove        ``datatrove.pipeline.decont.NGramsDecontFilter`` (its defaults:
@@ -290,6 +293,14 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             secs, w, m = measure_scan(paths, index, ref, c)
             best[name], wall[name] = min(best.get(name, 1e9), secs), min(wall.get(name, 1e9), w)
             matches[name] = m
+        os.environ["CONTAM_COMPILED"] = "off"
+        try:
+            secs, w, matches["plain"] = measure_scan(paths, index, ref, cfg)
+        finally:
+            del os.environ["CONTAM_COMPILED"]
+        best["plain"], wall["plain"] = min(best.get("plain", 1e9), secs), min(wall.get("plain", 1e9), w)
+        if not matches["plain"].equals(matches["scan"]):
+            raise SystemExit("the plain paths gave other match rows than the compiled ones")
         secs, w, matches["thorough"] = measure_scan(paths, index_t, ref_t, cfg_t)
         best["thorough"], wall["thorough"] = min(best.get("thorough", 1e9), secs), min(wall.get("thorough", 1e9), w)
         for name, peer in peers.items():
@@ -362,6 +373,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "pool_mb": round(mb, 3), "documents": len(docs), "words": n_words, "planted": len(truth), "repeat": args.repeat,
         "tokenizer_mb_s": r2(mbs["tokenizer"]),
         "scan_mb_s": r2(mbs["scan"]),
+        "plain_paths_mb_s": r2(mbs["plain"]),
         "prefilter_mb_s": r2(mbs["prefilter"]),
         "thorough_mb_s": r2(mbs["thorough"]),
         "thorough_wall_mb_s": r2(mb / wall["thorough"]),
@@ -394,6 +406,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             "scan_over_tokenizer": r2(mbs["scan"] / mbs["tokenizer"]),
             "scan_over_tokenizer_batch": r2(mbs["scan"] / mbs["tokenizer_batch"]),
             "prefilter_over_scan": r2(mbs["prefilter"] / mbs["scan"]),
+            "scan_over_plain_paths": r2(mbs["scan"] / mbs["plain"]),
             "thorough_over_scan": r2(mbs["thorough"] / mbs["scan"]),
             "scan_over_datatrove": r2(mbs["scan"] / mbs["datatrove"]) if "datatrove" in mbs else None,
             "scan_over_janitor": r2(mbs["scan"] / mbs["janitor"]) if "janitor" in mbs else None,
@@ -425,6 +438,7 @@ def markdown(r: dict) -> str:
         ("contam-assets tokenization only (word cache)", None, r["word_cache_tokenize_mb_s"]),
         ("**contam-assets scan, faithful decon** (`scan_shard`)", "scan", r["scan_mb_s"]),
         ("contam-assets scan, first pass with an empty word cache", None, r["scan_cold_cache_mb_s"]),
+        ("contam-assets scan, plain paths (`CONTAM_COMPILED=off`: no compiled step; same rows)", None, r["plain_paths_mb_s"]),
         ("contam-assets scan + prefilter", "prefilter", r["prefilter_mb_s"]),
         ("contam-assets scan, `thorough` preset", "thorough", r["thorough_mb_s"]),
         ("datatrove `NGramsDecontFilter` (12-gram words, spaCy)", "datatrove", r["datatrove_mb_s"]),
@@ -440,7 +454,8 @@ def markdown(r: dict) -> str:
     out.append("")
     q = r["ratios"]
     out.append(f"- faithful scan / tokenizer floor: {f(q['scan_over_tokenizer'])} (per-document calls), "
-               f"{f(q['scan_over_tokenizer_batch'])} (batch API); prefilter / faithful: {f(q['prefilter_over_scan'])}")
+               f"{f(q['scan_over_tokenizer_batch'])} (batch API); prefilter / faithful: {f(q['prefilter_over_scan'])}; "
+               f"faithful / plain paths: {f(q['scan_over_plain_paths'])}")
     out.append(f"- thorough / faithful: {f(q['thorough_over_scan'])} (target >= 0.5); thorough match rows by reason "
                f"{r['thorough_reasons']}; build {r['thorough_build_s']} s")
     out.append(f"- prefilter recall loss (flagged documents): {r['prefilter_recall_loss']}; flagged rows identical: "

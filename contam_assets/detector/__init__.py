@@ -16,4 +16,12 @@ Read it in this order, from cleaning to the flag decision:
     scan.py        clusters -> scored candidates -> flagged or not
     prefilter.py   recall-safe skip of documents that cannot be flagged, built beside the index
     matches.py     candidates -> match rows a reviewer reads; scan_documents end to end
+
+Compiled steps (numba; each equals a plain path kept beside it, CONTAM_COMPILED=off uses those):
+
+    word_kernel.py      a batch's words looked up in the word cache in one walk (tokenize.encode_translated)
+    key_table.py        the index's n-gram keys in an open-addressing table (index.lookup)
+    text_kernel.py      the non-ASCII step of the cleaning (text.translate_bytes)
+    prefilter_kernel.py the prefilter's byte pass
+    compiled.py         the switch
 """

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from contam_assets.detector import compiled
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.ngrams import ngram_hash, segment_ngram_hashes, unique_per_segment
 from contam_assets.detector.text import clean_text
@@ -94,6 +95,19 @@ class NgramIndex:
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """Position in q_keys of every hash, -1 where it is not a question n-gram (int64)."""
+        table = self.__dict__.get("_slots")
+        if table is None:
+            from contam_assets.detector import key_table
+
+            table = self.__dict__["_slots"] = key_table.slots_for(self.q_keys) if key_table.AVAILABLE else False
+        if table is not False and len(self.q_keys) and compiled.enabled():  # the open-addressing table (key_table.py)
+            from contam_assets.detector.key_table import positions
+
+            return positions(hashes, self.q_keys, table, self.bloom, self.bloom_bits)
+        return self.lookup_reference(hashes)
+
+    def lookup_reference(self, hashes: np.ndarray) -> np.ndarray:
+        """``lookup`` by the Bloom filter and a binary search of q_keys (numpy)."""
         keys = np.full(len(hashes), -1, dtype=np.int64)
         maybe = np.flatnonzero(self.bloom_test(hashes))
         if len(maybe) and len(self.q_keys):

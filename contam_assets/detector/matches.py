@@ -180,20 +180,11 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
     tokenized (their tokens are not in ``tokens``) and are counted in ``prefiltered``.
     """
     tok = get_tokenizer(cfg.tokenizer)
-    opts = cfg.clean_options
     rows: list[dict] = []
     counters = Counter()
-    parts = [translate_bytes(d.text, opts) for d in docs]  # decon clean, as bytes: words are split out of them
-    if cfg.prefilter:
-        # documents that provably hold no flagged match are not tokenized (prefilter.py)
-        keep = ensure_prefilter(index, ref.records, cfg).must_scan_translated(parts)
-        skipped = len(docs) - int(keep.sum())
-        counters["prefiltered"] += skipped
-        counters["scanned"] += skipped
-        kept = np.flatnonzero(keep).tolist()
-        docs, parts = [docs[i] for i in kept], [parts[i] for i in kept]
-    encoded = tok.encode_translated(parts)
-    words = _Words(parts)  # split into word objects only for the documents with candidates
+    docs, encoded, words, skipped = tokenize_batch(docs, cfg, ensure_prefilter(index, ref.records, cfg) if cfg.prefilter else None)
+    counters["prefiltered"] += skipped
+    counters["scanned"] += skipped
     n_tokens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     counters["tokens"] += int(n_tokens.sum())
     short = int((n_tokens < cfg.min_doc_tokens).sum())  # decon rule: documents under 10 tokens are not scanned
@@ -205,8 +196,23 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
     return rows, counters
 
 
-class _Words:
-    """A batch's cleaned words (text.clean_words), split from its translated bytes on first use, per document."""
+def tokenize_batch(docs: list, cfg: DetectConfig, prefilter=None) -> tuple[list, list[np.ndarray], "Words", int]:
+    """(documents to scan, their token ids, their cleaned words, documents the prefilter cleared) of a batch.
+
+    Cleaned once, as bytes (text.translate_bytes); with ``prefilter`` (a prefilter.Prefilter) the documents it
+    clears are dropped before tokenizing; the words are split out of the bytes only where a row needs them."""
+    parts = [translate_bytes(d.text, cfg.clean_options) for d in docs]
+    skipped = 0
+    if prefilter is not None:  # documents that provably hold no match row are not tokenized (prefilter.py)
+        keep = prefilter.must_scan_translated(parts)
+        skipped = len(docs) - int(keep.sum())
+        kept = np.flatnonzero(keep).tolist()
+        docs, parts = [docs[i] for i in kept], [parts[i] for i in kept]
+    return docs, get_tokenizer(cfg.tokenizer).encode_translated(parts), Words(parts), skipped
+
+
+class Words:
+    """A batch's cleaned words (text.clean_words), split out of its translated bytes on first use, per document."""
 
     def __init__(self, parts: list[bytes]):
         self.parts, self.done = parts, {}

@@ -228,9 +228,9 @@ class Prefilter:
 def compiled_pass():
     """The module prefilter_kernel, imported on first use (numba loads in ~0.3 s, and its compiled code from the
     cache in ~0.5 s more on the first call of a process); None where numba is not installed."""
-    from contam_assets.detector import prefilter_kernel
+    from contam_assets.detector import compiled, prefilter_kernel
 
-    return prefilter_kernel if prefilter_kernel.AVAILABLE else None
+    return prefilter_kernel if prefilter_kernel.AVAILABLE and compiled.enabled() else None
 
 
 def ensure_prefilter(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig,

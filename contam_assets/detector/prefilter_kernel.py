@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - exercised only where numba has no whee
     njit = None
 
 from contam_assets.detector.anchors import _C, _LEVEL, _QUAD_MULT, _S, _SHORT, LEVELS, QUAD_BITS, SHORT
+from contam_assets.detector.key_table import _probe, slots_for
 
 AVAILABLE = njit is not None
 # the same constants as anchors.window_hashes / short_hashes / quad_slots, in table order (LEVELS, then SHORT)
@@ -31,7 +32,6 @@ _SMASK, _SMULT = _SHORT[SHORT[0]]
 _QMASK = np.uint64(0xFFFFFFFF)
 _QSHIFT = np.uint64(64 - QUAD_BITS)
 _B, _B1, _B2 = np.uint64(63), np.uint64(6), np.uint64(12)  # the three bits of a key in its block
-_HT = np.uint64(18)  # the hash table's slot: bits above those three
 BITS_PER_KEY = 16  # filter size: 1.3 MB for the 670,000 anchors of every task, where the bit sets take 6.8 MB
 assert LEVELS == (24, 16, 8) and SHORT == (4,), "the kernel hard-codes the anchor tables"
 
@@ -56,28 +56,6 @@ def _maybe(h, j, blocks, block_off, shifts):
     hit for about one window in 200)."""
     m = (np.uint64(1) << (h & _B)) | (np.uint64(1) << ((h >> _B1) & _B)) | (np.uint64(1) << ((h >> _B2) & _B))
     return (blocks[block_off[j] + np.int64(h >> shifts[j])] & m) == m
-
-
-def _probe(keys, slots, h, a, b):
-    """Index of ``h`` in ``keys[a:b]`` (one table's sorted, distinct keys), or -1: by the open-addressing table
-    ``slots`` over every key (linear probing from bits 18 on of the hash; -1 marks an empty slot)."""
-    mask = len(slots) - 1
-    s = np.int64(h >> _HT) & mask
-    while slots[s] >= 0:
-        k = slots[s]
-        if keys[k] == h and a <= k < b:
-            return k
-        s = (s + 1) & mask
-    return -1
-
-
-def _fill(keys, slots):
-    mask = len(slots) - 1
-    for k in range(len(keys)):
-        s = np.int64(keys[k] >> _HT) & mask
-        while slots[s] >= 0:
-            s = (s + 1) & mask
-        slots[s] = k
 
 
 def _pass(raw, starts, keys, level_off, blocks, block_off, shifts, slots, pairs, use_pairs, max_run, forced):
@@ -167,8 +145,6 @@ if AVAILABLE:
     _word = njit(inline="always", cache=True)(_word)
     _mix = njit(inline="always", cache=True)(_mix)
     _maybe = njit(inline="always", cache=True)(_maybe)
-    _probe = njit(inline="always", cache=True)(_probe)
-    _fill = njit(cache=True)(_fill)
     _pass = njit(cache=True, nogil=True)(_pass)
 
 
@@ -187,10 +163,7 @@ def filters(keys: np.ndarray, level_off: np.ndarray) -> tuple[np.ndarray, np.nda
         blocks.append(b)
         block_off.append(block_off[-1] + len(b))
         shifts.append(64 - bits)
-    slots = np.full(1 << max(4, int(np.ceil(np.log2(2 * max(1, len(keys)))))), -1, dtype=np.int32)
-    if AVAILABLE:
-        _fill(keys, slots)
-    return np.concatenate(blocks), np.array(block_off, dtype=np.int64), np.array(shifts, dtype=np.uint64), slots
+    return np.concatenate(blocks), np.array(block_off, dtype=np.int64), np.array(shifts, dtype=np.uint64), slots_for(keys)
 
 
 def byte_pass(raw: np.ndarray, starts: np.ndarray, keys: np.ndarray, level_off: np.ndarray,

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contam_assets.detector import compiled
+
 # decon default punctuation set (config/default.yaml `punctuation_chars`).
 DEFAULT_PUNCTUATION = "!'\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~\u201c\u201d\u2018\u2019\u2014"
 
@@ -190,7 +192,7 @@ def translate_bytes(text: str, options: CleanOptions = CleanOptions(), errors: s
     if text.isascii():
         return text.encode("ascii").translate(ascii_table)
     kernel = _WIDE_KERNEL.get(options.punctuation) or _wide_kernel(options.punctuation)
-    if kernel[0] is not None:  # the regex and the translate in one compiled walk over the bytes (text_kernel.py)
+    if kernel[0] is not None and compiled.enabled():  # the regex and the translate in one compiled walk over the bytes (text_kernel.py)
         return kernel[0](text.lower().encode("utf-8", errors), kernel[1], kernel[2])
     return wide.sub(" ", text.lower()).encode("utf-8", errors).translate(utf8_table)
 

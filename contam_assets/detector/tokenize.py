@@ -30,6 +30,7 @@ from itertools import repeat
 import numpy as np
 import xxhash
 
+from contam_assets.detector import compiled
 from contam_assets.detector.text import MAX_WORD_CHARS, join_words, split_translated
 
 TOKENIZERS = ("cl100k", "word", "bytes")
@@ -238,7 +239,7 @@ class BPETokenizer(Tokenizer):
         the words it has not seen are encoded and added, and their documents walked again.  Documents with a word
         longer than MAX_WORD_CHARS bytes (cut by the word rule) take the Python path; so does everything without numba."""
         cache = self.cache
-        if cache.index is None or not parts:
+        if cache.index is None or not parts or not compiled.enabled():
             return super().encode_translated(parts)
         joined = b" ".join(parts)
         buf = np.frombuffer(joined, dtype=np.uint8)

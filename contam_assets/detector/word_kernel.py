@@ -13,7 +13,7 @@ A word longer than ``max_word`` bytes sends its document back to the Python path
 word rule cuts such words, text.MAX_WORD_CHARS).
 
 The ids are those of the word rule (tokenize.py): a document's ids are its words' ids,
-back to back; `test_word_kernel.py` holds them equal to tiktoken on the whole text.
+back to back; `test_scan_kernels.py` holds them equal to tiktoken on the whole text.
 """
 
 from __future__ import annotations

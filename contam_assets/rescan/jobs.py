@@ -21,9 +21,9 @@ import polars as pl
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
-from contam_assets.detector.matches import Reference, candidates, rows_for_doc
+from contam_assets.detector.matches import Reference, candidates, rows_for_doc, tokenize_batch
 from contam_assets.detector.prefilter import ensure_prefilter
-from contam_assets.detector.text import clean_words, join_words
+from contam_assets.detector.text import join_words
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.rescan import token_cache
 from contam_assets.rescan.incremental import StaleStream, scan_stream, task_locals
@@ -72,13 +72,9 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
 
     try:
         for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects, failures):
-            if pf is not None:  # documents that provably hold no match row are not tokenized (prefilter.py)
-                keep = pf.must_scan([d.text for d in batch], cfg.clean_options)
-                counters["prefiltered"] += len(batch) - int(keep.sum())
-                counters["scanned"] += len(batch) - int(keep.sum())
-                batch = [d for d, k in zip(batch, keep.tolist()) if k]
-            words = [clean_words(d.text, cfg.clean_options) for d in batch]
-            encoded = tok.encode_words(words)
+            batch, encoded, words, cleared = tokenize_batch(batch, cfg, pf)
+            counters["prefiltered"] += cleared
+            counters["scanned"] += cleared
             for doc, tokens in zip(batch, encoded):
                 if writer:
                     writer.add(doc.line, tokens)

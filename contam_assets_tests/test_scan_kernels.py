@@ -1,4 +1,5 @@
-"""The compiled word-cache walk (word_kernel.py) gives tiktoken's ids, whatever the batch holds.
+"""The scan's compiled steps equal their plain definitions: the word-cache walk (word_kernel.py) gives
+tiktoken's ids whatever the batch holds, and the key table (key_table.py) the binary search's positions.
 
 Reference: tiktoken cl100k ``encode_ordinary(" " + cleaned text)`` on the whole text
 (tokenize.BPETokenizer.encode_reference), for random text under random cleaning options,
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(not word_kernel.AVAILABLE, reason="numba not ins
 
 
 def _fresh(max_words: int = 1 << 17):
-    from contam_assets.detector.tokenize import BPETokenizer, _WordCache, _word_index
+    from contam_assets.detector.tokenize import BPETokenizer, _word_index, _WordCache
 
     tok = BPETokenizer()
     tok.cache = _WordCache(tok._encode_word, max_words=max_words, encode_batch=tok._encode_word_batch, index=_word_index())
@@ -124,3 +125,58 @@ def test_a_shared_hash_never_hands_out_another_words_ids():
     ids, n_tok, status, *_ = idx.encode(buf, np.array([0, 4]), np.array([3, 7]), np.array([1]), np.array([0], dtype=np.int64),
                                        np.array([1], dtype=np.int64), np.array([42], dtype=np.uint64), MAX_WORD_CHARS)
     assert status.tolist() == [0] and ids.tolist() == [42]
+
+
+def test_key_table_equals_the_binary_search(shared_data):
+    from contam_assets.detector.config import DetectConfig
+    from contam_assets_tests.throughput_planted import build_detector, planted_documents
+
+    key_table = pytest.importorskip("contam_assets.detector.key_table")
+    _, index, _ = build_detector(shared_data, DetectConfig())
+    rng = np.random.default_rng(5)
+    # every key, keys with one bit flipped (near misses), random hashes, and the n-grams of real documents
+    hashes = np.concatenate([index.q_keys, index.q_keys[::7] ^ np.uint64(1 << 40),
+                             rng.integers(0, 2**63, size=200_000, dtype=np.int64).astype(np.uint64) * np.uint64(2)])
+    from contam_assets.detector.ngrams import ngram_hashes
+    from contam_assets.detector.text import clean_text
+    from contam_assets.detector.tokenize import get_tokenizer
+
+    records, _, _ = build_detector(shared_data, DetectConfig())
+    tok = get_tokenizer("cl100k")
+    docs = tok.encode_many([clean_text(t) for _, t in planted_documents(records, shared_data, n=60, seed=2)])
+    hashes = np.concatenate([hashes, ngram_hashes(np.concatenate(docs), 5)])
+    got, want = index.lookup(hashes), index.lookup_reference(hashes)
+    assert np.array_equal(got, want)
+    assert (want >= 0).sum() > len(index.q_keys)  # every key found, and the documents' n-grams hit some
+    assert np.array_equal(want[: len(index.q_keys)], np.arange(len(index.q_keys)))
+    # an empty batch, and a table of no keys
+    assert index.lookup(np.zeros(0, dtype=np.uint64)).tolist() == []
+    empty = key_table.slots_for(np.zeros(0, dtype=np.uint64))
+    assert key_table.positions(hashes[:10], np.zeros(0, dtype=np.uint64), empty, index.bloom, index.bloom_bits).tolist() == [-1] * 10
+
+
+def test_scan_rows_equal_with_the_compiled_steps_off(shared_data, monkeypatch):
+    """CONTAM_COMPILED=off (the plain paths) and the compiled steps give the same match rows and counters."""
+    from contam_assets.detector.config import DetectConfig
+    from contam_assets.detector.matches import Reference, scan_documents
+    from contam_assets_tests.test_prefilter_recall import adversarial_documents
+    from contam_assets_tests.throughput_planted import build_detector, planted_documents
+
+    records, index, _ = build_detector(shared_data, DetectConfig())
+    ref = Reference(records)
+    texts = [t for _, t in planted_documents(records, shared_data, n=80, seed=4)] + adversarial_documents(records, n=60, seed=6)
+    texts += ["Ünïcödé “quoted” — text\u00a0with\u2003wide spaces " * 20, "x" * 600 + " tail", "lone \ud800 surrogate"]
+
+    class Doc:
+        def __init__(self, i, t):
+            self.line, self.doc_id, self.source, self.text = i, f"d:{i}", None, t
+
+    docs = [Doc(i, t) for i, t in enumerate(texts)]
+    out = {}
+    for mode in ("on", "off"):
+        monkeypatch.setenv("CONTAM_COMPILED", mode)
+        for cfg in (DetectConfig(), DetectConfig(prefilter=True)):
+            rows, counters = scan_documents(docs, "s", index, ref, cfg)
+            out[mode, cfg.prefilter] = (sorted(rows, key=lambda r: r["match_id"]), dict(counters))
+    assert out["on", False] == out["off", False] and out["on", True] == out["off", True]
+    assert sum(r["flagged"] for r in out["on", False][0]) >= 40
