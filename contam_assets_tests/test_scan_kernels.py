@@ -180,3 +180,24 @@ def test_scan_rows_equal_with_the_compiled_steps_off(shared_data, monkeypatch):
             out[mode, cfg.prefilter] = (sorted(rows, key=lambda r: r["match_id"]), dict(counters))
     assert out["on", False] == out["off", False] and out["on", True] == out["off", True]
     assert sum(r["flagged"] for r in out["on", False][0]) >= 40
+
+
+def test_encode_many_by_the_walk_equals_tiktoken():
+    """encode_many (the reference set's path): texts in cleaned form by the walk -- long words kept whole, the
+    word rule does not cut them -- and every other text by tiktoken on the whole text."""
+    rng = random.Random(33)
+    texts = []
+    for _ in range(800):
+        raw = random_text(rng)
+        texts.append(clean_text(raw, random_options(rng)))
+        if rng.random() < 0.3:
+            texts.append(raw)  # not in cleaned form
+    texts += ["y" * (MAX_WORD_CHARS + 40), "a " + "\u00e9" * (MAX_WORD_CHARS + 3) + " b", " lead", "trail ", "two  spaces",
+              "tab\there", "nb\u00a0sp", "", "x"]
+    for max_words in (1 << 17, 40):
+        tok = _fresh(max_words)
+        assert tok.cache.index is not None
+        for i in range(0, len(texts), 150):
+            chunk = texts[i : i + 150]
+            for t, g in zip(chunk, tok.encode_many(chunk)):
+                assert g.dtype == np.uint64 and np.array_equal(g, tok.encode_reference(t)), t[:120]

@@ -23,6 +23,7 @@ outer spaces) goes to tiktoken directly.  Tests compare the result with
 
 from __future__ import annotations
 
+import re
 import threading
 from functools import lru_cache
 from itertools import repeat
@@ -219,6 +220,15 @@ class BPETokenizer(Tokenizer):
         return self.encode_many([cleaned])[0]
 
     def encode_many(self, cleaned: list[str]) -> list[np.ndarray]:
+        if self.cache.index is not None and cleaned and compiled.enabled():
+            # texts in cleaned form (single inner spaces, no other whitespace) by the compiled walk, long words whole
+            direct = [i for i, t in enumerate(cleaned) if _NOT_CLEANED.search(t)]
+            skip = set(direct)
+            out = self._walk([b"" if i in skip else t.encode("utf-8", "surrogatepass") for i, t in enumerate(cleaned)],
+                             lambda parts: self.cache.encode([p.split() for p in parts]))
+            for i in direct:
+                out[i] = self.encode_reference(cleaned[i])
+            return out
         docs, direct = [], []
         for i, t in enumerate(cleaned):
             ws = t.split()
@@ -238,9 +248,14 @@ class BPETokenizer(Tokenizer):
         """The word cache's ids of every document, looked up in one compiled walk over the batch (word_kernel.py);
         the words it has not seen are encoded and added, and their documents walked again.  Documents with a word
         longer than MAX_WORD_CHARS bytes (cut by the word rule) take the Python path; so does everything without numba."""
-        cache = self.cache
-        if cache.index is None or not parts or not compiled.enabled():
+        if self.cache.index is None or not parts or not compiled.enabled():
             return super().encode_translated(parts)
+        return self._walk(parts, super().encode_translated)
+
+    def _walk(self, parts: list[bytes], fallback) -> list[np.ndarray]:
+        """The compiled walk over ``parts`` (words separated by spaces); ``fallback`` encodes the documents it hands
+        back (a word longer than MAX_WORD_CHARS bytes, or misses three times over)."""
+        cache = self.cache
         joined = b" ".join(parts)
         buf = np.frombuffer(joined, dtype=np.uint8)
         lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
@@ -266,7 +281,7 @@ class BPETokenizer(Tokenizer):
                 break
         rest = [i for i, r in enumerate(out) if r is None]  # long words, or misses three times over
         if rest:
-            for i, r in zip(rest, super().encode_translated([parts[i] for i in rest])):
+            for i, r in zip(rest, fallback([parts[i] for i in rest])):
                 out[i] = r
         return out
 
@@ -392,6 +407,10 @@ class ByteTokenizer(Tokenizer):
 
     def byte_spans(self, cleaned: str, ids: np.ndarray) -> tuple[bytes, np.ndarray]:
         return bytes(np.asarray(ids, dtype=np.uint8)), np.arange(len(ids) + 1, dtype=np.int64)
+
+
+# text that str.split() would change on a round trip through " ".join: any whitespace but single inner spaces
+_NOT_CLEANED = re.compile(r"[^\S ]|  |^ | $")
 
 
 def _word_index():
