@@ -378,11 +378,16 @@ def main(argv: list[str] | None = None) -> dict:
                     "dagster-backfill")
     ap.add_argument("--prefilter", choices=["true", "false"], default=None,
                     help="the prefilter knob on every run (default: the preset's); the runs' folders get a -prefilter-VALUE suffix")
+    ap.add_argument("--compiled", choices=["on", "off"], default=None,
+                    help="CONTAM_COMPILED on every run (off: the scan's plain paths, no numba step); folders get a -compiled-VALUE suffix")
     ap.add_argument("--json", type=Path, default=None, help="write the figures as one JSON object")
     args = ap.parse_args(argv)
+    if args.compiled is not None:
+        KNOBS["suffix"] += f"-compiled-{args.compiled}"
+        KNOBS["env"] = KNOBS["env"] | {"CONTAM_COMPILED": args.compiled}
     if args.prefilter is not None:
-        KNOBS.update(args=["--prefilter", args.prefilter], suffix=f"-prefilter-{args.prefilter}",
-                     env={"CONTAM_KNOBS": json.dumps({"prefilter": args.prefilter == "true"})})
+        KNOBS.update(args=["--prefilter", args.prefilter], suffix=KNOBS["suffix"] + f"-prefilter-{args.prefilter}",
+                     env=KNOBS["env"] | {"CONTAM_KNOBS": json.dumps({"prefilter": args.prefilter == "true"})})
     skip = set(filter(None, args.skip.split(",")))
     n_shards = args.shards or max(3, min(64, round(args.size / 16e6)))
     args.work.mkdir(parents=True, exist_ok=True)
