@@ -201,3 +201,54 @@ def test_encode_many_by_the_walk_equals_tiktoken():
             chunk = texts[i : i + 150]
             for t, g in zip(chunk, tok.encode_many(chunk)):
                 assert g.dtype == np.uint64 and np.array_equal(g, tok.encode_reference(t)), t[:120]
+
+
+def test_a_read_only_install_with_no_writable_cache_still_scans(tmp_path):
+    """numba refuses cache=True where neither the package folder nor the user's cache folder can be written
+    (a read-only install, an unwritable home); the kernels then compile in the process instead of failing to
+    import.  As root the process drops its capabilities (setpriv), so the folders are read-only to it too."""
+    import os
+    import shutil
+    import stat
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    ro = tmp_path / "ro"
+    shutil.copytree(root / "contam_assets", ro / "contam_assets", ignore=shutil.ignore_patterns("__pycache__"))
+    code = """
+import numpy as np
+from contam_assets.detector.text import clean_text, clean_text_reference, translate_bytes
+from contam_assets.detector.tokenize import get_tokenizer
+from contam_assets.detector import key_table, prefilter_kernel, text_kernel, word_kernel
+texts = ["Ünïcödé “quoted” — text\\u00a0here", "plain words, twice: plain words", "x" * 300]
+tok = get_tokenizer("cl100k")
+assert tok.cache.index is not None
+got = tok.encode_translated([translate_bytes(t) for t in texts])
+assert all(np.array_equal(g, tok.encode_reference(clean_text(t))) for g, t in zip(got, texts))
+assert clean_text(texts[0]) == clean_text_reference(texts[0])
+keys = np.array([3, 9, 27], dtype=np.uint64) << np.uint64(40)
+bloom = np.full(4, np.uint64(2**64 - 1), dtype=np.uint64)
+pos = key_table.positions(np.concatenate([keys, keys + np.uint64(1)]), keys, key_table.slots_for(keys), bloom, 8)
+assert pos.tolist() == [0, 1, 2, -1, -1, -1]
+print("ok", prefilter_kernel.AVAILABLE and word_kernel.AVAILABLE and text_kernel.AVAILABLE)
+"""
+    cmd = [sys.executable, "-c", code]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("setpriv (util-linux) is needed to drop root's capabilities")
+        cmd = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"] + cmd
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(HOME=str(ro), XDG_CACHE_HOME=str(ro / "cache"), PYTHONPATH=str(ro))
+    modes = {}
+    for p in [ro, *ro.rglob("*")]:
+        modes[p] = p.stat().st_mode
+        p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    finally:
+        for p, m in modes.items():
+            p.chmod(m)
+    assert r.returncode == 0 and r.stdout.strip() == "ok True", r.stdout + r.stderr
+    assert not list(ro.rglob("*.nbi")) and not (ro / "cache").exists()  # nothing could be written, and nothing was

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 
 @lru_cache(maxsize=1)
-def _numba() -> bool:
+def numba_installed() -> bool:
     try:
         import numba  # noqa: F401
     except ImportError:  # pragma: no cover - numba is a dependency
@@ -18,4 +18,19 @@ def _numba() -> bool:
 
 
 def enabled() -> bool:
-    return os.environ.get("CONTAM_COMPILED", "on").strip().lower() not in ("off", "0", "false", "no") and _numba()
+    return os.environ.get("CONTAM_COMPILED", "on").strip().lower() not in ("off", "0", "false", "no") and numba_installed()
+
+
+def njit(fn=None, **options):
+    """numba's ``njit`` with its on-disk cache where one can be written (beside the module, or the user's
+    cache folder), and without it where none can (a read-only install and no writable home: numba refuses
+    ``cache=True`` there, so such a process compiles its kernels once itself instead of failing to import)."""
+    from numba import njit as _njit
+
+    def wrap(f):
+        try:
+            return _njit(cache=True, **options)(f)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            return _njit(**options)(f)
+
+    return wrap(fn) if fn is not None else wrap

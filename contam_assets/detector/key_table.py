@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # without numba index.py keeps the binary search
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba has no wheel
-    njit = None
+from contam_assets.detector import compiled
 
-AVAILABLE = njit is not None
+AVAILABLE = compiled.numba_installed()
 _HT = np.uint64(18)  # the slot: bits from 18 on of the key (the prefilter's block filters use bits 0-17)
 
 
@@ -55,9 +52,9 @@ def _positions(hashes, keys, slots, bloom, shift, out):
 
 
 if AVAILABLE:
-    _probe = njit(inline="always", cache=True)(_probe)
-    _fill = njit(cache=True)(_fill)
-    _positions = njit(cache=True, nogil=True)(_positions)
+    _probe = compiled.njit(inline="always")(_probe)
+    _fill = compiled.njit()(_fill)
+    _positions = compiled.njit(nogil=True)(_positions)
 
 
 def slots_for(keys: np.ndarray) -> np.ndarray:

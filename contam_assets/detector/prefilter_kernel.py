@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # numba is a dependency; without it (an unsupported platform) prefilter.py keeps the numpy pass
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba has no wheel
-    njit = None
-
+from contam_assets.detector import compiled
 from contam_assets.detector.anchors import _C, _LEVEL, _QUAD_MULT, _S, _SHORT, LEVELS, QUAD_BITS, SHORT
 from contam_assets.detector.key_table import _probe, slots_for
 
-AVAILABLE = njit is not None
+AVAILABLE = compiled.numba_installed()
 # the same constants as anchors.window_hashes / short_hashes / quad_slots, in table order (LEVELS, then SHORT)
 _C0, _C1, _C2 = _C
 _L24, _L16, _L8 = (_LEVEL[W] for W in LEVELS)
@@ -142,10 +138,10 @@ def _pass(raw, starts, keys, level_off, blocks, block_off, shifts, slots, pairs,
 
 
 if AVAILABLE:
-    _word = njit(inline="always", cache=True)(_word)
-    _mix = njit(inline="always", cache=True)(_mix)
-    _maybe = njit(inline="always", cache=True)(_maybe)
-    _pass = njit(cache=True, nogil=True)(_pass)
+    _word = compiled.njit(inline="always")(_word)
+    _mix = compiled.njit(inline="always")(_mix)
+    _maybe = compiled.njit(inline="always")(_maybe)
+    _pass = compiled.njit(nogil=True)(_pass)
 
 
 def filters(keys: np.ndarray, level_off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

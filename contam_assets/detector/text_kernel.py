@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # without numba text.py keeps the regex
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba has no wheel
-    njit = None
+from contam_assets.detector import compiled
 
-AVAILABLE = njit is not None
+AVAILABLE = compiled.numba_installed()
 
 
 def _map_wide(src, wide, table, out):
@@ -54,7 +51,7 @@ def _map_wide(src, wide, table, out):
 
 
 if AVAILABLE:
-    _map_wide = njit(cache=True, nogil=True)(_map_wide)
+    _map_wide = compiled.njit(nogil=True)(_map_wide)
 
 
 def wide_set(chars: str) -> np.ndarray:

@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # numba is a dependency; without it tokenize.py keeps the Python path
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba has no wheel
-    njit = None
+from contam_assets.detector import compiled
 
-AVAILABLE = njit is not None
+AVAILABLE = compiled.numba_installed()
 _OFFSET = np.uint64(0xCBF29CE484222325)  # FNV-1a 64
 _PRIME = np.uint64(0x100000001B3)
 _SHIFT = np.uint64(29)  # the table's slot: bits from 29 on of the hash
@@ -136,11 +133,11 @@ def fnv1a(word: bytes) -> int:
 
 
 if AVAILABLE:
-    _find = njit(inline="always", cache=True)(_find)
-    _place = njit(inline="always", cache=True)(_place)
-    _insert = njit(cache=True)(_insert)
-    _rehash = njit(cache=True)(_rehash)
-    _encode = njit(cache=True, nogil=True)(_encode)
+    _find = compiled.njit(inline="always")(_find)
+    _place = compiled.njit(inline="always")(_place)
+    _insert = compiled.njit()(_insert)
+    _rehash = compiled.njit()(_rehash)
+    _encode = compiled.njit(nogil=True)(_encode)
 
 
 class WordIndex:
