@@ -252,3 +252,30 @@ print("ok", prefilter_kernel.AVAILABLE and word_kernel.AVAILABLE and text_kernel
             p.chmod(m)
     assert r.returncode == 0 and r.stdout.strip() == "ok True", r.stdout + r.stderr
     assert not list(ro.rglob("*.nbi")) and not (ro / "cache").exists()  # nothing could be written, and nothing was
+
+
+def test_the_cleaning_walk_lowercases_every_code_point_as_str_lower():
+    """text_kernel's walk against the plain path (str.lower, the regex, bytes.translate) on every code point,
+    each alone and between letters, and on final sigma and dotted I, which take the plain path."""
+    from contam_assets.detector import text as text_mod
+    from contam_assets.detector import text_kernel
+
+    opts = CleanOptions()
+    _, utf8_table, wide = text_mod._fast_tables(opts.punctuation)
+    kernel = text_mod._wide_kernel(opts.punctuation)
+
+    def plain(t: str) -> bytes:
+        return wide.sub(" ", t.lower()).encode("utf-8", "surrogatepass").translate(utf8_table)
+
+    cps = [c for c in range(0x80, 0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(cps), 4096):  # many characters per call; every one also between two letters
+        chunk = cps[i : i + 4096]
+        t = "".join("A" + chr(c) + "b " for c in chunk)
+        got = kernel[0](t.encode("utf-8", "surrogatepass"), *kernel[1:])
+        if got is None:  # the chunk holds U+0130 or U+03A3: the plain path; check the rest without them
+            assert {0x130, 0x3A3} & set(chunk)
+            t = "".join("A" + chr(c) + "b " for c in chunk if c not in text_kernel.PLAIN_PATH)
+            got = kernel[0](t.encode("utf-8", "surrogatepass"), *kernel[1:])
+        assert got == plain(t), hex(chunk[0])
+    for t in ("ΟΔΟΣ ΣΑΣ", "İstanbul", "lone \ud800 \udfff", "Ⱥ Ⱦ \u212a \u2126"):
+        assert translate_bytes(t) == plain(t)

@@ -192,8 +192,10 @@ def translate_bytes(text: str, options: CleanOptions = CleanOptions(), errors: s
     if text.isascii():
         return text.encode("ascii").translate(ascii_table)
     kernel = _WIDE_KERNEL.get(options.punctuation) or _wide_kernel(options.punctuation)
-    if kernel[0] is not None and compiled.enabled():  # the regex and the translate in one compiled walk over the bytes (text_kernel.py)
-        return kernel[0](text.lower().encode("utf-8", errors), kernel[1], kernel[2])
+    if kernel[0] is not None and compiled.enabled():  # lower, the regex and the translate in one walk (text_kernel.py)
+        out = kernel[0](text.encode("utf-8", errors), *kernel[1:])
+        if out is not None:
+            return out
     return wide.sub(" ", text.lower()).encode("utf-8", errors).translate(utf8_table)
 
 
@@ -201,15 +203,16 @@ _WIDE_KERNEL: dict[str, tuple] = {}
 
 
 def _wide_kernel(punctuation: str) -> tuple:
-    """(text_kernel.map_wide or None without numba, code-point set, ASCII byte table) for ``punctuation``."""
+    """(text_kernel.clean_bytes or None without numba, its code-point set, lowercase table, ASCII byte table)."""
     from contam_assets.detector import text_kernel
 
-    _, utf8_table, _ = _fast_tables(punctuation)
+    ascii_table, _, _ = _fast_tables(punctuation)
     if not text_kernel.AVAILABLE:
-        k = (None, None, None)
+        k = (None,)
     else:
         chars = "".join(sorted({c for c in punctuation if ord(c) >= 128} | set(_WIDE_SPACE)))
-        k = (text_kernel.map_wide, text_kernel.wide_set(chars), np.frombuffer(utf8_table, dtype=np.uint8))
+        k = (text_kernel.clean_bytes, text_kernel.wide_set(chars), text_kernel.lower_table(),
+             np.frombuffer(ascii_table, dtype=np.uint8))
     _WIDE_KERNEL[punctuation] = k
     return k
 
