@@ -183,8 +183,9 @@ def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Ref
     rows: list[dict] = []
     counters = Counter()
     docs, encoded, words, skipped = tokenize_batch(docs, cfg, ensure_prefilter(index, ref.records, cfg) if cfg.prefilter else None)
-    counters["prefiltered"] += skipped
-    counters["scanned"] += skipped
+    if cfg.prefilter:
+        counters["prefiltered"] += skipped
+        counters["scanned"] += skipped
     n_tokens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     counters["tokens"] += int(n_tokens.sum())
     short = int((n_tokens < cfg.min_doc_tokens).sum())  # decon rule: documents under 10 tokens are not scanned

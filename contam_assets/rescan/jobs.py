@@ -73,8 +73,9 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
     try:
         for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects, failures):
             batch, encoded, words, cleared = tokenize_batch(batch, cfg, pf)
-            counters["prefiltered"] += cleared
-            counters["scanned"] += cleared
+            if pf is not None:
+                counters["prefiltered"] += cleared
+                counters["scanned"] += cleared
             for doc, tokens in zip(batch, encoded):
                 if writer:
                     writer.add(doc.line, tokens)
