@@ -29,6 +29,14 @@ _SHIFT = np.uint64(29)  # the table's slot: bits from 29 on of the hash
 SPACE = 32
 
 
+def _fnv(buf, a, b):
+    """FNV-1a 64 of ``buf[a:b]``."""
+    h = _OFFSET
+    for p in range(a, b):
+        h = (h ^ np.uint64(buf[p])) * _PRIME
+    return h
+
+
 def _find(table, w_hash, w_off, w_len, arena, buf, p, n, h):
     """Slot of the word ``buf[p:p+n]`` (hash ``h``), or -1."""
     mask = len(table) - 1
@@ -62,10 +70,8 @@ def _insert(table, w_hash, w_off, w_len, arena, used, words, bounds, slot_ids):
     ``used`` on.  Returns the arena's new end."""
     for i in range(len(slot_ids)):
         a, b = bounds[i], bounds[i + 1]
-        h = _OFFSET
-        for p in range(a, b):
-            h = (h ^ np.uint64(words[p])) * _PRIME
-            arena[used + p - a] = words[p]
+        h = _fnv(words, a, b)
+        arena[used : used + b - a] = words[a:b]
         k = slot_ids[i]
         w_hash[k], w_off[k], w_len[k] = h, used, b - a
         used += b - a
@@ -97,7 +103,7 @@ def _encode(buf, starts, ends, docs, table, w_hash, w_off, w_len, arena, t_start
                 p += 1
                 continue
             q = p
-            h = _OFFSET
+            h = _OFFSET  # _fnv, computed while the word's end is found (one pass over its bytes)
             while q < end and buf[q] != SPACE:
                 h = (h ^ np.uint64(buf[q])) * _PRIME
                 q += 1
@@ -125,14 +131,12 @@ def _encode(buf, starts, ends, docs, table, w_hash, w_off, w_len, arena, t_start
 
 
 def fnv1a(word: bytes) -> int:
-    """The hash the index keeps of a word (64-bit FNV-1a of its bytes), in Python."""
-    h = int(_OFFSET)
-    for b in word:
-        h = ((h ^ b) * int(_PRIME)) & 0xFFFFFFFFFFFFFFFF
-    return h
+    """The hash the index keeps of a word (64-bit FNV-1a of its bytes)."""
+    return int(_fnv(np.frombuffer(word, dtype=np.uint8), 0, len(word)))
 
 
 if AVAILABLE:
+    _fnv = compiled.njit(inline="always")(_fnv)
     _find = compiled.njit(inline="always")(_find)
     _place = compiled.njit(inline="always")(_place)
     _insert = compiled.njit()(_insert)
