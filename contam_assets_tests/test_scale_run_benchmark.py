@@ -59,3 +59,29 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tmp_path, shared_data):
     assert backfill["multiprocess_executor"] and set(backfill["commands_s"]) == {"build_reference", "scan_shards",
                                                                                   "apply_reviews", "write_mix"}
     assert {"shard_matches", "decontaminated_mix", "decontaminated_mix_mix_conservation"} <= set(backfill["stages_s"])
+
+
+def test_scale_run_with_the_compiled_steps_off_gives_the_same_tables(tmp_path, shared_data):
+    """`scale_run.py --compiled off` (docs/scale.md, the README table) runs `contam detect` on the plain paths: its
+    runs carry the suffix, remove every planted copy, and their tables equal the compiled runs' on the same pool."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from scale_run import tables
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
+    env |= {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    res = {}
+    for mode in ("on", "off"):
+        cmd = [sys.executable, "benchmarks/scale_run.py", "--size", "2MB", "--work", str(tmp_path / "work"),
+               "--skip", "detect-1,detect-1-ranged,dagster,dagster-backfill", "--tasks", "gsm8k,humaneval,mbpp",
+               "--workers", "2", "--tiktoken-mb", "1", "--benchmarks", str(shared_data), "--compiled", mode,
+               "--json", str(tmp_path / f"{mode}.json")]
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        res[mode] = json.loads((tmp_path / f"{mode}.json").read_text())
+    for mode, r in res.items():
+        assert [x["run"] for x in r["runs"]] == ["detect-2-on-1-core", "detect-2"]
+        assert all(Path(x["out"]).name.endswith(f"-compiled-{mode}") for x in r["runs"])  # each mode in its own folders
+        assert r["all_planted_removed"] and r["tables_identical_one_core"]
+        assert all(x["planted_removed"] > 0 and not x["planted_missed"] for x in r["runs"])
+    on, off = (Path(res[m]["runs"][1]["out"]) for m in ("on", "off"))
+    assert on != off and tables(on) == tables(off)
