@@ -6,7 +6,9 @@ the scan's lookup step.  ``slots`` (int32, a power of two at least twice the key
 empty) holds key indices by linear probing from bits 18 on of the key; ``positions``
 walks a batch's hashes through the index's one-bit Bloom filter, then the table.
 The answer is the sorted array's own position, so nothing downstream changes;
-`test_scan_kernels.py` holds it equal to the binary search.
+`test_scan_kernels.py` holds it equal to the binary search.  ``docs_with_key`` hashes
+a cached token stream's n-grams (ngrams.py's hash) and finds the documents that hold one
+of the keys: the first step of an incremental rescan.
 """
 
 from __future__ import annotations
@@ -51,10 +53,52 @@ def _positions(hashes, keys, slots, bloom, shift, out):
             out[i] = -1
 
 
+_SEED, _PRIME = np.uint64(0x9E3779B97F4A7C15), np.uint64(0x100000001B3)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x):
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def _docs_with_key(tokens, offsets, n, min_tokens, keys, slots, bloom, shift, out):
+    nk = len(keys)
+    longest = 0
+    for d in range(len(offsets) - 1):
+        longest = max(longest, offsets[d + 1] - offsets[d])
+    mixed = np.empty(max(longest, 1), dtype=np.uint64)
+    found = 0
+    for d in range(len(offsets) - 1):
+        a, b = offsets[d], offsets[d + 1]
+        if b - a < min_tokens or b - a < n:
+            continue
+        for p in range(b - a):
+            mixed[p] = _mix(np.uint64(tokens[a + p]))
+        for p in range(b - a - n + 1):
+            # ngrams.py: h = SEED; h = (h ^ mix(t)) * PRIME per token; mix(h ^ n)
+            h = _SEED
+            for j in range(n):
+                h = (h ^ mixed[p + j]) * _PRIME
+            h = _mix(h ^ np.uint64(n))
+            bit = h >> shift
+            if (bloom[np.int64(bit >> np.uint64(6))] >> (bit & np.uint64(63))) & np.uint64(1):
+                if _probe(keys, slots, h, 0, nk) >= 0:
+                    out[found] = d
+                    found += 1
+                    break
+    return found
+
+
 if AVAILABLE:
     _probe = compiled.njit(inline="always")(_probe)
     _fill = compiled.njit()(_fill)
     _positions = compiled.njit(nogil=True)(_positions)
+    _mix = compiled.njit(inline="always")(_mix)
+    _docs_with_key = compiled.njit(nogil=True)(_docs_with_key)
 
 
 def slots_for(keys: np.ndarray) -> np.ndarray:
@@ -70,3 +114,13 @@ def positions(hashes: np.ndarray, keys: np.ndarray, slots: np.ndarray, bloom: np
     out = np.empty(len(hashes), dtype=np.int64)
     _positions(np.ascontiguousarray(hashes, dtype=np.uint64), keys, slots, bloom, np.uint64(64 - bloom_bits), out)
     return out
+
+
+def docs_with_key(tokens: np.ndarray, offsets: np.ndarray, n: int, min_tokens: int, keys: np.ndarray, slots: np.ndarray,
+                  bloom: np.ndarray, bloom_bits: int) -> np.ndarray:
+    """Documents (``tokens[offsets[d]:offsets[d+1]]``, at least ``min_tokens`` long) holding an n-gram whose hash is
+    in ``keys`` (int64, ascending); n-grams never span two documents.  Needs numba."""
+    out = np.empty(max(0, len(offsets) - 1), dtype=np.int64)
+    found = _docs_with_key(np.asarray(tokens), np.ascontiguousarray(offsets, dtype=np.int64), np.int64(n),
+                           np.int64(min_tokens), keys, slots, bloom, np.uint64(64 - bloom_bits), out)
+    return out[:found]

@@ -51,6 +51,14 @@ class Reference:
         ids = self._df["record_id"].to_numpy()
         self._pos = None if np.array_equal(ids, np.arange(len(ids))) else {int(r): i for i, r in enumerate(ids.tolist())}
         self._rows: dict[int, dict] = {}
+        self._tasks: list[str] | None = None
+
+    @property
+    def tasks(self) -> list[str]:
+        """The sorted tasks of the records (computed once: a per-shard `to_list` of ~80,000 strings cost 18 ms)."""
+        if self._tasks is None:
+            self._tasks = sorted(self.records["task"].unique().to_list())
+        return self._tasks
 
     def get(self, record_id: int) -> dict:
         row = self._rows.get(record_id)
@@ -229,11 +237,14 @@ class Words:
 
 
 def candidates(index: NgramIndex, ref: Reference, encoded: list[np.ndarray], words: list[list[bytes]],
-               cfg: DetectConfig) -> list[list[Candidate]]:
-    """Every document's candidates: decon's scan (scan.scan_many), then the thorough rules of ``cfg`` (thorough.finish)."""
+               cfg: DetectConfig, only: np.ndarray | None = None) -> list[list[Candidate]]:
+    """Every document's candidates: decon's scan (scan.scan_many), then the thorough rules of ``cfg`` (thorough.finish).
+
+    ``only`` (a bool per record local) lets decon's scan skip work for other records' candidates; the
+    caller still filters (with the thorough rules every candidate is made, they look at all of them)."""
     extras = ensure_extras(index, ref.records, cfg)
     gated: dict = {}
-    found = scan_many(index, encoded, cfg, extras, gated)
+    found = scan_many(index, encoded, cfg, extras, gated, only if extras is None else None)
     if extras is None:
         return found
     return [finish(extras, index, encoded[i], words[i], c, cfg, gated.get(i)) if (c or i in gated) else c

@@ -43,12 +43,16 @@ class Candidate:
 
 # -- candidate scoring (contamination_entry.rs) ---------------------------------
 
-def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster], cfg: DetectConfig) -> list[Candidate]:
+def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster], cfg: DetectConfig,
+                   only: np.ndarray | None = None) -> list[Candidate]:
+    """Candidates of the clusters (with ``only``, a bool per record local: those records' candidates only)."""
     n = cfg.ngram_size
     min_q = cfg.min_question_overlap
     out: dict[tuple[int, int], Candidate] = {}
     for cl in clusters:
         for local, keys in cl.matches.items():
+            if only is not None and not only[local]:
+                continue
             q_idf_sum = float(index.q_idf_sum[local])
             q = overlap_ratio(float(index.q_idf[list(keys)].sum()), q_idf_sum)
             # decon rule: Σ idf(matched unique n-grams) / Σ idf(all unique n-grams)
@@ -113,8 +117,10 @@ def question_floor(cfg: DetectConfig) -> float:
     return min(cfg.min_question_overlap, cfg.candidate_question_floor)
 
 
-def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float, hot: bool = True) -> bool:
-    """False only when no record can reach question overlap ``floor`` with these n-gram keys.
+def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float, hot: bool = True,
+                    only: np.ndarray | None = None) -> bool:
+    """False only when no record (of ``only``, a bool per record local) can reach question overlap ``floor``
+    with these n-gram keys.
 
     ``keys`` are the index keys found anywhere in a document.  A cluster starts at a
     non-hot key and only collects records in that key's postings, and a record's
@@ -139,11 +145,12 @@ def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float, hot: bool
     records, inverse = np.unique(recs, return_inverse=True)
     idf = np.bincount(inverse, weights=np.repeat(index.q_idf[cold], count))
     # a relative slack of 1e-9 keeps the bound on the safe side of float rounding
-    return bool(np.any(idf + hot_idf >= floor * index.q_idf_sum[records] * (1 - 1e-9)))
+    reach = idf + hot_idf >= floor * index.q_idf_sum[records] * (1 - 1e-9)
+    return bool(np.any(reach if only is None else reach & only[records]))
 
 
 def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extras=None,
-              gated: dict | None = None) -> list[list[Candidate]]:
+              gated: dict | None = None, only: np.ndarray | None = None) -> list[list[Candidate]]:
     """``[scan_tokens(index, t, cfg) for t in docs]``, with the per-document numpy work batched.
 
     The n-gram hashes of all documents are computed in one pass over their
@@ -155,7 +162,14 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extr
     ``extras`` (thorough.Extras, the `thorough` parts): short questions join the walk,
     and every document that passes the near-duplicate gate goes into ``gated`` (position
     -> the non-hot index keys it holds; thorough.finish verifies it on its words).
+
+    ``only`` (a bool per record local; without ``extras``): the candidates of those records only,
+    as filtering the full result would give.  The walk itself is decon's over every record (where
+    clusters start depends on where the others end), but a document none of whose ``only`` records
+    can reach the floor is not walked, and only their candidates are scored: an incremental rescan.
     """
+    if only is not None and extras is not None:
+        raise ValueError("only= is for decon's scan; the thorough rules look at every candidate")
     short = extras.short if extras is not None else None
     near_floor = extras.near_floor if extras is not None and gated is not None else None
     n = cfg.ngram_size
@@ -193,9 +207,9 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extr
         present = doc_keys[doc_keys >= 0]
         if near_floor is not None and can_reach_floor(index, present, near_floor, hot=False):
             gated[i] = np.unique(present[~index.hot[present]])
-        if not can_reach_floor(index, present, floor):
+        if not can_reach_floor(index, present, floor, only=only):
             continue
         clusters, _ = find_clusters(index, docs[i], cfg, hashes=hashes[s : s + m], keys=doc_keys, short=short)
         if clusters:
-            out[i] = score_clusters(index, docs[i], clusters, cfg)
+            out[i] = score_clusters(index, docs[i], clusters, cfg, only=only)
     return out

@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 import polars as pl
 
+from contam_assets.detector import compiled, key_table
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference, rows_for_doc
@@ -31,7 +32,7 @@ from contam_assets.detector.thorough import ensure_extras, finish
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.rescan import token_cache
 from contam_assets.rescan.shard import BATCH, MatchSink, ShardOutcome, outcome_rows, shard_stats_row
-from contam_assets.store.pool import Document, iter_lines, open_binary, parse_line
+from contam_assets.store.pool import Document, open_binary, parse_line
 
 PREFILTER_TOKENS = 1 << 22  # tokens hashed at once by the n-gram prefilter
 
@@ -63,10 +64,12 @@ def start_keys(index: NgramIndex, locals_: np.ndarray | None = None) -> np.ndarr
 
 
 class KeySet:
-    """Sorted n-gram hashes with a bit filter in front (most lookups are misses)."""
+    """Sorted n-gram hashes with a bit filter in front (most lookups are misses); with numba, an open-addressing
+    table of them too (key_table.py)."""
 
     def __init__(self, keys: np.ndarray):
         self.keys = keys
+        self.slots = key_table.slots_for(keys) if key_table.AVAILABLE else None
         self.bits = int(min(30, max(12, np.ceil(np.log2(max(1, len(keys)) * 32)))))
         self.filter = np.zeros((1 << self.bits) // 64, dtype=np.uint64)
         b = keys >> np.uint64(64 - self.bits)
@@ -106,6 +109,9 @@ def docs_containing(stream: token_cache.TokenStream, keys: KeySet, n: int, min_t
     """Positions of the stream's documents (at least `min_tokens` long) holding an n-gram in `keys`."""
     if len(keys.keys) == 0 or stream.n_docs == 0:
         return np.zeros(0, dtype=np.int64)
+    if keys.slots is not None and compiled.enabled():
+        return key_table.docs_with_key(stream.tokens, stream.offsets, n, min_tokens, keys.keys, keys.slots,
+                                       keys.filter, keys.bits)
     off = stream.offsets
     found = []
     i = 0
@@ -124,19 +130,53 @@ def docs_containing(stream: token_cache.TokenStream, keys: KeySet, n: int, min_t
     return docs[stream.lengths()[docs] >= min_tokens]
 
 
+BLOCK = 1 << 20  # bytes read at once while looking for given lines
+
+
+def iter_raw_lines_at(fh, lines: list[int], max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
+    """(line, its bytes) for each of `lines` (ascending, distinct); None for a line over `max_bytes`.
+
+    Numbers lines as store.pool.iter_lines does (split after each newline; a last line without one
+    counts), but finds them by counting newlines a block at a time: no Python step per line of the shard.
+    """
+    limit = max_bytes + 2  # iter_lines: a body of max_bytes plus "\r\n"
+    want, no = 0, 0  # next wanted line; the line the block's first byte belongs to
+    held: list[bytes] = []  # the part of line `no` read in earlier blocks (kept only when it is wanted)
+    held_size = 0
+    while want < len(lines):
+        block = fh.read(BLOCK)
+        if not block:
+            break
+        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        while want < len(lines) and lines[want] < no + len(ends):
+            i = lines[want] - no
+            a, b = (int(ends[i - 1]) + 1 if i else 0), int(ends[i]) + 1
+            if i == 0 and held_size:
+                yield lines[want], b"".join(held) + block[:b] if held_size + b <= limit else None
+            else:
+                yield lines[want], block[a:b] if b - a <= limit else None
+            want += 1
+        tail = int(ends[-1]) + 1 if len(ends) else 0
+        if len(ends):
+            no += len(ends)
+            held, held_size = [], 0
+        if want < len(lines) and lines[want] == no and tail < len(block):
+            if held_size <= limit:
+                held.append(block[tail:])
+            held_size += len(block) - tail
+    if want < len(lines) and lines[want] == no and held_size:  # the last line, without a newline
+        yield no, b"".join(held) if held_size < limit else None
+
+
 def iter_documents_at(path: Path, shard: str, content_key: str, max_doc_bytes: int,
                       lines: set[int]) -> Iterator[tuple[int, Document | None]]:
     """(line, document or None) for each of `lines`, in line order: one pass, parsing only those lines."""
     if not lines:
         return
-    last = max(lines)
     with open_binary(path) as fh:
-        for no, (raw, size) in enumerate(iter_lines(fh, max_doc_bytes)):
-            if no in lines:
-                item = parse_line(raw, no, shard, content_key, max_doc_bytes) if size is None else None
-                yield no, item if isinstance(item, Document) else None
-            if no >= last:
-                break
+        for no, raw in iter_raw_lines_at(fh, sorted(lines), max_doc_bytes):
+            item = parse_line(raw, no, shard, content_key, max_doc_bytes) if raw is not None else None
+            yield no, item if isinstance(item, Document) else None
 
 
 def read_lines(path: Path, shard: str, content_key: str, max_doc_bytes: int, lines: set[int]) -> dict[int, Document]:
@@ -165,9 +205,8 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
         part = [int(i) for i in docs[start : start + BATCH]]
         tokens = [stream.doc(i) for i in part]
         gated: dict = {}
-        for j, (i, toks, cands) in enumerate(zip(part, tokens, scan_many(index, tokens, cfg, extras, gated))):
-            if extras is None and keep is not None:
-                cands = [c for c in cands if keep[c.local]]
+        only = keep if extras is None else None  # the thorough rules look at every candidate: filtered after them
+        for j, (i, toks, cands) in enumerate(zip(part, tokens, scan_many(index, tokens, cfg, extras, gated, only))):
             if cands or j in gated:  # with the thorough rules, filtered after them (they look at every candidate)
                 found[int(stream.lines[i])] = (toks, cands, gated.get(j))
     tok = get_tokenizer(cfg.tokenizer)
@@ -199,7 +238,7 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
                        scanned=scanned, too_short=stream.n_docs - scanned)
     stats = shard_stats_row(shard, counters, int(stream.meta["rejected"]), stream.meta["reject_reasons"], sink,
                             time.perf_counter() - t0, preset, digest, stream.meta["shard_fingerprint"])
-    all_tasks = sorted(set(ref.records["task"].to_list()))
+    all_tasks = list(ref.tasks)
     mode, done = ("full", all_tasks) if tasks is None else ("incremental", sorted(tasks))
     return ShardOutcome(shard, mode, stats=stats, rejects=None, stream_key=stream.key, tasks=done,
                         drop=all_tasks if tasks is None else [], docs_scanned=len(docs), **outcome_rows(sink, matches))

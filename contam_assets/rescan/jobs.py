@@ -84,7 +84,7 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                     counters["too_short"] += 1  # decon rule: documents under 10 tokens are not scanned
                 else:
                     counters["scanned"] += 1
-            for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, candidates(index, ref, encoded, words, cfg))):
+            for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, candidates(index, ref, encoded, words, cfg, keep_local))):
                 if keep_local is not None:
                     cands = [c for c in cands if keep_local[c.local]]
                 if cands:
@@ -108,7 +108,7 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
     if tasks is not None:
         return ShardOutcome(shard, "incremental", stats=stats, rejects=None, stream_key=None, tasks=sorted(tasks),
                             drop=[], docs_scanned=counters["scanned"] - counters["prefiltered"], **outcome_rows(sink, matches))
-    tasks = sorted(set(ref.records["task"].to_list()))
+    tasks = list(ref.tasks)
     return ShardOutcome(shard, "full", stats=stats, rejects=rejects, stream_key=key if writer else None, tasks=tasks,
                         drop=tasks, docs_scanned=counters["scanned"] - counters["prefiltered"], **outcome_rows(sink, matches))
 

@@ -1,0 +1,143 @@
+"""An incremental rescan's own steps equal what they replace.
+
+- ``key_table.docs_with_key`` (the compiled first step: which cached documents hold one of the
+  task's start n-grams) equals the numpy path (``CONTAM_COMPILED=off``) on random streams with
+  planted keys, n-grams across a document boundary, short documents, 32- and 64-bit ids;
+- ``incremental.iter_raw_lines_at`` (lines found by counting newlines a block at a time) numbers
+  and cuts lines exactly as ``store.pool.iter_lines``, over random line lengths, CRLF, a last
+  line without a newline, lines over the size limit and tiny blocks, plain and gzip;
+- ``scan_many(only=...)`` (the added task's candidates only: documents none of its records can
+  reach are not walked, other records are not scored) equals filtering the full result, on real
+  GSM8K and MBPP items planted side by side in host text.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import random
+
+import numpy as np
+import pytest
+
+from contam_assets.defs.resources import DEFAULT_TASKS_DIR
+from contam_assets.demo import HostText
+from contam_assets.detector import key_table
+from contam_assets.detector.config import preset
+from contam_assets.detector.index import build_index
+from contam_assets.detector.matches import Reference, tokenize_batch
+from contam_assets.detector.ngrams import ngram_hashes
+from contam_assets.detector.reference import build_reference_set
+from contam_assets.detector.registry import load_registry
+from contam_assets.detector.scan import scan_many
+from contam_assets.rescan import incremental
+from contam_assets.rescan.incremental import KeySet, docs_containing, iter_raw_lines_at, task_locals
+from contam_assets.rescan.token_cache import TokenStream
+from contam_assets.store.pool import Document, iter_lines
+
+
+def _stream(rng: np.random.Generator, dtype, n_docs: int) -> TokenStream:
+    lengths = rng.integers(0, 40, n_docs)
+    offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = rng.integers(0, 50, int(offsets[-1])).astype(dtype)  # a small vocabulary: n-grams repeat
+    return TokenStream("k", np.arange(n_docs, dtype=np.int64), offsets, tokens)
+
+
+@pytest.mark.skipif(not key_table.AVAILABLE, reason="numba not installed")
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_docs_with_key_equals_the_numpy_path(monkeypatch, dtype):
+    rng = np.random.default_rng(5)
+    checked = 0
+    for trial in range(60):
+        stream = _stream(rng, dtype, int(rng.integers(1, 300)))
+        n = int(rng.integers(1, 7))
+        every = ngram_hashes(np.asarray(stream.tokens, dtype=np.uint64), n)  # across boundaries too: decoys
+        pick = rng.choice(len(every), size=min(len(every), int(rng.integers(0, 30))), replace=False) if len(every) else []
+        keys = np.unique(np.concatenate([every[pick], rng.integers(0, 2**63, 20, dtype=np.uint64)]))
+        ks = KeySet(keys)
+        min_tokens = int(rng.integers(0, 15))
+        got = docs_containing(stream, ks, n, min_tokens)
+        monkeypatch.setenv("CONTAM_COMPILED", "off")
+        want = docs_containing(stream, ks, n, min_tokens)
+        monkeypatch.delenv("CONTAM_COMPILED")
+        assert got.dtype == np.int64 and np.array_equal(got, want), trial
+        checked += len(want)
+    assert checked > 200
+
+
+def test_a_window_across_two_documents_is_no_hit():
+    a, b = np.array([1, 2, 3], dtype=np.uint32), np.array([4, 5, 6], dtype=np.uint32)
+    stream = TokenStream("k", np.arange(2), np.array([0, 3, 6]), np.concatenate([a, b]))
+    across = ngram_hashes(np.array([2, 3, 4], dtype=np.uint64), 3)  # the last two of a, the first of b
+    inside = ngram_hashes(np.array([4, 5, 6], dtype=np.uint64), 3)
+    assert docs_containing(stream, KeySet(np.unique(across)), 3, 0).tolist() == []
+    assert docs_containing(stream, KeySet(np.unique(np.concatenate([across, inside]))), 3, 0).tolist() == [1]
+    assert docs_containing(stream, KeySet(np.unique(inside)), 3, 4).tolist() == []  # under min_tokens
+
+
+def _random_stream(rng: random.Random) -> bytes:
+    lines = [b"x" * rng.choice([0, 1, 5, 50, 300, 2000]) + rng.choice([b"\n", b"\r\n"]) for _ in range(rng.randint(0, 30))]
+    return b"".join(lines) + b"y" * rng.choice([0, 0, 3, 900])
+
+
+def test_lines_at_equal_iter_lines(monkeypatch):
+    rng = random.Random(3)
+    compared = 0
+    for trial in range(2500):
+        data = _random_stream(rng)
+        monkeypatch.setattr(incremental, "BLOCK", rng.choice([1, 2, 7, 64, 1 << 20]))
+        limit = rng.choice([10, 100, 1000, 8 << 20])
+        ref = list(iter_lines(io.BytesIO(data), limit))
+        want_lines = sorted(rng.sample(range(len(ref) + 3), rng.randint(0, len(ref) + 3)))
+        opener = (lambda d: gzip.GzipFile(fileobj=io.BytesIO(gzip.compress(d)))) if trial % 5 == 0 else io.BytesIO
+        got = list(iter_raw_lines_at(opener(data), want_lines, limit))
+        want = [(w, ref[w][0] if ref[w][1] is None else None) for w in want_lines if w < len(ref)]
+        assert got == want, (trial, want_lines, limit)
+        compared += len(want)
+    assert compared > 10_000
+
+
+@pytest.fixture(scope="module")
+def two_tasks(shared_data):
+    cfg = preset("default")
+    records, _ = build_reference_set(load_registry(DEFAULT_TASKS_DIR, ["gsm8k", "mbpp"]), shared_data, cfg)
+    return cfg, records, build_index(records, cfg)
+
+
+def test_scan_many_only_equals_the_filtered_scan(two_tasks, shared_data):
+    cfg, records, index = two_tasks
+    gsm = [json.loads(line) for line in open(shared_data / "gsm8k_test.jsonl")][:40]
+    mbpp = [json.loads(line) for line in open(shared_data / "mbpp.jsonl")][:40]
+    rng = random.Random(9)
+    texts = []
+    for i in range(120):
+        h = HostText(i)
+        parts = [h.document(1)]
+        kind = i % 4
+        if kind in (0, 2):
+            g = rng.choice(gsm)
+            parts.append(g["question"] + "\n" + g["answer"])
+        if kind in (1, 2):
+            m = rng.choice(mbpp)
+            parts.append(m["text"] + "\n" + m["code"])
+        if kind == 3:  # a question cut short, then the other task's item right after it
+            g, m = rng.choice(gsm), rng.choice(mbpp)
+            parts += [" ".join(g["question"].split()[: rng.randint(4, 30)]), m["text"]]
+        parts.append(h.document(1))
+        texts.append("\n\n".join(parts))
+    docs = [Document(line=i, doc_id=str(i), source=None, text=t, n_bytes=len(t), raw=b"") for i, t in enumerate(texts)]
+    _, encoded, _, _ = tokenize_batch(docs, cfg, None)
+    full = scan_many(index, encoded, cfg)
+    seen = {"gsm8k": 0, "mbpp": 0}
+    for task in ("gsm8k", "mbpp"):
+        only = np.zeros(index.n_records, dtype=bool)
+        only[task_locals(index, records, [task])] = True
+        got = scan_many(index, encoded, cfg, only=only)
+        want = [[c for c in cands if only[c.local]] for cands in full]
+        assert got == want
+        seen[task] = sum(len(c) for c in got)
+    assert seen["gsm8k"] >= 40 and seen["mbpp"] >= 40  # both tasks' items were found, side by side too
+    with pytest.raises(ValueError):
+        scan_many(index, encoded, cfg, extras=object(), only=np.ones(index.n_records, dtype=bool))
