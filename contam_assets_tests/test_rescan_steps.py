@@ -26,7 +26,7 @@ from contam_assets.demo import HostText
 from contam_assets.detector import key_table
 from contam_assets.detector.config import preset
 from contam_assets.detector.index import build_index
-from contam_assets.detector.matches import Reference, tokenize_batch
+from contam_assets.detector.matches import tokenize_batch
 from contam_assets.detector.ngrams import ngram_hashes
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry
@@ -65,6 +65,17 @@ def test_docs_with_key_equals_the_numpy_path(monkeypatch, dtype):
         assert got.dtype == np.int64 and np.array_equal(got, want), trial
         checked += len(want)
     assert checked > 200
+
+
+def test_a_key_set_over_the_table_limit_takes_the_numpy_path(monkeypatch):
+    rng = np.random.default_rng(8)
+    stream = _stream(rng, np.uint32, 200)
+    keys = np.unique(ngram_hashes(np.asarray(stream.tokens, dtype=np.uint64), 5)[::7])
+    small = KeySet(keys)
+    monkeypatch.setattr(incremental, "TABLE_MAX_KEYS", len(keys) - 1)
+    big = KeySet(keys)
+    assert big.slots is None and (small.slots is not None or not key_table.AVAILABLE)
+    assert np.array_equal(docs_containing(stream, big, 5, 0), docs_containing(stream, small, 5, 0))
 
 
 def test_a_window_across_two_documents_is_no_hit():

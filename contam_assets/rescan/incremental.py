@@ -63,13 +63,18 @@ def start_keys(index: NgramIndex, locals_: np.ndarray | None = None) -> np.ndarr
     return index.q_keys[sel & usable]
 
 
+TABLE_MAX_KEYS = 1 << 22  # a KeySet's open-addressing table holds at most 32 MB (more keys: numpy's binary search)
+
+
 class KeySet:
     """Sorted n-gram hashes with a bit filter in front (most lookups are misses); with numba, an open-addressing
-    table of them too (key_table.py)."""
+    table of them too (key_table.py), up to TABLE_MAX_KEYS keys (one task's start keys, the whole of today's
+    registry; not the production registry's ~70 million, whose index already holds one)."""
 
     def __init__(self, keys: np.ndarray):
         self.keys = keys
-        self.slots = key_table.slots_for(keys) if key_table.AVAILABLE else None
+        small = len(keys) <= TABLE_MAX_KEYS
+        self.slots = key_table.slots_for(keys) if key_table.AVAILABLE and small else None
         self.bits = int(min(30, max(12, np.ceil(np.log2(max(1, len(keys)) * 32)))))
         self.filter = np.zeros((1 << self.bits) // 64, dtype=np.uint64)
         b = keys >> np.uint64(64 - self.bits)
