@@ -16,6 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from contam_assets.detector import compiled
+from contam_assets.detector.ngrams import PRIME, SEED
+from contam_assets.detector.ngrams import _mix as _ngram_mix
+
+_mix = _ngram_mix  # compiled below with the kernels
 
 AVAILABLE = compiled.numba_installed()
 _HT = np.uint64(18)  # the slot: bits from 18 on of the key (the prefilter's block filters use bits 0-17)
@@ -53,18 +57,6 @@ def _positions(hashes, keys, slots, bloom, shift, out):
             out[i] = -1
 
 
-_SEED, _PRIME = np.uint64(0x9E3779B97F4A7C15), np.uint64(0x100000001B3)
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def _mix(x):
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    return x ^ (x >> np.uint64(31))
-
-
 def _docs_with_key(tokens, offsets, n, min_tokens, keys, slots, bloom, shift, out):
     nk = len(keys)
     longest = 0
@@ -77,12 +69,12 @@ def _docs_with_key(tokens, offsets, n, min_tokens, keys, slots, bloom, shift, ou
         if b - a < min_tokens or b - a < n:
             continue
         for p in range(b - a):
-            mixed[p] = _mix(np.uint64(tokens[a + p]))
+            mixed[p] = _mix(np.uint64(tokens[a + p]))  # ngrams._mix, the splitmix64 finaliser
         for p in range(b - a - n + 1):
             # ngrams.py: h = SEED; h = (h ^ mix(t)) * PRIME per token; mix(h ^ n)
-            h = _SEED
+            h = SEED
             for j in range(n):
-                h = (h ^ mixed[p + j]) * _PRIME
+                h = (h ^ mixed[p + j]) * PRIME
             h = _mix(h ^ np.uint64(n))
             bit = h >> shift
             if (bloom[np.int64(bit >> np.uint64(6))] >> (bit & np.uint64(63))) & np.uint64(1):
@@ -97,7 +89,7 @@ if AVAILABLE:
     _probe = compiled.njit(inline="always")(_probe)
     _fill = compiled.njit()(_fill)
     _positions = compiled.njit(nogil=True)(_positions)
-    _mix = compiled.njit(inline="always")(_mix)
+    _mix = compiled.njit(inline="always")(_ngram_mix)
     _docs_with_key = compiled.njit(nogil=True)(_docs_with_key)
 
 

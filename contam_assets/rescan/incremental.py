@@ -206,11 +206,11 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
     docs = docs_containing(stream, keys, cfg.ngram_size, cfg.min_doc_tokens)
     extras = ensure_extras(index, ref.records, cfg)
     found: dict[int, tuple[np.ndarray, list, np.ndarray | None]] = {}
+    only = keep if extras is None else None  # the thorough rules look at every candidate: filtered after them
     for start in range(0, len(docs), BATCH):
         part = [int(i) for i in docs[start : start + BATCH]]
         tokens = [stream.doc(i) for i in part]
         gated: dict = {}
-        only = keep if extras is None else None  # the thorough rules look at every candidate: filtered after them
         for j, (i, toks, cands) in enumerate(zip(part, tokens, scan_many(index, tokens, cfg, extras, gated, only))):
             if cands or j in gated:  # with the thorough rules, filtered after them (they look at every candidate)
                 found[int(stream.lines[i])] = (toks, cands, gated.get(j))
