@@ -24,6 +24,7 @@ import pytest
 from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.demo import HostText
 from contam_assets.detector import key_table
+from contam_assets.detector.compression import StreamError
 from contam_assets.detector.config import preset
 from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import tokenize_batch
@@ -34,7 +35,7 @@ from contam_assets.detector.scan import scan_many
 from contam_assets.rescan import incremental
 from contam_assets.rescan.incremental import KeySet, docs_containing, iter_raw_lines_at, task_locals
 from contam_assets.rescan.token_cache import TokenStream
-from contam_assets.store.pool import Document, iter_lines
+from contam_assets.store.pool import Document, StreamFailure, iter_lines, read_shard
 
 
 def _stream(rng: np.random.Generator, dtype, n_docs: int) -> TokenStream:
@@ -108,6 +109,30 @@ def test_lines_at_equal_iter_lines(monkeypatch):
         assert got == want, (trial, want_lines, limit)
         compared += len(want)
     assert compared > 10_000
+
+
+def test_documents_at_in_a_truncated_gzip_shard(tmp_path, monkeypatch):
+    """Lines before the break are read and parsed, with the bad lines None; asking for one past it raises the
+    StreamError that read_shard reports as the shard's failure, at the same line."""
+    monkeypatch.setattr(incremental, "BLOCK", 4096)
+    rows = [json.dumps({"id": str(i), "text": f"document {i} " + "word " * (i % 50)}) for i in range(2000)]
+    rows[7] = "{not json"
+    rows[11] = json.dumps({"id": "11"})  # no text
+    body = gzip.compress(("\n".join(rows) + "\n").encode())
+    path = tmp_path / "s.jsonl.gz"
+    path.write_bytes(body[: len(body) // 2])
+    failure = [x for x in read_shard(path, "s.jsonl.gz") if isinstance(x, StreamFailure)]
+    assert len(failure) == 1
+    broken_at = failure[0].line
+    assert 100 < broken_at < 2000
+    before = {0, 7, 11, 99, broken_at - 1}
+    got = dict(incremental.iter_documents_at(path, "s.jsonl.gz", "text", 1 << 20, before))
+    assert sorted(got) == sorted(before)
+    assert got[7] is None and got[11] is None  # a reject is no document
+    assert got[99].text == json.loads(rows[99])["text"] and got[broken_at - 1].doc_id == str(broken_at - 1)
+    with pytest.raises(StreamError) as err:
+        dict(incremental.iter_documents_at(path, "s.jsonl.gz", "text", 1 << 20, {5, broken_at + 1}))
+    assert err.value.kind == failure[0].kind
 
 
 @pytest.fixture(scope="module")
