@@ -7,6 +7,7 @@ with each record's matched n-grams and first/last matched position.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,11 +30,18 @@ class _DocLookup:
         self.hashes = hashes
         self._keys: dict[int, int] = {}
         self._sets: dict[int, frozenset] = {}
+        self._cand: list[int] | None = None
         if keys is None:
             self.maybe = index.bloom_test(hashes)
         else:
             self.maybe = keys >= 0
             self._keys = dict(zip(np.flatnonzero(self.maybe).tolist(), keys[self.maybe].tolist()))
+
+    def candidates(self) -> list[int]:
+        """Positions that may hit (ascending); every other position is a sure miss."""
+        if self._cand is None:
+            self._cand = np.flatnonzero(self.maybe).tolist()
+        return self._cand
 
     def key_at(self, pos: int) -> int:
         if not self.maybe[pos]:
@@ -61,45 +69,57 @@ class Cluster:
 
 @dataclass
 class _Walk:
-    """One direction of a cluster's expansion: the records still followed and what each has matched."""
+    """One direction of a cluster's expansion: the records followed and what each has matched."""
 
-    active: set[int]  # records not yet dropped for too many consecutive misses
+    records: frozenset  # the cluster's records (no other record joins it)
     matches: dict[int, set[int]]  # shared with the Cluster
     bounds: dict[int, list[int]]  # shared with the Cluster
-    misses: dict[int, int]  # consecutive misses per record, fresh for each direction
     side: int  # 0: walking left (updates the first position), 1: walking right (the last)
     step: int  # -1 or +1
 
 
 def _traverse(lk: _DocLookup, walk: _Walk, start: int, max_misses: int) -> int:
-    """Walk from ``start`` one n-gram at a time; return the last position visited."""
-    active, matches, misses, bounds, side, step = walk.active, walk.matches, walk.misses, walk.bounds, walk.side, walk.step
+    """Walk from ``start`` one n-gram at a time; return the last position visited.
+
+    decon counts every record's consecutive misses at every step.  Here each record keeps the step
+    at which those misses would reach ``max_misses`` (its ``drop`` step), moved only where it is hit,
+    and the walk jumps from one position that may hit to the next: the same records, matches,
+    bounds and end as the step-by-step walk (test_cluster_walk.py holds them equal), without a
+    Python step per position and record.
+    """
+    records, matches, bounds, side, step = walk.records, walk.matches, walk.bounds, walk.side, walk.step
+    if not records:
+        return start
     limit = len(lk.hashes)
-    idx = start
-    while active:
-        if (step < 0 and idx <= 0) or (step > 0 and idx + 1 >= limit):
+    drop = dict.fromkeys(records, max_misses)  # record -> the step (1, 2, ...) at which it is dropped
+    last = max_misses  # the last step of the walk: every record is dropped after it
+    cand = lk.candidates()
+    j = bisect_right(cand, start) if step > 0 else bisect_left(cand, start) - 1
+    idx, t = start, 0
+    while t < last:
+        room = limit - 1 - idx if step > 0 else idx  # steps before the document's edge stops the walk
+        nxt = cand[j] if 0 <= j < len(cand) else None
+        gap = abs(nxt - idx) if nxt is not None else room + 1
+        if gap > room or t + gap > last:  # only misses until every record is dropped, or the edge
+            idx += step * min(last - t, room)
             break
-        idx += step
+        idx, t, j = nxt, t + gap, j + step
         k = lk.key_at(idx)
-        if k >= 0:
-            docs = lk.docs(k)
-            inter = active & docs
-            if inter:
-                for d in inter:
-                    m = matches[d]
-                    if k not in m:
-                        m.add(k)
-                        misses[d] = 0  # decon rule: a new unique matched n-gram resets the miss count
-                    bounds[d][side] = idx
-                for d in active - docs:
-                    misses[d] += 1
-                    if misses[d] >= max_misses:
-                        active.discard(d)
-                continue
-        for d in list(active):
-            misses[d] += 1
-            if misses[d] >= max_misses:  # decon rule: drop a candidate after 11 consecutive misses
-                active.discard(d)
+        if k < 0:
+            continue
+        for d in records & lk.docs(k):
+            if drop[d] < t:
+                continue  # dropped before this step
+            m = matches[d]
+            if k not in m:
+                m.add(k)
+                drop[d] = t + max_misses  # decon rule: a new unique matched n-gram resets the miss count
+            else:
+                drop[d] += 1  # a repeated n-gram is not a miss
+            bounds[d][side] = idx
+            if drop[d] > last:
+                last = drop[d]
+    # decon rule: a record is dropped after 11 consecutive misses; the walk ends when none is left
     return idx
 
 
@@ -110,8 +130,9 @@ def expand_cluster(lk: _DocLookup, hit: int, key: int, cfg: DetectConfig, only: 
     bounds = {d: [hit, hit] for d in d0}
     max_misses = cfg.question_max_consecutive_misses
     # decon rule: expand left first, then right, each from the hit with fresh miss counts
-    _traverse(lk, _Walk(set(d0), matches, bounds, dict.fromkeys(d0, 0), side=0, step=-1), hit, max_misses)
-    end = _traverse(lk, _Walk(set(d0), matches, bounds, dict.fromkeys(d0, 0), side=1, step=+1), hit, max_misses)
+    records = frozenset(d0)
+    _traverse(lk, _Walk(records, matches, bounds, side=0, step=-1), hit, max_misses)
+    end = _traverse(lk, _Walk(records, matches, bounds, side=1, step=+1), hit, max_misses)
     return Cluster(matches=matches, bounds=bounds, end=end)
 
 

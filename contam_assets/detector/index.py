@@ -128,6 +128,15 @@ class NgramIndex:
             self.__dict__["_key_min_total"] = cached
         return cached
 
+    def record_max_idf(self) -> np.ndarray:
+        """Per record: the largest idf among its question keys (cached; 0 for a record without keys)."""
+        cached = self.__dict__.get("_record_max_idf")
+        if cached is None:
+            cached = np.zeros(self.n_records)
+            np.maximum.at(cached, self.q_docs, np.repeat(self.q_idf, np.diff(self.q_offsets)))
+            self.__dict__["_record_max_idf"] = cached
+        return cached
+
     def key_of(self, h) -> int:
         """Position of hash ``h`` in q_keys, or -1."""
         i = int(np.searchsorted(self.q_keys, h))

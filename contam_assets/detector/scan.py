@@ -49,14 +49,18 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
     n = cfg.ngram_size
     min_q = cfg.min_question_overlap
     out: dict[tuple[int, int], Candidate] = {}
+    floor = question_floor(cfg) * (1 - 1e-9)  # the slack keeps the bound below on the safe side of rounding
+    max_idf = index.record_max_idf()
     for cl in clusters:
         for local, keys in cl.matches.items():
             if only is not None and not only[local]:
                 continue
             q_idf_sum = float(index.q_idf_sum[local])
+            if len(keys) * max_idf[local] < floor * q_idf_sum:
+                continue  # even at its largest idf per matched key the record stays under the floor below
             q = overlap_ratio(float(index.q_idf[list(keys)].sum()), q_idf_sum)
             # decon rule: Σ idf(matched unique n-grams) / Σ idf(all unique n-grams)
-            if q < min(min_q, cfg.candidate_question_floor):
+            if q < question_floor(cfg):
                 continue
             q_len = int(index.q_len[local])
             q_required = interpolate_threshold(q_len, cfg.decay_start, cfg.decay_end, min_q)
