@@ -183,6 +183,26 @@ def spec_digest(spec: TaskSpec) -> str:
     return hashlib.sha256(repr(spec).encode()).hexdigest()[:16]
 
 
+def inputs_digest(specs: list[TaskSpec], benchmarks_dir: Path | None, reference_key: dict, version: str) -> str:
+    """What a reference set is built from: the code's version, the knobs that shape it (``reference_key``),
+    every spec, and the name and bytes (xxh3-128) of every source file each split reads, in order.
+    Two builds with the same digest make the same records, so a run may keep the set it has."""
+    import xxhash
+
+    h = xxhash.xxh3_128(json.dumps([version, reference_key], sort_keys=True, default=str).encode())
+    for spec in specs:
+        h.update(f"\x1e{spec.name}\x1f{spec_digest(spec)}".encode())
+        for split in spec.splits:
+            avail = locate(spec, split, benchmarks_dir)
+            h.update(f"\x1d{split.name}\x1f{avail.origin}".encode())
+            for f in avail.files:
+                h.update(f"\x1c{Path(f).name}\x1f".encode())
+                with open(f, "rb") as fh:
+                    while block := fh.read(1 << 20):
+                        h.update(block)
+    return h.hexdigest()
+
+
 def load_registry(tasks_dir: Path, only: list[str] | None = None) -> list[TaskSpec]:
     tasks_dir = Path(tasks_dir)
     if not tasks_dir.is_dir():

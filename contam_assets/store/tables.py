@@ -68,6 +68,11 @@ SCHEMA = {
         task_b VARCHAR, split_b VARCHAR, instance_b INTEGER, subject_b VARCHAR,
         relation VARCHAR, jaccard DOUBLE, masked_jaccard DOUBLE
     """,
+    # what the instances table was built from (registry.inputs_digest): an unchanged one is kept, not rebuilt
+    "reference_state": """
+        inputs VARCHAR, records BIGINT, bad_rows BIGINT, bad_row_examples VARCHAR, same_answer_suites VARCHAR,
+        seconds DOUBLE, built_at TIMESTAMP
+    """,
     # `--removal span` (issue 13): every cut made in a kept document (store/cuts.py)
     "cuts": """
         shard VARCHAR, line INTEGER, doc_id VARCHAR, cut_start BIGINT, cut_end BIGINT,
@@ -193,9 +198,17 @@ def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | list[str] | 
     return int(n)
 
 
-def write_reference_overlap(con: duckdb.DuckDBPyConnection, overlap: pl.DataFrame | None) -> None:
-    """Replace the reference_overlap table (empty when the preset does not compute it)."""
-    replace_rows(con, "reference_overlap", "true", [], overlap)
+def reference_state(con: duckdb.DuckDBPyConnection) -> dict | None:
+    """The reference_state row of the instances table as it stands, or None (never built, or changed since)."""
+    row = con.execute("select inputs, records, bad_rows, bad_row_examples, same_answer_suites, seconds, built_at "
+                      "from reference_state").fetchall()
+    if len(row) != 1:
+        return None
+    state = dict(zip(("inputs", "records", "bad_rows", "bad_row_examples", "same_answer_suites", "seconds", "built_at"),
+                     row[0]))
+    if con.execute("select count(*) from instances").fetchone()[0] != state["records"]:
+        return None
+    return state
 
 
 def _check_match_schema() -> None:

@@ -3,6 +3,7 @@
 
 import json
 import time
+from datetime import datetime
 
 import dagster as dg
 import polars as pl
@@ -23,7 +24,7 @@ from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import locate, looks_like_decon_references, spec_digest
+from contam_assets.detector.registry import inputs_digest, locate, looks_like_decon_references, spec_digest
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan import watch
@@ -98,20 +99,35 @@ def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSett
 
 @dg.asset(**_DATA, deps=[task_registry], kinds={"python", "duckdb"}, code_version=DETECTOR_VERSION)
 def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
-    """Every benchmark instance of every split as reference records (decon's preprocessing + derived suites)."""
+    """Every benchmark instance of every split as reference records (decon's preprocessing + derived suites).
+
+    Built again only when what it is built from changed (registry.inputs_digest: the detector's code,
+    the knobs that shape it, the specs, the bytes of every source file); else the table is kept."""
     cfg = detect_config(contam_settings)
     t0 = time.perf_counter()
-    records, stats = build_reference_set(load_task_specs(contam_settings), contam_settings.benchmarks_path, cfg)
-    if records.filter(pl.col("indexed")).height == 0:
-        raise dg.Failure("no indexable benchmark instance: check the benchmark folder "
-                         f"({contam_settings.benchmarks_path or 'embedded default'}) and the task filter")
-    fault_point("reference_build")
+    specs = load_task_specs(contam_settings)
+    inputs = inputs_digest(specs, contam_settings.benchmarks_path, cfg.reference_key(), DETECTOR_VERSION)
     cfg_rows = pl.DataFrame(settings_rows(cfg, contam_settings.detect_config()[1]),
                             schema={"name": pl.Utf8, "value": pl.Utf8, "decon_name": pl.Utf8, "origin": pl.Utf8})
     with contam_db.connect() as con:
         tables.ensure_schema(con)
-        tables.replace_many(con, [("instances", "true", [], records), ("detect_settings", "true", [], cfg_rows)])
-        tables.write_reference_overlap(con, stats.overlap)
+        state = tables.reference_state(con)
+        if state is not None and state["inputs"] == inputs:
+            tables.replace_table(con, "detect_settings", cfg_rows)  # scan-only knobs may have changed
+            return _reference_kept(context, con, state, time.perf_counter() - t0)
+    records, stats = build_reference_set(specs, contam_settings.benchmarks_path, cfg)
+    if records.filter(pl.col("indexed")).height == 0:
+        raise dg.Failure("no indexable benchmark instance: check the benchmark folder "
+                         f"({contam_settings.benchmarks_path or 'embedded default'}) and the task filter")
+    fault_point("reference_build")
+    seconds = time.perf_counter() - t0
+    state = pl.DataFrame([dict(inputs=inputs, records=records.height, bad_rows=len(stats.bad_rows),
+                               bad_row_examples=json.dumps(stats.bad_rows[:20]),
+                               same_answer_suites=", ".join(stats.same_answer_suites), seconds=round(seconds, 3),
+                               built_at=datetime.now())])
+    with contam_db.connect() as con:
+        tables.replace_many(con, [("instances", "true", [], records), ("detect_settings", "true", [], cfg_rows),
+                                  ("reference_overlap", "true", [], stats.overlap), ("reference_state", "true", [], state)])
     per_suite = (records.group_by("task", "suite", "split").agg(records=pl.len(), indexed=pl.col("indexed").sum())
                  .sort("task", "suite", "split").to_dicts())
     skipped = records.group_by("skip_reason").len().sort("skip_reason").to_dicts()
@@ -120,9 +136,28 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
     return dg.MaterializeResult(metadata={
         "records": records.height, "indexed": int(records["indexed"].sum()),
         "bad_rows": len(stats.bad_rows), "same_answer_suites": ", ".join(stats.same_answer_suites) or "none",
-        "seconds": round(time.perf_counter() - t0, 2),
+        "seconds": round(seconds, 2), "rebuilt": True, "inputs_digest": inputs,
         "per_suite": dg.MetadataValue.md(md_table(None, per_suite)),
         "skip_reasons": dg.MetadataValue.md(md_table(None, [{"reason": r["skip_reason"] or "(indexed)", "records": r["len"]} for r in skipped])),
+    })
+
+
+def _reference_kept(context: dg.AssetExecutionContext, con, state: dict, seconds: float) -> dg.MaterializeResult:
+    """The metadata of a reference set kept as it was (its inputs unchanged), read back from its table."""
+    per_suite = [dict(zip(("task", "suite", "split", "records", "indexed"), r)) for r in con.execute(
+        """select task, suite, split, count(*), count(*) filter (where indexed) from instances
+           group by task, suite, split order by task, suite, split""").fetchall()]
+    skipped = con.execute("select skip_reason, count(*) from instances group by skip_reason order by skip_reason").fetchall()
+    context.log.info(f"reference set unchanged (inputs {state['inputs'][:12]}, built {state['built_at']}): kept")
+    if state["bad_rows"]:
+        context.log.warning(f"{state['bad_rows']} unreadable benchmark rows, e.g. {json.loads(state['bad_row_examples'])[:3]}")
+    return dg.MaterializeResult(metadata={
+        "records": int(state["records"]), "indexed": sum(r["indexed"] for r in per_suite),
+        "bad_rows": int(state["bad_rows"]), "same_answer_suites": state["same_answer_suites"] or "none",
+        "seconds": round(seconds, 2), "rebuilt": False, "inputs_digest": state["inputs"],
+        "build_seconds": float(state["seconds"]),
+        "per_suite": dg.MetadataValue.md(md_table(None, per_suite)),
+        "skip_reasons": dg.MetadataValue.md(md_table(None, [{"reason": r or "(indexed)", "records": n} for r, n in skipped])),
     })
 
 
