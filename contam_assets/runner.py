@@ -25,10 +25,12 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from contam_assets import store
 from contam_assets.defs.data import assets as data_assets
 from contam_assets.defs.data import outputs as data_outputs
-from contam_assets.defs.data.engine import engine_from_env
+from contam_assets.defs.data.engine import RayScanEngine, engine_from_env
 from contam_assets.defs.data.jobs import mix_job, reference_job, report_job, scan_shards_job
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, DetectorKnobs
+from contam_assets.rescan import state as scan_state
+from contam_assets.rescan.ahead import TokenizeAhead, shards_to_tokenize
 from contam_assets.store import shards as shards_db
 from contam_assets.store import tables
 from contam_assets.store.files import atomic_write_text, sweep_temp_files
@@ -168,7 +170,14 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     if settings.evals_path:
         sources.append(f"decon reference folder {settings.evals_path}")
     log(f"reference set and index ({'; '.join(sources)})")
-    _run_job(defs, reference_job, instance, log=log)
+    ahead = tokenize_ahead(settings, shards, log)
+    try:
+        _run_job(defs, reference_job, instance, log=log)
+    finally:
+        if ahead is not None:
+            done = ahead.stop()
+            log(f"  tokenized ahead: {done['cached']} shard(s) cached, "
+                f"{done['not_started'] + done['stopped'] + done['broken'] + done['failed']} left to the scan")
     clock.lap("reference")
     with store.connect(settings.db_path) as con:
         shards_db.record_pool_skips(con, listing.skipped)
@@ -209,6 +218,36 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     extra = decon_outputs(settings, log)
     clock.lap("decon")
     return summary(settings, extra | {"seconds": clock.laps}, retired=retired, failed=failed)
+
+
+def tokenize_ahead(settings: ContamSettings, shards: list[str], log: Callable[[str], None] = print,
+                   env=os.environ) -> TokenizeAhead | None:
+    """Tokenize the shards a scan will surely read in full while the reference set is built, on the cores the
+    build leaves (rescan/ahead.py); None where nothing is to be gained.  CONTAM_TOKENIZE_AHEAD=off turns it off."""
+    if env.get("CONTAM_TOKENIZE_AHEAD", "auto").strip().lower() in ("off", "0", "false", "no"):
+        return None
+    engine = resources_for(settings)["contam_scan_engine"]
+    cache_root = engine.cache_root(settings.out_path)
+    cfg = settings.detect_config()[0]
+    if isinstance(engine, RayScanEngine) or cache_root is None or cfg.prefilter or engine.processes(len(shards)) < 2:
+        return None  # Ray workers tokenize on their nodes; the prefilter tokenizes only what it must
+    states = {}
+    if settings.db_path.exists():
+        with store.connect(settings.db_path, read_only=True) as con:
+            if scan_state.has_state(con):
+                states = scan_state.load_states(con, shards)
+    todo = shards_to_tokenize(settings.pool_path, shards, cfg, settings.content_key, cache_root, states,
+                              settings.follow_symlinks)
+    workers = min(engine.processes(len(shards)) - 1, len(todo))
+    if workers < 1:
+        return None
+    try:
+        ahead = TokenizeAhead(todo, cfg, settings.content_key, cache_root, workers)
+    except OSError as exc:  # e.g. a token cache folder it cannot write: the scan meets it and reports it per shard
+        log(f"  not tokenizing ahead: {type(exc).__name__}: {exc}")
+        return None
+    log(f"  tokenizing {len(todo)} new shard(s) ahead on {workers} process(es) while the reference set is built")
+    return ahead
 
 
 def detect_runs(processes: int, env=os.environ) -> bool:

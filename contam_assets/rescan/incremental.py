@@ -245,5 +245,8 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
                             time.perf_counter() - t0, preset, digest, stream.meta["shard_fingerprint"])
     all_tasks = list(ref.tasks)
     mode, done = ("full", all_tasks) if tasks is None else ("incremental", sorted(tasks))
-    return ShardOutcome(shard, mode, stats=stats, rejects=None, stream_key=stream.key, tasks=done,
+    # a full scan from the stream hands on the rejects it cached (a first scan of the shard in this output folder
+    # needs them: the mix leaves those lines out); an incremental one leaves the last full scan's in place
+    rejects = stream.rejects if tasks is None else None
+    return ShardOutcome(shard, mode, stats=stats, rejects=rejects, stream_key=stream.key, tasks=done,
                         drop=all_tasks if tasks is None else [], docs_scanned=len(docs), **outcome_rows(sink, matches))

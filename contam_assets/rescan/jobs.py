@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,13 +97,12 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
         if writer:
             writer.abort()
         raise
-    reasons = json.dumps(dict(Counter(r.reason.split(" ")[0] for r in rejects)), sort_keys=True)
+    reasons = reject_reasons(rejects)
     if writer and failures:
         writer.abort()  # an incomplete stream is never cached
         writer = None
     if writer:
-        writer.commit(dict(shard=shard, shard_fingerprint=fingerprint, read=counters["read"], rejected=len(rejects),
-                           bytes=counters["bytes"], reject_reasons=reasons))
+        writer.commit(stream_meta(shard, fingerprint, counters, rejects), rejects)
     stats = shard_stats_row(shard, counters, len(rejects), reasons, sink, time.perf_counter() - t0, preset, digest,
                             fingerprint, status=status_of(failures, counters["read"]))
     if tasks is not None:
@@ -111,6 +111,45 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
     tasks = list(ref.tasks)
     return ShardOutcome(shard, "full", stats=stats, rejects=rejects, stream_key=key if writer else None, tasks=tasks,
                         drop=tasks, docs_scanned=counters["scanned"] - counters["prefiltered"], **outcome_rows(sink, matches))
+
+
+def reject_reasons(rejects: list[Reject]) -> str:
+    return json.dumps(dict(Counter(r.reason.split(" ")[0] for r in rejects)), sort_keys=True)
+
+
+def stream_meta(shard: str, fingerprint: str, counters: Counter, rejects: list[Reject]) -> dict:
+    """What a cached token stream records of its shard's read (scan_stream's counters come from it)."""
+    return dict(shard=shard, shard_fingerprint=fingerprint, read=counters["read"], rejected=len(rejects),
+                bytes=counters["bytes"], reject_reasons=reject_reasons(rejects))
+
+
+def cache_stream(path: Path, shard: str, cfg: DetectConfig, content_key: str, cache_root: Path, fingerprint: str,
+                 identity: str, stop: Callable[[], bool] = lambda: False) -> str:
+    """Tokenize a shard into its cached token stream, nothing else (no index needed): the stream
+    tokenize_and_scan writes, so a later scan of the shard reads it instead of tokenizing.
+
+    'cached'; 'broken' when the shard's stream broke (nothing is cached, as tokenize_and_scan does);
+    'stopped' when ``stop()`` turned true between two batches (nothing is cached)."""
+    writer = token_cache.StreamWriter(cache_root, shard, token_cache.cache_key(identity, cfg, content_key), cfg.tokenizer)
+    rejects: list[Reject] = []
+    failures: list[StreamFailure] = []
+    counters = Counter()
+    try:
+        for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects, failures):
+            if stop():
+                writer.abort()
+                return "stopped"
+            batch, encoded, _, _ = tokenize_batch(batch, cfg)
+            for doc, tokens in zip(batch, encoded):
+                writer.add(doc.line, tokens)
+    except BaseException:
+        writer.abort()
+        raise
+    if failures:
+        writer.abort()
+        return "broken"
+    writer.commit(stream_meta(shard, fingerprint, counters, rejects), rejects)
+    return "cached"
 
 
 @dataclass

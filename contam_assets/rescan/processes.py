@@ -106,6 +106,11 @@ class _Pools:
                                    initargs=(os.getpid(), self.init, self.initargs))
 
 
+def start_pool(workers: int, preload: list[str]) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes started as the scan's are (forkserver, each leaves with its step)."""
+    return _Pools(preload, None, ()).new(workers)
+
+
 def _alone(fn: Callable, item, pools: _Pools, label: str):
     """One item in a pool of its own (after its worker died once)."""
     pool = pools.new(1)

@@ -7,6 +7,8 @@ depends on the reference set, so the first scan of a shard keeps its token ids:
     <root>/<shard>/<key>/tokens.bin   token ids of every usable document, back to back
                                       (uint32 for cl100k, uint64 for the word tokenizer)
     <root>/<shard>/<key>/docs.npz     lines (int64), offsets (int64, n_docs + 1), meta (JSON)
+    <root>/<shard>/<key>/rejects.jsonl  the shard's rejected lines, as <out>/rejected/<shard>.jsonl holds them
+                                      (a stream written before it existed has none: see `exists`)
 
 `key` hashes everything the tokens depend on: the shard's fingerprint (so a changed
 shard never reuses a stale stream), the tokenizer, the cleaning options, the content key
@@ -17,6 +19,7 @@ writers of the same key race harmlessly (both streams are identical, one rename 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -28,9 +31,11 @@ from pathlib import Path
 import numpy as np
 
 from contam_assets.detector.config import DetectConfig
+from contam_assets.store.pool import Reject
 
 # Bump when text.clean_text or tokenize.get_tokenizer change their output.
 CACHE_VERSION = 1
+REJECTS = "rejects.jsonl"
 
 
 def cache_key(shard_fingerprint: str, cfg: DetectConfig, content_key: str) -> str:
@@ -53,6 +58,7 @@ class TokenStream:
     offsets: np.ndarray  # int64: document i is tokens[offsets[i]:offsets[i+1]]
     tokens: np.ndarray  # uint32 / uint64, memory-mapped when loaded from disk
     meta: dict = field(default_factory=dict)  # read, rejected, bytes, reject_reasons, shard_fingerprint
+    rejects: list[Reject] | None = None  # the shard's rejected lines (None: a stream written without them)
 
     @property
     def n_docs(self) -> int:
@@ -70,9 +76,22 @@ def stream_dir(root: Path, shard: str, key: str) -> Path:
     return Path(root) / shard / key
 
 
-def exists(root: Path, shard: str, key: str) -> bool:
+def exists(root: Path, shard: str, key: str, with_rejects: bool = False) -> bool:
+    """A stream is cached for (shard, key); ``with_rejects``: one that holds the shard's rejected lines too (what a
+    first scan of the shard from its stream needs: the mix leaves those lines out)."""
     d = stream_dir(root, shard, key)
-    return (d / "docs.npz").is_file() and (d / "tokens.bin").is_file()
+    return (d / "docs.npz").is_file() and (d / "tokens.bin").is_file() and (not with_rejects or (d / REJECTS).is_file())
+
+
+def _read_rejects(path: Path) -> list[Reject] | None:
+    if not path.is_file():
+        return None
+    out = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        raw = base64.b64decode(r["raw"]) if r["encoding"] == "base64" else r["raw"].encode("utf-8")
+        out.append(Reject(line=int(r["line"]), reason=r["reason"], raw=raw))
+    return out
 
 
 def load(root: Path, shard: str, key: str) -> TokenStream | None:
@@ -90,9 +109,12 @@ def load(root: Path, shard: str, key: str) -> TokenStream | None:
         if bin_path.stat().st_size != n * dtype.itemsize or meta.get("key") != key:
             return None
         tokens = np.memmap(bin_path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype)
+        rejects = _read_rejects(d / REJECTS)
     except (OSError, ValueError, KeyError):
         return None
-    return TokenStream(key=key, lines=lines, offsets=offsets, tokens=tokens, meta=meta)
+    if rejects is not None and len(rejects) != meta.get("rejected"):
+        return None
+    return TokenStream(key=key, lines=lines, offsets=offsets, tokens=tokens, meta=meta, rejects=rejects)
 
 
 class StreamWriter:
@@ -112,8 +134,10 @@ class StreamWriter:
         self._lines.append(line)
         self._lengths.append(len(tokens))
 
-    def commit(self, meta: dict) -> Path:
+    def commit(self, meta: dict, rejects: list[Reject]) -> Path:
         self._fh.close()
+        with open(self.tmp / REJECTS, "w") as fh:
+            fh.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects))
         offsets = np.zeros(len(self._lengths) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum(self._lengths, dtype=np.int64)
         meta = dict(meta, key=self.key, dtype=self.dtype.str, version=CACHE_VERSION)

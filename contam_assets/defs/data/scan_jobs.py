@@ -41,7 +41,8 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
             failed[shard] = f"fingerprint: {type(exc).__name__}: {exc.strerror or exc}"
             continue
         key = token_cache.cache_key(identity, cfg, settings.content_key)
-        stream_ok = cache_root is not None and token_cache.exists(cache_root, shard, key)
+        # a shard this output folder never scanned takes only a stream that holds its rejected lines
+        stream_ok = cache_root is not None and token_cache.exists(cache_root, shard, key, with_rejects=shard not in states)
         try:
             plan = plan_shard(states.get(shard), identity, scan_cfg, tasks_now, key, stream_ok, mode, text_rescan=cfg.prefilter)
         except ValueError as exc:
