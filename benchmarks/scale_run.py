@@ -380,8 +380,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="the prefilter knob on every run (default: the preset's); the runs' folders get a -prefilter-VALUE suffix")
     ap.add_argument("--compiled", choices=["on", "off"], default=None,
                     help="CONTAM_COMPILED on every run (off: the scan's plain paths, no numba step); folders get a -compiled-VALUE suffix")
-    ap.add_argument("--ahead", choices=["auto", "off"], default=None,
-                    help="CONTAM_TOKENIZE_AHEAD on every run (off: no shard tokenized while the reference set is built); "
+    ap.add_argument("--ahead", choices=["on", "off"], default=None,
+                    help="CONTAM_TOKENIZE_AHEAD on every run (on: new shards tokenized while the reference set is built); "
                          "folders get a -ahead-VALUE suffix")
     ap.add_argument("--json", type=Path, default=None, help="write the figures as one JSON object")
     args = ap.parse_args(argv)

@@ -223,9 +223,9 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
 def tokenize_ahead(settings: ContamSettings, shards: list[str], log: Callable[[str], None] = print,
                    env=os.environ) -> TokenizeAhead | None:
     """Tokenize the shards a scan will surely read in full while the reference set is built, on the cores the
-    build leaves (rescan/ahead.py); None where nothing is to be gained.  CONTAM_TOKENIZE_AHEAD=off turns it off."""
-    if env.get("CONTAM_TOKENIZE_AHEAD", "auto").strip().lower() in ("off", "0", "false", "no"):
-        return None
+    build leaves (rescan/ahead.py); None where nothing is to be gained.  Opt-in: CONTAM_TOKENIZE_AHEAD=on."""
+    if env.get("CONTAM_TOKENIZE_AHEAD", "off").strip().lower() not in ("on", "auto", "1", "true", "yes"):
+        return None  # opt-in: a scan fault point is not reached for a shard tokenized ahead
     engine = resources_for(settings)["contam_scan_engine"]
     cache_root = engine.cache_root(settings.out_path)
     cfg = settings.detect_config()[0]

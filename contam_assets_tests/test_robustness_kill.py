@@ -25,7 +25,7 @@ from contam_assets_tests.test_cli_data import contam
 
 POINTS = ["reference_build", "index_save", "scan:1", "scan:3", "table_write:1", "table_write:2", "mix_write:1",
           "report_write"]
-VOLATILE = {"seconds", "scanned_at", "recorded_at", "listed_at", "retired_at", "decided_at", "path", "stream_key"}
+VOLATILE = {"seconds", "scanned_at", "recorded_at", "listed_at", "retired_at", "decided_at", "built_at", "path", "stream_key"}
 
 
 def build_pool(pool: Path) -> None:

@@ -116,17 +116,17 @@ def test_only_shards_a_scan_reads_in_full_are_tokenized_ahead(tmp_path):
     assert cache_stream(pool / "cached.jsonl", "cached.jsonl", cfg, "text", root, fp, identity) == "cached"
     todo = shards_to_tokenize(pool, ["new.jsonl", "known.jsonl", "changed.jsonl", "cached.jsonl", "gone.jsonl"], cfg,
                               "text", root, states)
-    assert [t[0] for t in todo] == ["new.jsonl", "changed.jsonl"]
+    assert [t[0] for t in todo] == ["new.jsonl"]  # a known shard, changed or not, is left to its plan
     # stopped at once: every shard not started or stopped, nothing cached, no stop file left
     ahead = TokenizeAhead(todo, cfg, "text", root, 1)
     counts = ahead.stop()
-    assert counts["cached"] + counts["not_started"] + counts["stopped"] == 2 and counts["failed"] == 0
+    assert counts["cached"] + counts["not_started"] + counts["stopped"] == 1 and counts["failed"] == 0
     assert not [p for p in root.iterdir() if p.name.startswith(".ahead-stop")]
     # left to run: both cached
     ahead = TokenizeAhead(todo, cfg, "text", root, 2)
     for _, fut in ahead.futures:
         assert fut.result(timeout=120) == "cached"
-    assert ahead.stop()["cached"] == 2
+    assert ahead.stop()["cached"] == 1
     assert shards_to_tokenize(pool, ["new.jsonl", "changed.jsonl"], cfg, "text", root, states) == []
 
 
@@ -148,13 +148,13 @@ def test_detect_with_shards_tokenized_ahead_writes_the_same_tables(tmp_path, sha
         name = f"s{s}.jsonl" + (".gz" if s % 2 else "")
         write_shard(pool / name, docs[s * 300:(s + 1) * 300], bad=(s == 2))
     outs = {}
-    for ahead in ("auto", "off"):
+    for ahead in ("on", "off"):
         out = tmp_path / f"out-{ahead}"
         r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks", "gsm8k",
                    env={"DAGSTER_HOME": str(tmp_path / f"home-{ahead}"), "CONTAM_SCAN_WORKERS": "2",
                         "CONTAM_TOKENIZE_AHEAD": ahead})
-        assert ("tokenized ahead" in r.stdout) == (ahead == "auto")
-        if ahead == "auto":
+        assert ("tokenized ahead" in r.stdout) == (ahead == "on")
+        if ahead == "on":
             assert "tokenizing 4 new shard(s) ahead on 1 process(es)" in r.stdout
         outs[ahead] = out
     queries = ["select * exclude (record_id) from matches order by match_id",
@@ -165,9 +165,9 @@ def test_detect_with_shards_tokenized_ahead_writes_the_same_tables(tmp_path, sha
         with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
             got[ahead] = [con.execute(q).fetchall() for q in queries]
         got[ahead].append({p.name: p.read_bytes() for p in sorted((out / "mix").iterdir())})
-    assert got["auto"] == got["off"]
-    removed = {(s, line) for s, line, *_ in got["auto"][2]}
-    assert len(removed) == 40 and got["auto"][1][2][4] == 2  # s2: its 2 rejects, counted from its cached stream
+    assert got["on"] == got["off"]
+    removed = {(s, line) for s, line, *_ in got["on"][2]}
+    assert len(removed) == 40 and got["on"][1][2][4] == 2  # s2: its 2 rejects, counted from its cached stream
 
 
 def test_a_first_scan_from_a_shared_token_cache_keeps_the_rejects_out_of_the_mix(tmp_path, shared_data):

@@ -196,10 +196,13 @@ def inputs_digest(specs: list[TaskSpec], benchmarks_dir: Path | None, reference_
             avail = locate(spec, split, benchmarks_dir)
             h.update(f"\x1d{split.name}\x1f{avail.origin}".encode())
             for f in avail.files:
-                h.update(f"\x1c{Path(f).name}\x1f".encode())
-                with open(f, "rb") as fh:
-                    while block := fh.read(1 << 20):
-                        h.update(block)
+                try:
+                    h.update(f"\x1c{Path(f).name}\x1f{os.path.getsize(f)}\x1f".encode())
+                    with open(f, "rb") as fh:
+                        while block := fh.read(1 << 20):
+                            h.update(block)
+                except OSError as exc:  # the build reports it as bad rows; the digest records that it failed
+                    h.update(f"\x1c{Path(f).name}\x1f!{type(exc).__name__}".encode())
     return h.hexdigest()
 
 

@@ -60,9 +60,8 @@ def shards_to_tokenize(pool_dir: Path, shards: list[str], cfg: DetectConfig, con
             fp, identity = shard_identity(path)
         except OSError:
             continue
-        state = states.get(shard)
-        if state is not None and state.identity == identity:
-            continue  # current or incremental: its plan decides
+        if shard in states:
+            continue  # known to the scan state: its plan decides (a changed shard's full plan reads the text)
         if token_cache.exists(cache_root, shard, token_cache.cache_key(identity, cfg, content_key), with_rejects=True):
             continue
         out.append((shard, path, fp, identity))
@@ -80,15 +79,19 @@ class TokenizeAhead:
         self.jobs = [AheadJob(s, str(p), cfg, content_key, str(cache_root), fp, ident, str(self.stop_file))
                      for s, p, fp, ident in todo]
         self.pool = start_pool(workers, ["contam_assets.rescan.ahead"]) if self.jobs else None
-        self.futures: list[tuple[str, Future]] = [(j.shard, self.pool.submit(_cache, j)) for j in self.jobs]
+        try:
+            self.futures: list[tuple[str, Future]] = [(j.shard, self.pool.submit(_cache, j)) for j in self.jobs]
+        except BaseException:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
     def stop(self) -> dict[str, int]:
         """Stop and wait for the workers; how many shards were cached, stopped, broken, not started, failed."""
         counts = dict(cached=0, stopped=0, broken=0, not_started=0, failed=0)
         if self.pool is None:
             return counts
-        self.stop_file.touch()
         try:
+            self.stop_file.touch()
             for _, fut in self.futures:
                 fut.cancel()
             self.pool.shutdown(wait=True, cancel_futures=True)

@@ -97,7 +97,9 @@ def _plan(con, out: Path, pool_dir: Path, shard: str, removal: str, cfg: DetectC
         return _Shard(shard, res={"shard": shard, "written": 0, "dropped": 0, "rejected": 0, "path": None,
                                   "status": "quarantined", "cut": 0}, rewrite_cuts=True)
     rej_path = out / "rejected" / f"{shard}.jsonl"
-    rejected = {json.loads(line)["line"] for line in rej_path.read_text().splitlines()} if rej_path.exists() else set()
+    # one record per "\n" (a raw line may hold U+2028 and other characters str.splitlines would split at)
+    rejected = ({json.loads(line)["line"] for line in rej_path.read_text(encoding="utf-8").split("\n") if line}
+                if rej_path.exists() else set())
     mix_file = artifacts.mix_path(out, pool_dir, shard)
     key = mix_state.state_key(shard_path(pool_dir, shard), drop, rejected) | {
         "status": stats[2], "removal": removal, "detector": cfg.digest() if removal == "span" else None}

@@ -78,12 +78,22 @@ def _context(preload: list[str]):
     return mp.get_context("spawn")
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _watch_step(step_pid: int, every_s: float = 1.0) -> None:
     """A worker outlives a killed step otherwise (its forkserver parent is not the step): leave with it."""
     while True:
         time.sleep(every_s)
         try:
             os.kill(step_pid, 0)
+            if _zombie(step_pid):  # killed, not yet reaped by its parent: gone all the same
+                os._exit(1)
         except ProcessLookupError:
             os._exit(1)
         except PermissionError:  # a pid taken by another user's process: the step is gone

@@ -87,7 +87,7 @@ def _read_rejects(path: Path) -> list[Reject] | None:
     if not path.is_file():
         return None
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="ascii").split("\n")[:-1]:
         r = json.loads(line)
         raw = base64.b64decode(r["raw"]) if r["encoding"] == "base64" else r["raw"].encode("utf-8")
         out.append(Reject(line=int(r["line"]), reason=r["reason"], raw=raw))
@@ -136,8 +136,8 @@ class StreamWriter:
 
     def commit(self, meta: dict, rejects: list[Reject]) -> Path:
         self._fh.close()
-        with open(self.tmp / REJECTS, "w") as fh:
-            fh.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects))
+        with open(self.tmp / REJECTS, "w", encoding="ascii") as fh:  # JSON escapes every non-ASCII character
+            fh.write("".join(json.dumps(r.to_json()) + "\n" for r in rejects))
         offsets = np.zeros(len(self._lengths) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum(self._lengths, dtype=np.int64)
         meta = dict(meta, key=self.key, dtype=self.dtype.str, version=CACHE_VERSION)
