@@ -16,6 +16,7 @@ import sys
 
 import dagster as dg
 import duckdb
+import polars as pl
 import pytest
 
 
@@ -125,3 +126,25 @@ def test_a_build_killed_before_its_write_leaves_the_old_set_and_is_redone(case):
     contam(*args, home=home)
     assert last_reference_build(home)["rebuilt"] is True
     assert table(db, "select question from instances where split = 'test' and instance_index = 7") == [(question,)]
+
+
+def test_an_unreadable_source_file_is_a_bad_row_and_a_recorded_digest(tmp_path, shared_data):
+    """A glob that matches a folder (or a file the build cannot open) is recorded in the digest, not raised:
+    the build reports it as bad rows, and the same state gives the same digest."""
+    from contam_assets.defs.resources import DEFAULT_TASKS_DIR
+    from contam_assets.detector.config import preset
+    from contam_assets.detector.reference import build_reference_set
+    from contam_assets.detector.registry import inputs_digest, load_registry
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    shutil.copy(shared_data / "gsm8k_train.jsonl", bench / "gsm8k_train.jsonl")
+    (bench / "gsm8k_test.jsonl").mkdir()  # a folder where the spec names a file
+    specs, cfg = load_registry(DEFAULT_TASKS_DIR, ["gsm8k"]), preset("default")
+    first = inputs_digest(specs, bench, cfg.reference_key(), "v")
+    assert inputs_digest(specs, bench, cfg.reference_key(), "v") == first
+    records, stats = build_reference_set(specs, bench, cfg)
+    assert stats.bad_rows and records.filter(pl.col("split") == "test").height == 0
+    (bench / "gsm8k_test.jsonl").rmdir()
+    shutil.copy(shared_data / "gsm8k_test.jsonl", bench / "gsm8k_test.jsonl")
+    assert inputs_digest(specs, bench, cfg.reference_key(), "v") != first

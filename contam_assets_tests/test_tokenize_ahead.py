@@ -195,3 +195,18 @@ def test_a_first_scan_from_a_shared_token_cache_keeps_the_rejects_out_of_the_mix
     assert got[0][0] == [("a.jsonl", 201, 0, 2), ("b.jsonl.gz", 201, 0, 2)]  # 203 lines: 201 documents, 2 rejects
     assert got[0][2] == ["a.jsonl.jsonl", "b.jsonl.gz.jsonl"]
     assert got[1] == got[0] and got[2] == got[0]
+
+
+def test_a_reject_holding_line_separators_survives_the_stream(tmp_path):
+    """A rejected line with U+2028, U+0085 and invalid UTF-8 comes back from the stream byte for byte, and the
+    stream's count of rejects matches (else the stream is not used)."""
+    from contam_assets.store.pool import Reject
+
+    cfg = preset("default")
+    rejects = [Reject(line=1, reason="bad_json x", raw="{\u2028not\u0085json\n".encode()),
+               Reject(line=4, reason="bad_json y", raw=b"\xff\xfe{\n")]
+    w = token_cache.StreamWriter(tmp_path, "s.jsonl", "k" * 16, cfg.tokenizer)
+    w.add(0, np.array([1, 2, 3]))
+    w.commit({"read": 3, "rejected": 2, "bytes": 10, "reject_reasons": "{}", "shard_fingerprint": "f"}, rejects)
+    s = token_cache.load(tmp_path, "s.jsonl", "k" * 16)
+    assert s is not None and s.rejects == rejects

@@ -7,7 +7,6 @@ some tasks; the caller writes the outcome (rescan/state.py).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -35,6 +34,7 @@ from contam_assets.rescan.shard import (
     match_frame,
     outcome_rows,
     read_batches,
+    reject_reasons,
     shard_stats_row,
     status_of,
 )
@@ -111,10 +111,6 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
     tasks = list(ref.tasks)
     return ShardOutcome(shard, "full", stats=stats, rejects=rejects, stream_key=key if writer else None, tasks=tasks,
                         drop=tasks, docs_scanned=counters["scanned"] - counters["prefiltered"], **outcome_rows(sink, matches))
-
-
-def reject_reasons(rejects: list[Reject]) -> str:
-    return json.dumps(dict(Counter(r.reason.split(" ")[0] for r in rejects)), sort_keys=True)
 
 
 def stream_meta(shard: str, fingerprint: str, counters: Counter, rejects: list[Reject]) -> dict:

@@ -70,6 +70,11 @@ def read_batches(path: Path, shard: str, content_key: str, max_doc_bytes: int, c
         yield batch
 
 
+def reject_reasons(rejects: list[Reject]) -> str:
+    """Rejects per reason (its first word), as JSON: shard_stats.reject_reasons."""
+    return json.dumps(dict(Counter(r.reason.split(" ")[0] for r in rejects)), sort_keys=True)
+
+
 def status_of(failures: list[StreamFailure], read: int) -> dict:
     """status / status_reason / error_offset / error_line of a shard read with these stream failures."""
     if not failures:
@@ -171,7 +176,7 @@ def scan_shard(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: D
         sink.extend(r)
         counters.update(c)
     matches = sink.close()
-    reasons = json.dumps(dict(Counter(r.reason.split(" ")[0] for r in rejects)), sort_keys=True)
+    reasons = reject_reasons(rejects)
     stats = shard_stats_row(shard, counters, len(rejects), reasons, sink, time.perf_counter() - t0, preset,
                             index_digest, fingerprint="", status=status_of(failures, counters["read"]))
     return ShardResult(shard=shard, matches=matches, stats=stats, rejects=rejects, prefiltered=counters["prefiltered"])
