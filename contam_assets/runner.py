@@ -190,7 +190,7 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     n = engine.processes(len(shards))
     ranged = detect_runs(n)
     if ranged:
-        failed = scan_range(settings, defs, instance, n, log)
+        failed = scan_range(settings, defs, instance, n, shards, log)
     else:
         failed = {}
         for i, shard in enumerate(shards, 1):
@@ -205,7 +205,7 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     _run_job(defs, report_job, instance, log=log)
     clock.lap("report")
     if ranged:
-        failed |= mix_ranges(settings, defs, instance, failed, log)
+        failed |= mix_ranges(settings, defs, instance, [s for s in shards if s not in failed], log)
     for shard in shards if not ranged else []:
         if shard in failed:
             continue
@@ -271,39 +271,47 @@ class _Clock:
         self.t = now
 
 
-def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, processes: int,
-               log: Callable[[str], None] = print) -> dict[str, str]:
-    """Every shard in one scan_shards run over the whole partition range, its scans spread over ``processes``
-    worker processes (the run's step stays the only DuckDB writer); shard -> why it failed."""
-    keys = instance.get_dynamic_partitions(shards_partitions.name)
-    log(f"scan {len(keys)} shard(s) on {processes} processes")
-    try:
-        _run_job(defs, scan_shards_job, instance, log=log,
-                 tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
-        return {}
-    except StepFailed as exc:
-        with store.connect(settings.db_path, read_only=True) as con:
-            failed = {e["shard"]: e["message"] for e in shards_db.errors(con) if e["step"] in ("scan", "write")}
-        if not failed:  # the run failed as a whole (not one shard)
-            failed = dict.fromkeys(keys, str(exc))
-        for shard, why in failed.items():
-            log(f"  {shard} failed: {why}")
-        return failed
-
-
-def mix_ranges(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, skip: dict[str, str],
-               log: Callable[[str], None] = print) -> dict[str, str]:
-    """The mix of every shard not in ``skip``, one write_mix run per stretch of consecutive partitions (a run per
-    shard costs more than a small shard's mix); shard -> why its mix failed."""
-    keys = instance.get_dynamic_partitions(shards_partitions.name)
-    stretches, cur = [], []
+def stretches(keys: list[str], wanted: list[str]) -> list[list[str]]:
+    """The runs of consecutive partition ``keys`` that are all in ``wanted``: a ranged run covers only these (an
+    instance shared with another pool or output folder holds partitions this run must not touch)."""
+    keep, out, cur = set(wanted), [], []
     for k in keys:
-        if k in skip:
-            stretches, cur = stretches + ([cur] if cur else []), []
-        else:
+        if k in keep:
             cur.append(k)
+        elif cur:
+            out, cur = out + [cur], []
+    return out + ([cur] if cur else [])
+
+
+def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, processes: int,
+               shards: list[str], log: Callable[[str], None] = print) -> dict[str, str]:
+    """Every shard of ``shards`` in scan_shards runs over ranges of partitions (one run where they are consecutive),
+    its scans spread over ``processes`` worker processes (the run's step stays the only DuckDB writer);
+    shard -> why it failed."""
+    parts = stretches(instance.get_dynamic_partitions(shards_partitions.name), shards)
+    log(f"scan {len(shards)} shard(s) on {processes} processes")
     failed: dict[str, str] = {}
-    for part in stretches + ([cur] if cur else []):
+    for part in parts:
+        try:
+            _run_job(defs, scan_shards_job, instance, log=log,
+                     tags={ASSET_PARTITION_RANGE_START_TAG: part[0], ASSET_PARTITION_RANGE_END_TAG: part[-1]})
+            continue
+        except StepFailed as exc:
+            with store.connect(settings.db_path, read_only=True) as con:
+                errs = {e["shard"]: e["message"] for e in shards_db.errors(con)
+                        if e["step"] in ("scan", "write") and e["shard"] in part}
+            for shard, why in (errs or dict.fromkeys(part, str(exc))).items():  # none: the run failed as a whole
+                failed[shard] = why
+                log(f"  {shard} failed: {why}")
+    return failed
+
+
+def mix_ranges(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, shards: list[str],
+               log: Callable[[str], None] = print) -> dict[str, str]:
+    """The mix of ``shards``, one write_mix run per stretch of consecutive partitions (a run per shard costs more
+    than a small shard's mix); shard -> why its mix failed."""
+    failed: dict[str, str] = {}
+    for part in stretches(instance.get_dynamic_partitions(shards_partitions.name), shards):
         try:
             _run_job(defs, mix_job, instance, log=log, tags={ASSET_PARTITION_RANGE_START_TAG: part[0],
                                                              ASSET_PARTITION_RANGE_END_TAG: part[-1]})

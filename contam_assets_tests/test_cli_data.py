@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 
 def contam(*args, cwd=None, env_extra=None):
@@ -91,3 +92,35 @@ def test_custom_task_folder(tmp_path, shared_data):
     assert "removed 3" in r.stdout  # the train items are not in this registry
     r = contam("detect", "--pool", pool, "--out", out, "--tasks-dir", tmp_path / "nope")
     assert r.returncode == 2 and "task folder not found" in r.stderr
+
+
+def test_the_command_exits_with_its_code_its_output_and_its_exit_handlers(tmp_path):
+    """`contam` leaves without the interpreter's heap teardown (cli.entry), and loses nothing for it: the exit code,
+    every byte written to a piped stdout and stderr, the exit handlers; with another thread running it exits as
+    usual, after that thread."""
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent('''
+        import atexit, sys, threading, time
+        from pathlib import Path
+        import contam_assets.cli as cli
+        marks = Path(sys.argv[1])
+        def main():
+            atexit.register(lambda: marks.write_text(marks.read_text() + "handler\\n"))
+            for _ in range(2001):  # small writes: the last of them still sit in the buffer
+                sys.stdout.write("x" * 100)
+            sys.stderr.write("to stderr")
+            if sys.argv[2] == "thread":
+                threading.Thread(target=lambda: (time.sleep(0.5), marks.write_text(marks.read_text() + "thread\\n"))).start()
+            return 3
+        cli.main = main
+        marks.write_text("")
+        cli.entry()
+        marks.write_text(marks.read_text() + "not reached\\n")
+    '''))
+    for mode, want in (("alone", "handler\n"), ("thread", "thread\nhandler\n")):
+        marks = tmp_path / f"marks-{mode}"
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered, as a user's shell has it
+        r = subprocess.run([sys.executable, str(script), str(marks), mode], capture_output=True, text=True, timeout=120,
+                           env=env)
+        assert (r.returncode, len(r.stdout), r.stderr) == (3, 200_100, "to stderr")
+        assert marks.read_text() == want

@@ -230,3 +230,41 @@ def test_new_shards_sensor_adds_partitions_once(detected, tmp_path):
         inst.add_dynamic_partitions(shards_partitions.name, r1.dynamic_partitions_requests[0].partition_keys)
         r2 = new_shards_sensor(dg.build_sensor_context(instance=inst, cursor=r1.cursor, resources={"contam_settings": s}))
         assert r2.run_requests == [] and not r2.dynamic_partitions_requests
+
+
+def test_a_dagster_home_shared_by_two_pools_scans_only_this_pools_shards(tmp_path, shared_data, monkeypatch):
+    """`contam detect` with a DAGSTER_HOME that already holds another pool's shard partitions: its ranged runs
+    cover only this pool's shards (two stretches here, b and d around the other pool's c), every one of them is
+    scanned and mixed, and the other pool's partitions are left alone."""
+    monkeypatch.setenv("CONTAM_DETECT_RUNS", "ranged")
+    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "1")
+    gsm = _jsonl(shared_data / "gsm8k_test.jsonl")
+    host = HostText(11)
+
+    def pool(root: Path, names: list[str], planted: str) -> Path:
+        root.mkdir()
+        for n in names:
+            docs = [host.document() for _ in range(6)]
+            if n == planted:
+                docs[2] = f"{host.paragraph()}\n\n{gsm[3]['question']}\n{gsm[3]['answer']}"
+            (root / n).write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+        return root
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    instance = dg.DagsterInstance.local_temp(str(home))
+    first = ContamSettings(out_dir=str(tmp_path / "out1"), pool_dir=str(pool(tmp_path / "pool1", ["a.jsonl", "b.jsonl", "c.jsonl"], "a.jsonl")),
+                           benchmarks_dir=str(shared_data), tasks="gsm8k")
+    assert run_detect(first, instance, log=lambda m: None)["failed"] == {}
+    second = ContamSettings(out_dir=str(tmp_path / "out2"), pool_dir=str(pool(tmp_path / "pool2", ["b.jsonl", "d.jsonl"], "d.jsonl")),
+                            benchmarks_dir=str(shared_data), tasks="gsm8k")
+    lines: list[str] = []
+    summary = run_detect(second, instance, log=lines.append)
+    assert summary["failed"] == {} and summary["shards"] == 2 and summary["removed"] == 1, (summary, lines)
+    assert "scan 2 shard(s) on 1 processes" in lines
+    assert q(second, "select shard, read, removed from shard_stats order by shard") == [("b.jsonl", 6, 0), ("d.jsonl", 6, 1)]
+    assert q(second, "select shard, line from removals") == [("d.jsonl", 2)]
+    assert sorted(p.name for p in (second.out_path / "mix").iterdir()) == ["b.jsonl", "d.jsonl"]
+    assert count_lines(second.out_path / "mix" / "d.jsonl") == 5
+    assert instance.get_dynamic_partitions(shards_partitions.name) == ["a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"]
+    assert q(first, "select shard from shard_stats order by shard") == [("a.jsonl",), ("b.jsonl",), ("c.jsonl",)]

@@ -195,6 +195,30 @@ def test_a_first_scan_from_a_shared_token_cache_keeps_the_rejects_out_of_the_mix
     assert got[0][0] == [("a.jsonl", 201, 0, 2), ("b.jsonl.gz", 201, 0, 2)]  # 203 lines: 201 documents, 2 rejects
     assert got[0][2] == ["a.jsonl.jsonl", "b.jsonl.gz.jsonl"]
     assert got[1] == got[0] and got[2] == got[0]
+    # the third run tokenized both shards again and handed the old streams their rejects
+    assert sorted(str(p.relative_to(cache).parent.parent) for p in cache.rglob("rejects.jsonl")) == ["a.jsonl", "b.jsonl.gz"]
+    assert not [p for p in cache.rglob(".tmp-*")]
+
+
+def test_a_stream_written_before_rejects_were_kept_gets_them_from_the_next_writer(tmp_path):
+    from contam_assets.store.pool import Reject
+
+    cfg, key = preset("default"), "k" * 16
+    meta = {"read": 3, "rejected": 1, "bytes": 10, "reject_reasons": "{}", "shard_fingerprint": "f"}
+    rejects = [Reject(line=2, reason="bad_json", raw=b"{oops\n")]
+    for run in range(2):
+        w = token_cache.StreamWriter(tmp_path, "s.jsonl", key, cfg.tokenizer)
+        w.add(0, np.array([7, 8, 9]))
+        w.add(1, np.array([10]))
+        w.commit(meta, rejects)
+        if run == 0:  # as an older version wrote it
+            (token_cache.stream_dir(tmp_path, "s.jsonl", key) / token_cache.REJECTS).unlink()
+            assert token_cache.load(tmp_path, "s.jsonl", key).rejects is None
+            assert not token_cache.exists(tmp_path, "s.jsonl", key, with_rejects=True)
+    s = token_cache.load(tmp_path, "s.jsonl", key)
+    assert s.rejects == rejects and s.tokens.tolist() == [7, 8, 9, 10] and s.lines.tolist() == [0, 1]
+    assert token_cache.exists(tmp_path, "s.jsonl", key, with_rejects=True)
+    assert sorted(p.name for p in (tmp_path / "s.jsonl").iterdir()) == [key]
 
 
 def test_a_reject_holding_line_separators_survives_the_stream(tmp_path):

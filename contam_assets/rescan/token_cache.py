@@ -8,7 +8,8 @@ depends on the reference set, so the first scan of a shard keeps its token ids:
                                       (uint32 for cl100k, uint64 for the word tokenizer)
     <root>/<shard>/<key>/docs.npz     lines (int64), offsets (int64, n_docs + 1), meta (JSON)
     <root>/<shard>/<key>/rejects.jsonl  the shard's rejected lines, as <out>/rejected/<shard>.jsonl holds them
-                                      (a stream written before it existed has none: see `exists`)
+                                      (a stream written before it existed has none: see `exists`;
+                                      the next writer of its key adds it)
 
 `key` hashes everything the tokens depend on: the shard's fingerprint (so a changed
 shard never reuses a stale stream), the tokenizer, the cleaning options, the content key
@@ -147,7 +148,13 @@ class StreamWriter:
         try:
             os.rename(self.tmp, final)
         except OSError:
-            # another process published the same key first; its stream is identical
+            # another process published the same key first; its stream is identical.  A stream written before
+            # streams kept their rejects gets this one's, in one rename (a reader sees the whole file or none)
+            if (final / "docs.npz").is_file() and not (final / REJECTS).is_file():
+                try:
+                    os.replace(self.tmp / REJECTS, final / REJECTS)
+                except OSError:
+                    pass  # left as it was: not used for a first scan (see `exists`)
             shutil.rmtree(self.tmp, ignore_errors=True)
         prune(self.root, self.shard, keep=self.key)
         return final

@@ -177,5 +177,9 @@ def remove_outputs(out_dir: Path, shard: str, rejected: bool = True) -> list[str
 
 
 def count_lines(path: Path) -> int:
+    """Lines of the decompressed file as a line-by-line read counts them: its newlines, plus a last line without one."""
+    n, last = 0, b"\n"
     with open_binary(path) as fh:
-        return sum(1 for _ in fh)
+        while chunk := fh.read(1 << 20):
+            n, last = n + chunk.count(b"\n"), chunk[-1:]
+    return n + (last != b"\n")
