@@ -348,6 +348,8 @@ def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Calla
         instance.add_dynamic_partitions(shards_partitions.name, sorted(set(shards) - known))
     log("applying review decisions")
     _run_job(defs, report_job, instance, log=log)
+    if detect_runs(resources_for(settings)["contam_scan_engine"].processes(len(shards))):  # as `contam detect` mixes
+        return summary(settings, decon_outputs(settings, log), failed=mix_ranges(settings, defs, instance, shards, log))
     failed: dict[str, str] = {}
     for shard in shards:
         try:

@@ -148,7 +148,8 @@ def test_rematerializing_a_shard_gives_the_same_rows(detected):
     assert q(s, "select count(*), count(distinct match_id) from matches")[0] == (len(before), len(before))
 
 
-def test_review_decision_applies_to_removals_and_mix(detected, tmp_path):
+def test_review_decision_applies_to_removals_and_mix(detected, tmp_path, monkeypatch):
+    """Applied by ranged mix runs over 2 workers, then by a run per shard (CONTAM_SCAN_WORKERS=1)."""
     s, inst, truth, out = detected["settings"], detected["instance"], detected["truth"], detected["out"]
     from contam_assets.cli import main
 
@@ -156,7 +157,10 @@ def test_review_decision_applies_to_removals_and_mix(detected, tmp_path):
     mid = q(s, "select match_id from matches where shard = ? and line = ? and needs_review and flagged", [shard, line])[0][0]
     assert main(["review", str(out), "--accept", mid, "--reviewer", "test"]) == 0
     assert main(["review", str(out), "--accept", "nope"]) == 2
+    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "2")
+    runs = len(inst.get_runs())
     run_apply(s, inst, log=lambda m: None)
+    assert len(inst.get_runs()) == runs + 2  # apply_reviews and one write_mix over the 3 shards
     removed = {(r[0], r[1]) for r in q(s, "select shard, line from removals")}
     assert (shard, line) in removed
     other = [k for k in truth["review"] if k != (shard, line)][0]
@@ -166,8 +170,13 @@ def test_review_decision_applies_to_removals_and_mix(detected, tmp_path):
     assert f"c{line}" not in ids and f"c{other[1]}" in ids
     # reject it again: the document comes back
     assert main(["review", str(out), "--reject", mid]) == 0
+    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "1")
+    runs = len(inst.get_runs())
     run_apply(s, inst, log=lambda m: None)
+    assert len(inst.get_runs()) == runs + 4  # apply_reviews and a write_mix per shard
     assert (shard, line) not in {(r[0], r[1]) for r in q(s, "select shard, line from removals")}
+    with zstandard.open(out / "mix" / "c/code.jsonl.zst", "rt") as fh:
+        assert f"c{line}" in {json.loads(l)["id"] for l in fh}
 
 
 def test_two_shard_runs_in_parallel_processes_lose_no_rows(detected, tmp_path):
