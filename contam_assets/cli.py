@@ -62,7 +62,7 @@ def entry() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: what a normal exit would also lose
+        except (OSError, ValueError, AttributeError):  # a closed pipe or stream, or none: what a normal exit loses too
             pass
     os._exit(rc)
 

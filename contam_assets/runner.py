@@ -283,6 +283,15 @@ def stretches(keys: list[str], wanted: list[str]) -> list[list[str]]:
     return out + ([cur] if cur else [])
 
 
+def _uncovered(parts: list[list[str]], shards: list[str], log: Callable[[str], None]) -> dict[str, str]:
+    """The shards no partition stands for (removed from the instance while this run ran): failed, not skipped."""
+    covered = {k for part in parts for k in part}
+    failed = {s: "no partition in the Dagster instance (removed while this run ran?)" for s in shards if s not in covered}
+    for shard, why in failed.items():
+        log(f"  {shard} failed: {why}")
+    return failed
+
+
 def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, processes: int,
                shards: list[str], log: Callable[[str], None] = print) -> dict[str, str]:
     """Every shard of ``shards`` in scan_shards runs over ranges of partitions (one run where they are consecutive),
@@ -290,7 +299,7 @@ def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.Dags
     shard -> why it failed."""
     parts = stretches(instance.get_dynamic_partitions(shards_partitions.name), shards)
     log(f"scan {len(shards)} shard(s) on {processes} processes")
-    failed: dict[str, str] = {}
+    failed = _uncovered(parts, shards, log)
     for part in parts:
         try:
             _run_job(defs, scan_shards_job, instance, log=log,
@@ -310,8 +319,9 @@ def mix_ranges(settings: ContamSettings, defs: dg.Definitions, instance: dg.Dags
                log: Callable[[str], None] = print) -> dict[str, str]:
     """The mix of ``shards``, one write_mix run per stretch of consecutive partitions (a run per shard costs more
     than a small shard's mix); shard -> why its mix failed."""
-    failed: dict[str, str] = {}
-    for part in stretches(instance.get_dynamic_partitions(shards_partitions.name), shards):
+    parts = stretches(instance.get_dynamic_partitions(shards_partitions.name), shards)
+    failed = _uncovered(parts, shards, log)
+    for part in parts:
         try:
             _run_job(defs, mix_job, instance, log=log, tags={ASSET_PARTITION_RANGE_START_TAG: part[0],
                                                              ASSET_PARTITION_RANGE_END_TAG: part[-1]})

@@ -221,6 +221,35 @@ def test_a_stream_written_before_rejects_were_kept_gets_them_from_the_next_write
     assert sorted(p.name for p in (tmp_path / "s.jsonl").iterdir()) == [key]
 
 
+def test_a_stream_folder_left_half_removed_or_with_another_count_of_rejects(tmp_path):
+    """A key's folder holding only a stray rejects file (a prune's rmtree beside a writer) is replaced by the next
+    whole stream; an old stream whose own count of rejects differs from the writer's is not handed them."""
+    from contam_assets.store.pool import Reject
+
+    cfg, key = preset("default"), "k" * 16
+    one = [Reject(line=2, reason="bad_json", raw=b"{oops\n")]
+    two = one + [Reject(line=5, reason="bad_json", raw=b"{again\n")]
+
+    def write(root, rejects):
+        w = token_cache.StreamWriter(root, "s.jsonl", key, cfg.tokenizer)
+        w.add(0, np.array([7, 8]))
+        w.commit({"read": 1 + len(rejects), "rejected": len(rejects), "bytes": 10, "reject_reasons": "{}",
+                  "shard_fingerprint": "f"}, rejects)
+
+    stray = token_cache.stream_dir(tmp_path / "a", "s.jsonl", key)
+    stray.mkdir(parents=True)
+    (stray / token_cache.REJECTS).write_text("")
+    write(tmp_path / "a", one)
+    s = token_cache.load(tmp_path / "a", "s.jsonl", key)
+    assert s is not None and s.rejects == one and s.tokens.tolist() == [7, 8]
+
+    write(tmp_path / "b", one)
+    (token_cache.stream_dir(tmp_path / "b", "s.jsonl", key) / token_cache.REJECTS).unlink()
+    write(tmp_path / "b", two)  # not the stream these belong with
+    s = token_cache.load(tmp_path / "b", "s.jsonl", key)
+    assert s is not None and s.rejects is None and s.meta["rejected"] == 1
+
+
 def test_a_reject_holding_line_separators_survives_the_stream(tmp_path):
     """A rejected line with U+2028, U+0085 and invalid UTF-8 comes back from the stream byte for byte, and the
     stream's count of rejects matches (else the stream is not used)."""

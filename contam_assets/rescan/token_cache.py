@@ -148,16 +148,30 @@ class StreamWriter:
         try:
             os.rename(self.tmp, final)
         except OSError:
-            # another process published the same key first; its stream is identical.  A stream written before
-            # streams kept their rejects gets this one's, in one rename (a reader sees the whole file or none)
-            if (final / "docs.npz").is_file() and not (final / REJECTS).is_file():
+            if not (final / "docs.npz").is_file():  # a folder left half removed (a prune beside a writer): replace it
+                shutil.rmtree(final, ignore_errors=True)
                 try:
-                    os.replace(self.tmp / REJECTS, final / REJECTS)
+                    os.rename(self.tmp, final)
                 except OSError:
-                    pass  # left as it was: not used for a first scan (see `exists`)
-            shutil.rmtree(self.tmp, ignore_errors=True)
+                    shutil.rmtree(self.tmp, ignore_errors=True)
+            else:
+                # another process published the same key first; its stream is identical.  A stream written before
+                # streams kept their rejects gets this one's, in one rename (a reader sees the whole file or none)
+                self._hand_rejects(final, len(rejects))
+                shutil.rmtree(self.tmp, ignore_errors=True)
         prune(self.root, self.shard, keep=self.key)
         return final
+
+    def _hand_rejects(self, final: Path, n_rejects: int) -> None:
+        if (final / REJECTS).is_file():
+            return
+        try:
+            with np.load(final / "docs.npz", allow_pickle=False) as z:
+                if json.loads(bytes(z["meta"]).decode()).get("rejected") != n_rejects:
+                    return  # not the stream these rejects belong with: left as it was
+            os.replace(self.tmp / REJECTS, final / REJECTS)
+        except (OSError, ValueError, KeyError):
+            pass  # left as it was: not used for a first scan (see `exists`)
 
     def abort(self) -> None:
         if not self._fh.closed:
