@@ -145,3 +145,97 @@ def test_outcomes_written_in_one_batch_equal_one_write_each_and_a_bad_one_fails_
                 "select * exclude (scanned_at) from shard_scans where {} order by rowid",
                 "select * from removals where {} order by shard, line"):  # a group by: its row order is its own
         assert table(batched, sql.format("true")).equals(table(one, sql.format(keep))), sql
+
+
+def _rows(o):
+    """An outcome's match rows: in memory, or in its Parquet part."""
+    import polars as pl
+
+    return o.matches if o.matches is not None else pl.read_parquet(o.matches_path) if o.matches_path else None
+
+
+def _same(a, b) -> bool:
+    """Two outcomes of one shard hold the same rows and counters (not the same worker or seconds)."""
+    drop = {"seconds"}
+    ra, rb = _rows(a), _rows(b)
+    return (((ra is None and rb is None) or ra.equals(rb)) and a.n_matches == b.n_matches
+            and {k: v for k, v in a.stats.items() if k not in drop} == {k: v for k, v in b.stats.items() if k not in drop})
+
+
+def test_workers_read_the_index_from_its_folder_and_one_that_holds_another_fails_each_shard(tmp_path, shared_data):
+    """`source`: each worker reads the index and records from the index folder instead of receiving them pickled
+    through its pipe; the outcomes are those of the pickled hand-over.  A folder that cannot be read, or holds another
+    index than the step's, fails every shard with the reason, and the pool goes on."""
+    from contam_assets.defs.data.scan_jobs import plan_jobs
+    from contam_assets.defs.resources import detect_config
+    from contam_assets.detector.index import build_index
+    from contam_assets.rescan.plan import load_task_hashes
+
+    pool, tasks = tmp_path / "pool", make_tasks_dir(tmp_path / "tasks")
+    write_pool(pool, shared_data, n_shards=4, docs=30)
+    s = settings(tmp_path / "out", pool, tasks, shared_data)
+    build_reference(s, instance(tmp_path / "home"))
+    cfg = detect_config(s)
+    index, records, digest = artifacts.load_index(s.out_path)
+    folder = artifacts.index_dir(s.out_path, digest)
+    jobs, _, _ = plan_jobs(s, SHARDS, cfg, digest, load_task_hashes(folder, records, cfg), None, "auto", {})
+    piped = list(scan_in_processes(jobs, index, records, 2))
+    read = list(scan_in_processes(jobs, index, records, 2, source=folder))
+    assert [j.shard for j, _ in read] == SHARDS
+    assert sum(_rows(o).height for _, o in read if _rows(o) is not None) > 0
+    assert all(_same(a, b) for (_, a), (_, b) in zip(piped, read, strict=True))
+
+    from contam_assets.rescan import pool_scan
+
+    shape = (len(index.q_keys), len(index.record_ids), records.height)
+    try:  # in this process, as a worker starts: the step's own tables are kept on the index it reads
+        pool_scan._init_from(str(folder), {"_record_max_idf": index.record_max_idf()}, shape)
+        assert "error" not in pool_scan._WORKER
+        assert pool_scan._WORKER["index"].__dict__["_record_max_idf"] is index.record_max_idf()
+        assert pool_scan._WORKER["records"].equals(records)
+    finally:
+        pool_scan._WORKER.clear()
+
+    other = artifacts.save_index(tmp_path / "other", "x", records.head(50), build_index(records.head(50), cfg))
+    for bad, why in ((tmp_path / "missing", "FileNotFoundError"), (other, "holds another index than the step's")):
+        got = list(scan_in_processes(jobs, index, records, 2, source=bad))
+        assert [j.shard for j, _ in got] == SHARDS
+        assert all(isinstance(o, RuntimeError) and f"could not read the index at {bad}" in str(o) and why in str(o)
+                   for _, o in got), got
+
+
+WARM = """
+import json, multiprocessing.forkserver as fs, os, sys
+from contam_assets.rescan.processes import WORKER_MODULES, start_pool, warm_forkserver
+env = json.loads(sys.argv[1])
+warmed = warm_forkserver(env)
+pid = None
+if warmed:
+    pool = start_pool(1, ["contam_assets.rescan.mix"])  # a pool started later uses the warm server
+    worker = pool.submit(os.getppid).result()
+    pool.shutdown()
+    cmd = open(f"/proc/{worker}/cmdline", "rb").read().decode().split("\\0")
+    print(json.dumps({"warmed": True, "server": worker, "cmd": " ".join(cmd), "modules": WORKER_MODULES}))
+else:
+    print(json.dumps({"warmed": False, "started": fs._forkserver._forkserver_pid is not None}))
+"""
+
+
+def test_the_forkserver_is_warmed_with_every_worker_module_only_where_local_pools_start(tmp_path):
+    """`contam detect` starts the forkserver first, preloading the modules of every pool (scan, mix, tokenizing
+    ahead); a pool started later forks from it.  One worker, or Ray, starts no server."""
+    import json
+    import subprocess
+    import sys
+
+    def warm(env: dict) -> dict:
+        out = subprocess.run([sys.executable, "-c", WARM, json.dumps(env)], capture_output=True, text=True, check=True,
+                             timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    got = warm({"CONTAM_SCAN_WORKERS": "2"})
+    assert got["warmed"] and "multiprocessing.forkserver" in got["cmd"]
+    assert all(m in got["cmd"] for m in got["modules"])  # the server preloaded every worker module
+    assert {"contam_assets.rescan.pool_scan", "contam_assets.rescan.mix", "contam_assets.rescan.ahead"} <= set(got["modules"])
+    for env in ({"CONTAM_SCAN_WORKERS": "1"}, {"CONTAM_SCAN_WORKERS": "2", "CONTAM_SCAN_ENGINE": "ray"}):
+        assert warm(env) == {"warmed": False, "started": False}, env

@@ -180,7 +180,9 @@ def print_summary(s: dict) -> None:
 
 def run(args) -> int:
     from contam_assets.cli import CliError
+    from contam_assets.rescan.processes import warm_forkserver
 
+    warm_forkserver()  # the workers' modules imported on another core while this process imports Dagster
     settings = settings_from_args(args)
     from contam_assets import runner
 

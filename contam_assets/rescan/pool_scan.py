@@ -16,6 +16,8 @@ in a fresh pool, and only the one that kills its worker again fails (``WorkerDie
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import fields
+from pathlib import Path
 
 import polars as pl
 
@@ -23,6 +25,7 @@ from contam_assets.detector.index import NgramIndex
 from contam_assets.rescan.jobs import ShardJob, run_shard_job_shared
 from contam_assets.rescan.processes import WorkerDied, available_cpus, map_in_order
 from contam_assets.rescan.shard import ShardOutcome
+from contam_assets.store.artifacts import read_index_dir
 
 __all__ = ["WorkerDied", "available_cpus", "scan_in_processes"]
 
@@ -33,13 +36,36 @@ def _init(index: NgramIndex, records: pl.DataFrame) -> None:
     _WORKER["index"], _WORKER["records"] = index, records
 
 
+def _init_from(folder: str, extras: dict, shape: tuple[int, int, int]) -> None:
+    """The index and records read by each worker from the index's own folder, all at once, instead of pickled
+    through one pipe per worker while the step waits (98 MB for today's registry: 0.8-1.7 s of the step for two
+    workers, ~0.1 s this way).  ``extras``: what the step computed on its index (the prefilter, lookup tables)."""
+    try:
+        index, records = read_index_dir(Path(folder))
+        if (len(index.q_keys), len(index.record_ids), records.height) != shape:
+            raise ValueError(f"holds another index than the step's ({shape} keys, records, rows)")
+        index.__dict__.update(extras)
+        _init(index, records)
+    except Exception as exc:  # noqa: BLE001 - each shard of this worker fails with the reason, the pool lives on
+        _WORKER["error"] = f"the scan worker could not read the index at {folder}: {type(exc).__name__}: {exc}"
+
+
 def _scan(job: ShardJob) -> ShardOutcome:
+    if "error" in _WORKER:
+        raise RuntimeError(_WORKER["error"])
     return run_shard_job_shared(job, _WORKER["index"], _WORKER["records"])
 
 
 def scan_in_processes(jobs: list[ShardJob], index: NgramIndex, records: pl.DataFrame, workers: int,
-                      idle: Callable[[], None] | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+                      idle: Callable[[], None] | None = None,
+                      source: Path | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
     """(job, outcome or exception) for every job, in the jobs' order, scanned by ``workers`` processes;
-    ``idle()`` is called while the next outcome is not back yet."""
-    yield from map_in_order(_scan, jobs, workers, preload=["contam_assets.rescan.pool_scan"], init=_init,
-                            initargs=(index, records), label=lambda j: f"scanning {j.shard}", idle=idle)
+    ``idle()`` is called while the next outcome is not back yet.  ``source``: the index folder ``index`` and
+    ``records`` were read from unchanged (`artifacts.read_index_dir`); the workers then read them from there."""
+    if source is None:
+        init, initargs = _init, (index, records)
+    else:
+        extras = {k: v for k, v in index.__dict__.items() if k not in {f.name for f in fields(index)}}
+        init, initargs = _init_from, (str(source), extras, (len(index.q_keys), len(index.record_ids), records.height))
+    yield from map_in_order(_scan, jobs, workers, preload=["contam_assets.rescan.pool_scan"], init=init,
+                            initargs=initargs, label=lambda j: f"scanning {j.shard}", idle=idle)

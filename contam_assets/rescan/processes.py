@@ -68,6 +68,25 @@ def frozen_heap():
         gc.unfreeze()
 
 
+# every module a pool of this package runs its work in (scan, mix, tokenizing ahead): `warm_forkserver` has the
+# server import them all once, and the workers of every pool start from that copy
+WORKER_MODULES = ["contam_assets.rescan.ahead", "contam_assets.rescan.mix", "contam_assets.rescan.pool_scan"]
+
+
+def warm_forkserver(env=os.environ) -> bool:
+    """Start this process's forkserver now, importing every worker module in its own process while this one goes
+    on (`contam detect` imports Dagster meanwhile): the first pool then starts without waiting for those imports,
+    and no worker imports them again.  False where no local pool would start (one worker, Ray, no forkserver)."""
+    if ("forkserver" not in mp.get_all_start_methods() or workers_from_env(2, env) < 2
+            or env.get("CONTAM_SCAN_ENGINE", "local").strip().lower() == "ray"):
+        return False
+    from multiprocessing import forkserver
+
+    mp.get_context("forkserver").set_forkserver_preload(WORKER_MODULES)
+    forkserver.ensure_running()
+    return True
+
+
 def _context(preload: list[str]):
     # forkserver: workers never fork a step process's threads (Dagster's, DuckDB's); the server
     # imports the worker code once, so each worker starts in a fraction of a second

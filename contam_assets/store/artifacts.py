@@ -72,8 +72,12 @@ def current_digest(out_dir: Path) -> str:
 
 def load_index(out_dir: Path, digest: str | None = None) -> tuple[NgramIndex, pl.DataFrame, str]:
     digest = digest or current_digest(out_dir)
-    d = index_dir(out_dir, digest)
-    return NgramIndex.load(d / "index.npz"), pl.read_parquet(d / "records.parquet"), digest
+    return *read_index_dir(index_dir(out_dir, digest)), digest
+
+
+def read_index_dir(d: Path) -> tuple[NgramIndex, pl.DataFrame]:
+    """The index and reference records kept in one index folder (`save_index`)."""
+    return NgramIndex.load(Path(d) / "index.npz"), pl.read_parquet(Path(d) / "records.parquet")
 
 
 def write_rejects(out_dir: Path, shard: str, rejects: list[Reject]) -> Path | None:

@@ -266,7 +266,8 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     # several outcomes per connection and transaction (rescan/outcomes.py); the rows are one write per shard's
     writer = OutcomeWriter(contam_db.connect, sigs, finish, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
                            records=records)
-    for job, out in contam_scan_engine.run(jobs, index, ref, idle=writer.idle):
+    source = artifacts.index_dir(contam_settings.out_path, digest)  # local workers read the index from there
+    for job, out in contam_scan_engine.run(jobs, index, ref, idle=writer.idle, source=source):
         if not isinstance(out, Exception) and out.rejects is not None:
             try:
                 artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)

@@ -57,12 +57,13 @@ class ScanEngine(dg.ConfigurableResource):
         n = self.processes(n_jobs)
         return f"{n} local processes" if n > 1 else "in-process"
 
-    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference,
-            idle: Callable[[], None] | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
-        """(job, outcome or exception) in the jobs' order; ``idle()`` is called while the step waits for the next."""
+    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference, idle: Callable[[], None] | None = None,
+            source: Path | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+        """(job, outcome or exception) in the jobs' order; ``idle()`` is called while the step waits for the next.
+        ``source``: the index folder ``index`` and ``ref.records`` were read from (workers read it themselves)."""
         n = self.processes(len(jobs))
         if n > 1:
-            yield from scan_in_processes(jobs, index, ref.records, n, idle=idle)
+            yield from scan_in_processes(jobs, index, ref.records, n, idle=idle, source=source)
             return
         for job in jobs:
             try:
@@ -95,8 +96,8 @@ class RayScanEngine(ScanEngine):
     def describe(self, n_jobs: int = 1) -> str:
         return f"ray ({self.ray_cluster.name})"
 
-    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference,
-            idle: Callable[[], None] | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference, idle: Callable[[], None] | None = None,
+            source: Path | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
         """Results as they finish (``idle()`` is called every second while none is).  A task lost with its worker process or its node (not an error of the
         scan itself) is submitted again, up to `shard_retries` times; the outcome counts its attempts."""
         import ray
