@@ -211,11 +211,19 @@ env = json.loads(sys.argv[1])
 warmed = warm_forkserver(env)
 pid = None
 if warmed:
+    from contam_assets.detector.compiled import loaded_kernels as loaded
     pool = start_pool(1, ["contam_assets.rescan.mix"])  # a pool started later uses the warm server
     worker = pool.submit(os.getppid).result()
+    kernels = pool.submit(loaded).result()  # before the worker ran any of them
     pool.shutdown()
     cmd = open(f"/proc/{worker}/cmdline", "rb").read().decode().split("\\0")
-    print(json.dumps({"warmed": True, "server": worker, "cmd": " ".join(cmd), "modules": WORKER_MODULES}))
+    print(json.dumps({"warmed": True, "server": worker, "cmd": " ".join(cmd), "modules": WORKER_MODULES,
+                      "kernels": kernels, "here": loaded()}))
+elif env.get("COLD"):  # a server that was not warmed: its workers load the kernels at their first call
+    from contam_assets.detector.compiled import loaded_kernels
+    pool = start_pool(1, ["contam_assets.rescan.mix"])
+    print(json.dumps({"warmed": False, "kernels": pool.submit(loaded_kernels).result()}))
+    pool.shutdown()
 else:
     print(json.dumps({"warmed": False, "started": fs._forkserver._forkserver_pid is not None}))
 """
@@ -223,19 +231,27 @@ else:
 
 def test_the_forkserver_is_warmed_with_every_worker_module_only_where_local_pools_start(tmp_path):
     """`contam detect` starts the forkserver first, preloading the modules of every pool (scan, mix, tokenizing
-    ahead); a pool started later forks from it.  One worker, or Ray, starts no server."""
+    ahead) and the compiled steps; a pool started later forks from it.  One worker, or Ray, starts no server."""
     import json
     import subprocess
     import sys
 
     def warm(env: dict) -> dict:
         out = subprocess.run([sys.executable, "-c", WARM, json.dumps(env)], capture_output=True, text=True, check=True,
-                             timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+                             timeout=120, env={**os.environ, **env, "PYTHONPATH": os.getcwd()})
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     got = warm({"CONTAM_SCAN_WORKERS": "2"})
     assert got["warmed"] and "multiprocessing.forkserver" in got["cmd"]
     assert all(m in got["cmd"] for m in got["modules"])  # the server preloaded every worker module
     assert {"contam_assets.rescan.pool_scan", "contam_assets.rescan.mix", "contam_assets.rescan.ahead"} <= set(got["modules"])
+    # the compiled steps were loaded in the server (preload.py): a worker holds them before its first call; the
+    # process that started the server never ran them, nor does a worker of a server started cold
+    assert got["kernels"] and all(v >= 1 for v in got["kernels"].values()), got["kernels"]
+    assert set(got["here"].values()) == {0}
+    cold = warm({"CONTAM_SCAN_WORKERS": "1", "COLD": "1"})
+    assert set(cold["kernels"]) == set(got["kernels"]) and set(cold["kernels"].values()) == {0}
+    off = warm({"CONTAM_SCAN_WORKERS": "2", "CONTAM_COMPILED": "off"})
+    assert off["warmed"] and set(off["kernels"].values()) == {0}  # the plain paths: nothing compiled is loaded
     for env in ({"CONTAM_SCAN_WORKERS": "1"}, {"CONTAM_SCAN_WORKERS": "2", "CONTAM_SCAN_ENGINE": "ray"}):
         assert warm(env) == {"warmed": False, "started": False}, env

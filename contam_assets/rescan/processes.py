@@ -68,9 +68,11 @@ def frozen_heap():
         gc.unfreeze()
 
 
-# every module a pool of this package runs its work in (scan, mix, tokenizing ahead): `warm_forkserver` has the
-# server import them all once, and the workers of every pool start from that copy
-WORKER_MODULES = ["contam_assets.rescan.ahead", "contam_assets.rescan.mix", "contam_assets.rescan.pool_scan"]
+# every module a pool of this package runs its work in (scan, mix, tokenizing ahead), and preload.py (the compiled
+# steps and the tokenizer, loaded): `warm_forkserver` has the server import them all once, and the workers of
+# every pool start from that copy
+WORKER_MODULES = ["contam_assets.rescan.ahead", "contam_assets.rescan.mix", "contam_assets.rescan.pool_scan",
+                  "contam_assets.rescan.preload"]
 
 
 def warm_forkserver(env=os.environ) -> bool:
