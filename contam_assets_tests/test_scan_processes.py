@@ -187,7 +187,7 @@ def test_workers_read_the_index_from_its_folder_and_one_that_holds_another_fails
 
     from contam_assets.rescan import pool_scan
 
-    shape = (len(index.q_keys), len(index.record_ids), records.height)
+    shape = pool_scan.fingerprint(index, records)
     try:  # in this process, as a worker starts: the step's own tables are kept on the index it reads
         pool_scan._init_from(str(folder), {"_record_max_idf": index.record_max_idf()}, shape)
         assert "error" not in pool_scan._WORKER
@@ -197,7 +197,9 @@ def test_workers_read_the_index_from_its_folder_and_one_that_holds_another_fails
         pool_scan._WORKER.clear()
 
     other = artifacts.save_index(tmp_path / "other", "x", records.head(50), build_index(records.head(50), cfg))
-    for bad, why in ((tmp_path / "missing", "FileNotFoundError"), (other, "holds another index than the step's")):
+    same_counts = artifacts.save_index(tmp_path / "same", "y", records, dataclasses.replace(index, config_json='{"n": 9}'))
+    for bad, why in ((tmp_path / "missing", "FileNotFoundError"), (other, "holds another index than the step's"),
+                     (same_counts, "or other contents")):
         got = list(scan_in_processes(jobs, index, records, 2, source=bad))
         assert [j.shard for j, _ in got] == SHARDS
         assert all(isinstance(o, RuntimeError) and f"could not read the index at {bad}" in str(o) and why in str(o)
@@ -211,7 +213,7 @@ env = json.loads(sys.argv[1])
 warmed = warm_forkserver(env)
 pid = None
 if warmed:
-    from contam_assets.detector.compiled import loaded_kernels as loaded
+    from contam_assets.rescan.pool_scan import loaded_kernels as loaded
     pool = start_pool(1, ["contam_assets.rescan.mix"])  # a pool started later uses the warm server
     worker = pool.submit(os.getppid).result()
     kernels = pool.submit(loaded).result()  # before the worker ran any of them
@@ -220,7 +222,7 @@ if warmed:
     print(json.dumps({"warmed": True, "server": worker, "cmd": " ".join(cmd), "modules": WORKER_MODULES,
                       "kernels": kernels, "here": loaded()}))
 elif env.get("COLD"):  # a server that was not warmed: its workers load the kernels at their first call
-    from contam_assets.detector.compiled import loaded_kernels
+    from contam_assets.rescan.pool_scan import loaded_kernels
     pool = start_pool(1, ["contam_assets.rescan.mix"])
     print(json.dumps({"warmed": False, "kernels": pool.submit(loaded_kernels).result()}))
     pool.shutdown()
@@ -238,7 +240,8 @@ def test_the_forkserver_is_warmed_with_every_worker_module_only_where_local_pool
 
     def warm(env: dict) -> dict:
         out = subprocess.run([sys.executable, "-c", WARM, json.dumps(env)], capture_output=True, text=True, check=True,
-                             timeout=120, env={**os.environ, **env, "PYTHONPATH": os.getcwd()})
+                             timeout=120, env={**{k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"},
+                                               "CONTAM_COMPILED": "on", **env, "PYTHONPATH": os.getcwd()})
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     got = warm({"CONTAM_SCAN_WORKERS": "2"})

@@ -35,12 +35,3 @@ def njit(fn=None, **options):
 
     return wrap(fn) if fn is not None else wrap
 
-
-def loaded_kernels() -> dict[str, int]:
-    """Compiled versions each of the scan's kernels holds in this process (0: it loads them at its first call;
-    rescan/preload.py loads them in the forkserver, before any worker is forked)."""
-    from contam_assets.detector import key_table, text_kernel, word_kernel
-
-    kernels = {"text_kernel._map": getattr(text_kernel, "_map", None), "word_kernel._encode": getattr(word_kernel, "_encode", None),
-               "key_table._fill": getattr(key_table, "_fill", None), "key_table._positions": getattr(key_table, "_positions", None)}
-    return {name: len(getattr(k, "signatures", ())) for name, k in kernels.items()}

@@ -21,6 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import polars as pl
+import xxhash
 
 from contam_assets.detector.index import NgramIndex
 from contam_assets.rescan.jobs import ShardJob, run_shard_job_shared
@@ -37,14 +38,32 @@ def _init(index: NgramIndex, records: pl.DataFrame) -> None:
     _WORKER["index"], _WORKER["records"] = index, records
 
 
-def _init_from(folder: str, extras: dict, shape: tuple[int, int, int]) -> None:
+def fingerprint(index: NgramIndex, records: pl.DataFrame) -> tuple:
+    """What tells two indexes apart: counts, settings and a hash of the keys and record ids (milliseconds)."""
+    return (len(index.q_keys), len(index.record_ids), records.height, index.bloom_bits, index.hot_threshold,
+            index.config_json, xxhash.xxh3_64_hexdigest(index.q_keys.tobytes() + index.record_ids.tobytes()))
+
+
+def loaded_kernels() -> dict[str, int]:
+    """Compiled versions each of the scan's kernels holds in this process (0: it loads them at its first call;
+    rescan/preload.py loads them in the forkserver, before any worker is forked)."""
+    from contam_assets.detector import key_table, text_kernel, word_kernel
+
+    kernels = {"text_kernel._map": getattr(text_kernel, "_map", None), "word_kernel._encode": getattr(word_kernel, "_encode", None),
+               "key_table._fill": getattr(key_table, "_fill", None), "key_table._positions": getattr(key_table, "_positions", None)}
+    return {name: len(getattr(k, "signatures", ())) for name, k in kernels.items()}
+
+
+def _init_from(folder: str, extras: dict, expected: tuple) -> None:
     """The index and records read by each worker from the index's own folder, all at once, instead of pickled
     through one pipe per worker while the step waits (98 MB for today's registry: 0.8-1.7 s of the step for two
     workers, ~0.1 s this way).  ``extras``: what the step computed on its index (the prefilter, lookup tables)."""
     try:
         index, records = read_index_dir(Path(folder))
-        if (len(index.q_keys), len(index.record_ids), records.height) != shape:
-            raise ValueError(f"holds another index than the step's ({shape} keys, records, rows)")
+        found = fingerprint(index, records)
+        if found != expected:
+            raise ValueError(f"holds another index than the step's ({found[:3]} keys, records, rows against "
+                             f"{expected[:3]}, or other contents)")
         index.__dict__.update(extras)
         _init(index, records)
     except Exception as exc:  # noqa: BLE001 - each shard of this worker fails with the reason, the pool lives on
@@ -66,7 +85,8 @@ def scan_in_processes(jobs: list[ShardJob], index: NgramIndex, records: pl.DataF
     if source is None:
         init, initargs = _init, (index, records)
     else:
-        extras = {k: v for k, v in index.__dict__.items() if k not in {f.name for f in fields(index)}}
-        init, initargs = _init_from, (str(source), extras, (len(index.q_keys), len(index.record_ids), records.height))
+        names = {f.name for f in fields(index)}
+        extras = {k: v for k, v in index.__dict__.items() if k not in names}
+        init, initargs = _init_from, (str(source), extras, fingerprint(index, records))
     yield from map_in_order(_scan, jobs, workers, preload=["contam_assets.rescan.pool_scan"], init=init,
                             initargs=initargs, label=lambda j: f"scanning {j.shard}", idle=idle)
