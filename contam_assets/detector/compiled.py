@@ -34,4 +34,3 @@ def njit(fn=None, **options):
             return _njit(**options)(f)
 
     return wrap(fn) if fn is not None else wrap
-

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import xxhash
 
 from contam_assets.detector import compiled
 from contam_assets.detector.config import DetectConfig
@@ -177,6 +178,13 @@ class NgramIndex:
             arrays = {k: z[k] for k in z.files if k in known}  # arrays of other (older) fields are ignored
         return cls(**arrays, bloom_bits=meta["bloom_bits"], hot_threshold=meta["hot_threshold"],
                    config_json=meta["config_json"])
+
+    def keys_digest(self) -> str:
+        """xxh3 of the question keys and record ids: tells two indexes apart in milliseconds, without a copy."""
+        h = xxhash.xxh3_64()
+        h.update(np.ascontiguousarray(self.q_keys))
+        h.update(np.ascontiguousarray(self.record_ids))
+        return h.hexdigest()
 
     def nbytes(self) -> int:
         return sum(getattr(self, f.name).nbytes for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray))

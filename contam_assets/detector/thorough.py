@@ -65,7 +65,7 @@ def ensure_extras(index: NgramIndex, records: pl.DataFrame, cfg: DetectConfig) -
     if not np.array_equal(recs["record_id"].to_numpy(), index.record_ids):
         raise ValueError("records do not match the index (rebuild the index)")
     # an index loaded again in the same process (one Dagster run per shard) reuses what was built for it
-    content = (key, index.config_json, xxhash.xxh3_64_hexdigest(index.q_keys.tobytes() + index.record_ids.tobytes()),
+    content = (key, index.config_json, index.keys_digest(),
                xxhash.xxh3_64_hexdigest(recs.select("record_id", "task", "question", "answer").write_csv().encode()))
     if content in _BUILT:
         cache[key] = _BUILT[content]

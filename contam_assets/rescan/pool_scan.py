@@ -21,7 +21,6 @@ from dataclasses import fields
 from pathlib import Path
 
 import polars as pl
-import xxhash
 
 from contam_assets.detector.index import NgramIndex
 from contam_assets.rescan.jobs import ShardJob, run_shard_job_shared
@@ -41,7 +40,7 @@ def _init(index: NgramIndex, records: pl.DataFrame) -> None:
 def fingerprint(index: NgramIndex, records: pl.DataFrame) -> tuple:
     """What tells two indexes apart: counts, settings and a hash of the keys and record ids (milliseconds)."""
     return (len(index.q_keys), len(index.record_ids), records.height, index.bloom_bits, index.hot_threshold,
-            index.config_json, xxhash.xxh3_64_hexdigest(index.q_keys.tobytes() + index.record_ids.tobytes()))
+            index.config_json, index.keys_digest())
 
 
 def loaded_kernels() -> dict[str, int]:
