@@ -258,3 +258,19 @@ def test_the_forkserver_is_warmed_with_every_worker_module_only_where_local_pool
     assert off["warmed"] and set(off["kernels"].values()) == {0}  # the plain paths: nothing compiled is loaded
     for env in ({"CONTAM_SCAN_WORKERS": "1"}, {"CONTAM_SCAN_WORKERS": "2", "CONTAM_SCAN_ENGINE": "ray"}):
         assert warm(env) == {"warmed": False, "started": False}, env
+
+
+def test_a_preload_that_fails_returns_false_instead_of_ending_the_forkserver(monkeypatch):
+    """The forkserver imports preload.py before any fork: an error there (a tokenizer that cannot load) must not
+    raise, or every pool of the run would lose its server; the workers then load what they need themselves."""
+    from contam_assets.detector import tokenize
+    from contam_assets.rescan import preload
+
+    def broken(*_a, **_k):
+        raise OSError("no vocabulary file")
+
+    monkeypatch.setenv("CONTAM_COMPILED", "on")
+    monkeypatch.setattr(tokenize, "get_tokenizer", broken)
+    assert preload.warm() is False
+    monkeypatch.undo()
+    assert preload.warm() is True  # the same call with the tokenizer back
