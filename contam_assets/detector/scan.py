@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contam_assets.detector import boundaries
+from contam_assets.detector import boundaries, compiled, walk_kernel
 from contam_assets.detector.clusters import Cluster, find_clusters
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
@@ -135,7 +135,16 @@ def can_reach_floor(index: NgramIndex, keys: np.ndarray, floor: float, hot: bool
     With ``hot=False`` the hot keys count for nobody: True exactly when some record
     holds non-hot keys of the document worth ``floor`` of its idf total (the gate of
     the near-duplicate stage, which the prefilter's bound then covers).
+    Compiled where numba runs (walk_kernel.reach); :func:`can_reach_floor_numpy` is the plain path.
     """
+    if walk_kernel.AVAILABLE and compiled.enabled():
+        return walk_kernel.reach(index, keys, floor, hot=hot, only=only)
+    return can_reach_floor_numpy(index, keys, floor, hot, only)
+
+
+def can_reach_floor_numpy(index: NgramIndex, keys: np.ndarray, floor: float, hot: bool = True,
+                          only: np.ndarray | None = None) -> bool:
+    """:func:`can_reach_floor` in numpy."""
     if floor <= 0:
         return True
     u = np.unique(keys)
@@ -202,6 +211,7 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extr
     if coarse > 0:
         has_cold &= total * (1 + 1e-9) >= coarse * np.where(has_cold, smallest, 0.0) * (1 - 1e-9)
     maybe = np.flatnonzero(has_cold)
+    fast_walk = short is None and walk_kernel.AVAILABLE and compiled.enabled()
     for i in maybe.tolist():
         L = int(lens[i])
         if L < cfg.min_doc_tokens:
@@ -213,7 +223,10 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extr
             gated[i] = np.unique(present[~index.hot[present]])
         if not can_reach_floor(index, present, floor, only=only):
             continue
-        clusters, _ = find_clusters(index, docs[i], cfg, hashes=hashes[s : s + m], keys=doc_keys, short=short)
+        if fast_walk:  # the same walk compiled, handing on only the records that may reach the floor
+            clusters = walk_kernel.clusters(index, doc_keys, cfg, floor, only)
+        else:
+            clusters, _ = find_clusters(index, docs[i], cfg, hashes=hashes[s : s + m], keys=doc_keys, short=short)
         if clusters:
             out[i] = score_clusters(index, docs[i], clusters, cfg, only=only)
     return out

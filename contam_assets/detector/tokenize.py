@@ -139,6 +139,10 @@ class Tokenizer:
     def count_non_space(self, ids: np.ndarray) -> int:
         raise NotImplementedError
 
+    def stands_for(self, cleaned: str, ids: np.ndarray) -> bool:
+        """True when ``ids`` surely are what ``encode(cleaned)`` gives; False when not known (encode to see)."""
+        return False
+
     def count_non_space_many(self, docs: list[np.ndarray]) -> np.ndarray:
         """``count_non_space`` of each document's ids."""
         return np.fromiter(map(self.count_non_space, docs), dtype=np.int64, count=len(docs))
@@ -335,12 +339,17 @@ class BPETokenizer(Tokenizer):
         return lens - (csum[ends] - csum[ends - lens])
 
     def decode(self, ids) -> str:
-        return self._enc.decode([int(i) for i in ids])
+        return self._enc.decode(np.asarray(ids).tolist())
+
+    def stands_for(self, cleaned: str, ids: np.ndarray) -> bool:
+        # cl100k is lossless: ids made by encode() from some text decode to " " + that text, so ids that decode
+        # to " " + cleaned are encode(cleaned) (decoding is ~20 x cheaper than encoding again)
+        return len(ids) > 0 and self._enc.decode_bytes(np.asarray(ids).tolist()) == (" " + cleaned).encode("utf-8", "surrogatepass")
 
     def byte_spans(self, cleaned: str, ids: np.ndarray) -> tuple[bytes, np.ndarray]:
         off = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(self.token_lengths()[np.asarray(ids, dtype=np.int64)], out=off[1:])
-        return self._enc.decode_bytes([int(i) for i in ids]), off
+        return self._enc.decode_bytes(np.asarray(ids).tolist()), off
 
     def span_text(self, cleaned: str, ids: np.ndarray, start: int, end: int) -> str:
         start = max(0, start)

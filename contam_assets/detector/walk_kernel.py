@@ -1,0 +1,309 @@
+"""decon's sampled walk, its cluster expansion and the question-floor bound compiled (numba).
+
+For a document whose exact index key is known at every position (scan.scan_many looks them all up at
+once), `clusters` is clusters.find_clusters written as one walk over the index's arrays: the same
+clusters in the same order, each record's matched keys in the same insertion order (the order
+score_clusters sums their idf in), the same bounds and ends.  Beside the walk it sums each record's
+matched idf and keeps only the records that may reach the question floor (a relative slack of 1e-6, far
+above any difference of summation order), so score_clusters builds and scores Python objects for those
+only: it would skip every other one on the same bound.  `reach` is scan.can_reach_floor.
+
+Both need numba; clusters.py and scan.py keep the plain paths (the reference, with the thorough rules'
+short questions, and under ``CONTAM_COMPILED=off``).  test_walk_kernel.py holds them equal.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from contam_assets.detector import compiled
+from contam_assets.detector.clusters import Cluster
+
+AVAILABLE = compiled.numba_installed()
+SLACK = 1e-6  # the survivors' bound: kept when within this relative distance of the floor
+
+
+def _grow(a, need):
+    if need <= len(a):
+        return a
+    b = np.empty(max(need, 2 * len(a)), dtype=a.dtype)
+    b[: len(a)] = a
+    return b
+
+
+def _find(sorted_a, v):
+    """Position of ``v`` in ascending ``sorted_a``, or -1."""
+    s = np.searchsorted(sorted_a, v)
+    if s < len(sorted_a) and sorted_a[s] == v:
+        return s
+    return -1
+
+
+def _hit(s, k, t, idx, side, drop, bounds, head, tail, nxt, ev_key, ne, nmatch, sidf, q_idf, max_misses):
+    """Record slot ``s`` hit by key ``k`` at step ``t`` (position ``idx``); returns the events used.  A record's
+    matched keys are a chain of events (``head``, ``nxt``, ``tail``) in the order they were first matched."""
+    e = head[s]
+    seen = False
+    while e >= 0:  # is k among the record's matched keys?
+        if ev_key[e] == k:
+            seen = True
+            break
+        e = nxt[e]
+    if not seen:
+        ev_key[ne] = k
+        nxt[ne] = -1
+        nxt[tail[s]] = ne
+        tail[s] = ne
+        ne += 1
+        nmatch[s] += 1
+        sidf[s] += q_idf[k]
+        drop[s] = t + max_misses  # decon rule: a new unique matched n-gram resets the miss count
+    else:
+        drop[s] += 1  # a repeated n-gram is not a miss
+    bounds[s, side] = idx
+    return ne
+
+
+def _traverse(keys, cand, start, step, side, recs, drop, bounds, head, tail, nxt, ev_key, ne, nmatch, sidf,
+              q_offsets, q_docs, q_idf, max_misses):
+    """clusters._traverse over arrays; returns (last position visited, events used, the event arrays)."""
+    R = len(recs)
+    for s in range(R):
+        drop[s] = max_misses
+    last = max_misses
+    nc = len(cand)
+    if step > 0:
+        j = np.searchsorted(cand, start, side="right")
+        room0 = len(keys) - 1
+    else:
+        j = np.searchsorted(cand, start, side="left") - 1
+        room0 = 0
+    idx, t = start, 0
+    while t < last:
+        room = room0 - idx if step > 0 else idx
+        if 0 <= j < nc:
+            gap = abs(cand[j] - idx)
+        else:
+            gap = room + 1
+        if gap > room or t + gap > last:  # only misses until every record is dropped, or the edge
+            idx += step * min(last - t, room)
+            break
+        idx, t, j = cand[j], t + gap, j + step
+        k = keys[idx]
+        a, b = q_offsets[k], q_offsets[k + 1]
+        if ne + min(R, b - a) > len(ev_key):
+            ev_key = _grow(ev_key, ne + R + 16)
+            nxt = _grow(nxt, len(ev_key))
+        if R <= b - a:
+            post = q_docs[a:b]
+            for s in range(R):
+                if drop[s] >= t and _find(post, recs[s]) >= 0:
+                    ne = _hit(s, k, t, idx, side, drop, bounds, head, tail, nxt, ev_key, ne, nmatch, sidf, q_idf, max_misses)
+                    if drop[s] > last:
+                        last = drop[s]
+        else:
+            for p in range(a, b):
+                s = _find(recs, q_docs[p])
+                if s >= 0 and drop[s] >= t:
+                    ne = _hit(s, k, t, idx, side, drop, bounds, head, tail, nxt, ev_key, ne, nmatch, sidf, q_idf, max_misses)
+                    if drop[s] > last:
+                        last = drop[s]
+    # decon rule: a record is dropped after 11 consecutive misses; the walk ends when none is left
+    return idx, ne, ev_key, nxt
+
+
+def _walk(keys, hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf, only, use_only, sample_every, max_misses, floor):
+    """clusters.find_clusters with exact keys.  Returns per cluster its end and survivor count, per survivor its
+    record, bounds and matched-key count, and the survivors' matched keys back to back in insertion order."""
+    m = len(keys)
+    cand = np.flatnonzero(keys >= 0)  # with exact keys every candidate position is a hit
+    nc = len(cand)
+    cl_end = np.empty(m, dtype=np.int64)
+    cl_count = np.empty(m, dtype=np.int64)
+    sv_local = np.empty(16, dtype=np.int64)
+    sv_first = np.empty(16, dtype=np.int64)
+    sv_last = np.empty(16, dtype=np.int64)
+    sv_count = np.empty(16, dtype=np.int64)
+    sv_keys = np.empty(64, dtype=np.int64)
+    ev_key = np.empty(64, dtype=np.int64)
+    nxt = np.empty(64, dtype=np.int64)
+    n_cl, n_sv, n_keys = 0, 0, 0
+    bound = floor * (1.0 - 1e-6)
+    i, ci = 0, 0
+    while i < m:
+        # decon rule: look up every `sample_every`-th n-gram; a miss moves `sample_every` tokens
+        while ci < nc and cand[ci] < i:
+            ci += 1
+        hit = -1
+        for j in range(ci, nc):
+            if (cand[j] - i) % sample_every == 0:
+                hit = cand[j]
+                break
+        if hit < 0:
+            break
+        i = hit
+        key = keys[hit]
+        if hot[key]:
+            i += 1  # decon rule: a hot n-gram moves one token and starts no cluster
+            continue
+        recs = q_docs[q_offsets[key] : q_offsets[key + 1]]
+        R = len(recs)
+        drop = np.empty(R, dtype=np.int64)
+        bounds = np.empty((R, 2), dtype=np.int64)  # first position, last position
+        head = np.empty(R, dtype=np.int64)
+        tail = np.empty(R, dtype=np.int64)
+        nmatch = np.zeros(R, dtype=np.int64)
+        sidf = np.zeros(R, dtype=np.float64)
+        ev_key = _grow(ev_key, R)
+        nxt = _grow(nxt, len(ev_key))
+        for s in range(R):  # every record of the key's postings starts with it matched
+            ev_key[s] = key
+            nxt[s] = -1
+            head[s] = s
+            tail[s] = s
+            bounds[s, 0] = hit
+            bounds[s, 1] = hit
+            nmatch[s] = 1
+            sidf[s] = q_idf[key]
+        ne = R
+        # decon rule: expand left first, then right, each from the hit with fresh miss counts
+        _, ne, ev_key, nxt = _traverse(keys, cand, hit, -1, 0, recs, drop, bounds, head, tail, nxt, ev_key, ne, nmatch,
+                                       sidf, q_offsets, q_docs, q_idf, max_misses)
+        end, ne, ev_key, nxt = _traverse(keys, cand, hit, 1, 1, recs, drop, bounds, head, tail, nxt, ev_key, ne, nmatch,
+                                         sidf, q_offsets, q_docs, q_idf, max_misses)
+        kept = 0
+        for s in range(R):
+            d = recs[s]
+            if use_only and not only[d]:
+                continue
+            need = bound * q_idf_sum[d]
+            if nmatch[s] * max_idf[d] < need or sidf[s] < need:
+                continue  # score_clusters drops it on the same bound, without the slack
+            if n_sv == len(sv_local):
+                sv_local, sv_first = _grow(sv_local, n_sv + 1), _grow(sv_first, n_sv + 1)
+                sv_last, sv_count = _grow(sv_last, n_sv + 1), _grow(sv_count, n_sv + 1)
+            sv_local[n_sv] = d
+            sv_first[n_sv] = bounds[s, 0]
+            sv_last[n_sv] = bounds[s, 1]
+            sv_count[n_sv] = nmatch[s]
+            sv_keys = _grow(sv_keys, n_keys + nmatch[s])
+            e = head[s]
+            while e >= 0:
+                sv_keys[n_keys] = ev_key[e]
+                n_keys += 1
+                e = nxt[e]
+            n_sv += 1
+            kept += 1
+        cl_end[n_cl] = end
+        cl_count[n_cl] = kept
+        n_cl += 1
+        i = max(i, end + 1)  # decon rule: resume after the cluster's end
+    return cl_end[:n_cl], cl_count[:n_cl], sv_local[:n_sv], sv_first[:n_sv], sv_last[:n_sv], sv_count[:n_sv], sv_keys[:n_keys]
+
+
+def _reach(present, hot, q_idf, q_offsets, q_docs, q_idf_sum, floor, use_hot, only, use_only, acc, stamp, call):
+    """scan.can_reach_floor: may a record (of ``only``) reach question overlap ``floor`` with these keys?
+    ``acc``/``stamp``: a float and an int per record, kept between calls (a record's sum counts from zero the
+    first time this call, ``call[0]``, reaches it)."""
+    if floor <= 0:
+        return True
+    u = np.unique(present)
+    hot_idf = 0.0
+    n_pairs = 0
+    for k in u:
+        if hot[k]:
+            if use_hot:
+                hot_idf += q_idf[k]
+        else:
+            n_pairs += q_offsets[k + 1] - q_offsets[k]
+    if n_pairs == 0:
+        return False  # decon rule: a hot n-gram starts no cluster
+    call[0] += 1
+    c = call[0]
+    touched = np.empty(n_pairs, dtype=np.int64)
+    nt = 0
+    for k in u:  # each record's idf summed in key order, as np.bincount sums the pairs
+        if not hot[k]:
+            for q in range(q_offsets[k], q_offsets[k + 1]):
+                d = q_docs[q]
+                if stamp[d] != c:
+                    stamp[d] = c
+                    acc[d] = 0.0
+                    touched[nt] = d
+                    nt += 1
+                acc[d] += q_idf[k]
+    for t in range(nt):
+        d = touched[t]
+        # a relative slack of 1e-9 keeps the bound on the safe side of float rounding
+        if (not use_only or only[d]) and acc[d] + hot_idf >= floor * q_idf_sum[d] * (1 - 1e-9):
+            return True
+    return False
+
+if AVAILABLE:
+    _grow = compiled.njit(inline="always")(_grow)
+    _find = compiled.njit(inline="always")(_find)
+    _hit = compiled.njit(inline="always")(_hit)
+    _traverse = compiled.njit()(_traverse)
+    _walk = compiled.njit(nogil=True)(_walk)
+    _reach = compiled.njit(nogil=True)(_reach)
+
+_NO_ONLY = np.zeros(1, dtype=bool)
+
+
+def _arrays(index) -> tuple:
+    """What the kernels read of an index (kept on it: contiguous, of the kernels' types)."""
+    got = index.__dict__.get("_walk_arrays")
+    if got is None:
+        got = index.__dict__["_walk_arrays"] = (
+            np.ascontiguousarray(index.hot, dtype=np.bool_), np.ascontiguousarray(index.q_offsets, dtype=np.int64),
+            np.ascontiguousarray(index.q_docs), np.ascontiguousarray(index.q_idf, dtype=np.float64),
+            np.ascontiguousarray(index.q_idf_sum, dtype=np.float64),
+            np.ascontiguousarray(index.record_max_idf(), dtype=np.float64))
+    return got
+
+
+def clusters(index, keys: np.ndarray, cfg, floor: float, only: np.ndarray | None = None) -> list[Cluster]:
+    """clusters.find_clusters(index, tokens, cfg, keys=keys) (exact keys, no short questions), each cluster holding
+    only the records that may reach question overlap ``floor`` (and are in ``only``); clusters left without
+    any are dropped.  ``floor`` 0 keeps every record: the walk as find_clusters gives it."""
+    hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf = _arrays(index)
+    ends, counts, local, first, last, count, flat = _walk(
+        np.ascontiguousarray(keys, dtype=np.int64), hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf,
+        _NO_ONLY if only is None else only, only is not None, int(cfg.sample_every),
+        int(cfg.question_max_consecutive_misses), float(floor))
+    out: list[Cluster] = []
+    local, first, last = local.tolist(), first.tolist(), last.tolist()
+    cuts = np.zeros(len(count) + 1, dtype=np.int64)
+    np.cumsum(count, out=cuts[1:])
+    cuts, flat = cuts.tolist(), flat.tolist()
+    s = 0
+    for end, c in zip(ends.tolist(), counts.tolist()):
+        if c:
+            # set() adds the keys one by one, in the walk's order: the iteration order score_clusters sums in
+            out.append(Cluster(matches={local[r]: set(flat[cuts[r] : cuts[r + 1]]) for r in range(s, s + c)},
+                               bounds={local[r]: [first[r], last[r]] for r in range(s, s + c)}, end=end))
+        s += c
+    return out
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(index) -> tuple:
+    """This thread's per-record sums for ``index`` (kept between calls: allocating them per document costs more
+    than the bound)."""
+    held = getattr(_SCRATCH, "held", None)
+    if held is None or held[0] is not index:
+        held = _SCRATCH.held = (index, np.zeros(index.n_records), np.zeros(index.n_records, dtype=np.int64),
+                                np.zeros(1, dtype=np.int64))
+    return held[1:]
+
+
+def reach(index, present: np.ndarray, floor: float, hot: bool = True, only: np.ndarray | None = None) -> bool:
+    """scan.can_reach_floor (the same bound; the hot keys' idf summed in another order, inside its slack)."""
+    hot_, q_offsets, q_docs, q_idf, q_idf_sum, _ = _arrays(index)
+    acc, stamp, call = _scratch(index)
+    return bool(_reach(np.ascontiguousarray(present, dtype=np.int64), hot_, q_idf, q_offsets, q_docs, q_idf_sum,
+                       float(floor), hot, _NO_ONLY if only is None else only, only is not None, acc, stamp, call))

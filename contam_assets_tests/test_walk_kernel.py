@@ -1,0 +1,187 @@
+"""The compiled walk and bound (walk_kernel.py) equal the plain ones they stand in for.
+
+- `walk_kernel.clusters` with floor 0 is clusters.find_clusters given exact keys: the same clusters in the
+  same order, ends, bounds, and each record's matched keys in the same iteration order (score_clusters sums
+  their idf in that order); checked on random documents over a small vocabulary with overlapping postings,
+  hot keys and every sampling step from 1 to 5.
+- With a floor (and ``only=``), scan_many gives the same candidates compiled as under CONTAM_COMPILED=off,
+  on GSM8K and MBPP items planted in host text, cut short and side by side.
+- `walk_kernel.reach` is scan.can_reach_floor_numpy on random key sets of the real index: with and without
+  the hot keys, with and without ``only=``, at floors around the records' reach.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import numpy as np
+import pytest
+
+from contam_assets.defs.resources import DEFAULT_TASKS_DIR
+from contam_assets.demo import HostText
+from contam_assets.detector import walk_kernel
+from contam_assets.detector.clusters import find_clusters
+from contam_assets.detector.config import preset
+from contam_assets.detector.index import build_index
+from contam_assets.detector.matches import tokenize_batch
+from contam_assets.detector.ngrams import ngram_hashes
+from contam_assets.detector.reference import build_reference_set
+from contam_assets.detector.registry import load_registry
+from contam_assets.detector.scan import can_reach_floor_numpy, question_floor, scan_many
+from contam_assets.rescan.incremental import task_locals
+from contam_assets.store.pool import Document
+
+pytestmark = pytest.mark.skipif(not walk_kernel.AVAILABLE, reason="numba not installed")
+
+
+class SmallIndex:
+    """The arrays the walk reads, from a dict of postings (what NgramIndex holds for its question keys)."""
+
+    def __init__(self, postings: list[list[int]], hot: list[bool], n_records: int, rng: random.Random):
+        self.q_offsets = np.zeros(len(postings) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in postings], out=self.q_offsets[1:])
+        self.q_docs = np.array([d for p in postings for d in sorted(p)], dtype=np.int32)
+        self.hot = np.array(hot, dtype=bool)
+        self.q_idf = np.array([rng.uniform(0.1, 5.0) for _ in postings])
+        self.q_idf_sum = np.array([rng.uniform(1.0, 20.0) for _ in range(n_records)])
+        self.n_records = n_records
+
+    def postings(self, key: int) -> np.ndarray:
+        return self.q_docs[self.q_offsets[key] : self.q_offsets[key + 1]]
+
+    def record_max_idf(self) -> np.ndarray:
+        out = np.zeros(self.n_records)
+        np.maximum.at(out, self.q_docs, np.repeat(self.q_idf, np.diff(self.q_offsets)))
+        return out
+
+
+def random_document(rng: random.Random):
+    n_keys, n_records = rng.randint(2, 40), rng.randint(1, 15)
+    postings = [rng.sample(range(n_records), rng.randint(1, n_records)) for _ in range(n_keys)]
+    hot = [rng.random() < 0.15 for _ in range(n_keys)]
+    length = rng.randint(1, 500)
+    density = rng.choice([0.02, 0.1, 0.3, 0.7, 1.0])
+    keys = [rng.randrange(n_keys) if rng.random() < density else -1 for _ in range(length)]
+    for _ in range(rng.randint(0, 3)):  # stretches of exactly the miss limit (and one more) between two hits
+        at, gap = rng.randrange(length), rng.choice([10, 11, 12])
+        for p in range(at, min(at + gap, length)):
+            keys[p] = -1
+    return SmallIndex(postings, hot, n_records, rng), np.array(keys, dtype=np.int64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_walk_equals_find_clusters(seed):
+    rng = random.Random(seed)
+    walks = 0
+    for trial in range(250):
+        cfg = preset("default").replace(sample_every=rng.randint(1, 5))
+        index, keys = random_document(rng)
+        n = cfg.ngram_size
+        want, _ = find_clusters(index, np.zeros(len(keys) + n - 1, dtype=np.uint64), cfg,
+                                hashes=np.zeros(len(keys), dtype=np.uint64), keys=keys)
+        got = walk_kernel.clusters(index, keys, cfg, 0.0)
+        assert len(got) == len(want), trial
+        for g, w in zip(got, want):
+            assert g.end == w.end
+            assert g.bounds == w.bounds
+            assert sorted(g.matches) == sorted(w.matches)
+            for d, m in w.matches.items():
+                assert list(g.matches[d]) == list(m)  # same keys, same iteration order (the idf sum's order)
+        walks += len(want)
+    assert walks > 1000
+
+
+@pytest.fixture(scope="module")
+def two_tasks(shared_data):
+    cfg = preset("default")
+    records, _ = build_reference_set(load_registry(DEFAULT_TASKS_DIR, ["gsm8k", "mbpp"]), shared_data, cfg)
+    return cfg, records, build_index(records, cfg)
+
+
+@pytest.fixture(scope="module")
+def planted(two_tasks, shared_data):
+    """Host documents with GSM8K and MBPP items: whole, side by side, cut short, and with words dropped."""
+    cfg, _, _ = two_tasks
+    gsm = [json.loads(line) for line in open(shared_data / "gsm8k_test.jsonl")][:60]
+    mbpp = [json.loads(line) for line in open(shared_data / "mbpp.jsonl")][:60]
+    rng = random.Random(4)
+    texts = []
+    for i in range(160):
+        h = HostText(100 + i)
+        parts = [h.document(1)]
+        g, m = rng.choice(gsm), rng.choice(mbpp)
+        kind = i % 5
+        if kind in (0, 2):
+            parts.append(g["question"] + "\n" + g["answer"])
+        if kind in (1, 2):
+            parts.append(m["text"] + "\n" + m["code"])
+        if kind == 3:  # cut short: near the floor
+            parts += [" ".join(g["question"].split()[: rng.randint(4, 30)]), m["text"]]
+        if kind == 4:  # every fifth word dropped: misses inside the walk
+            parts.append(" ".join(w for j, w in enumerate(g["question"].split()) if j % 5 != 4) + "\n" + g["answer"])
+        parts.append(h.document(1))
+        texts.append("\n\n".join(parts))
+    for i in range(80):  # the last 40 to 80 % of a question, then its answer: question overlaps around the floor (0.5)
+        g = gsm[i % len(gsm)]
+        words = g["question"].split()
+        cut = max(1, round(len(words) * (0.4 + 0.4 * i / 80)))
+        texts.append(f"{HostText(300 + i).document(1)}\n\n{' '.join(words[-cut:])}\n{g['answer']}\n\n{HostText(400 + i).document(1)}")
+    docs = [Document(line=i, doc_id=str(i), source=None, text=t, n_bytes=len(t), raw=b"") for i, t in enumerate(texts)]
+    _, encoded, _, _ = tokenize_batch(docs, cfg, None)
+    return encoded
+
+
+def test_scan_many_compiled_equals_the_plain_walk(two_tasks, planted, monkeypatch):
+    cfg, records, index = two_tasks
+    onlys = [None]
+    for task in ("gsm8k", "mbpp"):
+        only = np.zeros(index.n_records, dtype=bool)
+        only[task_locals(index, records, [task])] = True
+        onlys.append(only)
+    near = 0
+    for only in onlys:
+        got = scan_many(index, planted, cfg, only=only)
+        monkeypatch.setenv("CONTAM_COMPILED", "off")
+        want = scan_many(index, planted, cfg, only=only)
+        monkeypatch.delenv("CONTAM_COMPILED")
+        assert got == want
+        assert sum(map(len, want)) > 40
+        near += sum(1 for cands in want for c in cands if c.q_overlap < 0.55)
+    assert near > 10  # candidates just over the floor, where a bound without its slack would lose them
+    # a record pruned by the compiled bound is one score_clusters would have dropped: with floor 0 the kernel
+    # keeps more records, never other candidates
+    floor = question_floor(cfg)
+    kept = pruned = 0
+    for toks in planted[:40]:
+        k = index.lookup(ngram_hashes(toks, cfg.ngram_size))
+        every = walk_kernel.clusters(index, k, cfg, 0.0)
+        some = walk_kernel.clusters(index, k, cfg, floor)
+        kept += sum(len(c.matches) for c in some)
+        pruned += sum(len(c.matches) for c in every) - sum(len(c.matches) for c in some)
+    assert kept > 0 and pruned > 0
+
+
+def test_reach_equals_can_reach_floor(two_tasks):
+    cfg, records, index = two_tasks
+    rng = np.random.default_rng(3)
+    # this registry has no hot key (df > 2000): mark one key in 20 hot, so that the hot keys' idf counts
+    index = dataclasses.replace(index, hot=rng.random(len(index.q_keys)) < 0.05)
+    only = np.zeros(index.n_records, dtype=bool)
+    only[task_locals(index, records, ["mbpp"])] = True
+    outcomes = {True: 0, False: 0}
+    for trial in range(400):
+        # keys of a few records (so some record can reach), plus random others and repeats
+        recs = rng.choice(index.n_records, size=int(rng.integers(1, 4)))
+        own = np.flatnonzero(np.isin(index.q_docs, recs))
+        owner = np.searchsorted(index.q_offsets, own, side="right") - 1
+        take = owner[rng.random(len(owner)) < rng.uniform(0.05, 1.0)]
+        keys = np.concatenate([take, rng.integers(0, len(index.q_keys), int(rng.integers(0, 30))), take[:3]])
+        floor = float(rng.choice([0.0, 0.2, 0.5, question_floor(cfg), 0.8, 1.0]))
+        for hot in (True, False):
+            for o in (None, only):
+                want = can_reach_floor_numpy(index, keys, floor, hot, o)
+                assert walk_kernel.reach(index, keys, floor, hot=hot, only=o) == want, trial
+                outcomes[want] += 1
+    assert outcomes[True] > 200 and outcomes[False] > 200
