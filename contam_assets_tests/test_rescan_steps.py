@@ -16,7 +16,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -27,13 +29,17 @@ from contam_assets.detector import key_table
 from contam_assets.detector.compression import StreamError
 from contam_assets.detector.config import preset
 from contam_assets.detector.index import build_index
-from contam_assets.detector.matches import tokenize_batch
+from contam_assets.detector.matches import Reference, tokenize_batch
 from contam_assets.detector.ngrams import ngram_hashes
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry
 from contam_assets.detector.scan import scan_many
-from contam_assets.rescan import incremental
+from contam_assets.detector.text import clean_words, join_words
+from contam_assets.detector.tokenize import get_tokenizer
+from contam_assets.rescan import incremental, token_cache
 from contam_assets.rescan.incremental import KeySet, docs_containing, iter_raw_lines_at, task_locals
+from contam_assets.rescan.jobs import tokenize_and_scan
+from contam_assets.rescan.plan import shard_identity
 from contam_assets.rescan.token_cache import TokenStream
 from contam_assets.store.pool import Document, StreamFailure, iter_lines, read_shard
 
@@ -177,3 +183,52 @@ def test_scan_many_only_equals_the_filtered_scan(two_tasks, shared_data):
     assert seen["gsm8k"] >= 40 and seen["mbpp"] >= 40  # both tasks' items were found, side by side too
     with pytest.raises(ValueError):
         scan_many(index, encoded, cfg, extras=object(), only=np.ones(index.n_records, dtype=bool))
+
+
+def test_a_cached_stream_is_stale_when_a_matched_line_changes_in_place(two_tasks, shared_data, tmp_path):
+    """An edit that keeps the shard's size and mtime (its identity) and the document's token count is caught:
+    the matched documents' cached tokens must be what their text encodes to (not only as many)."""
+    cfg, records, index = two_tasks
+    ref = Reference(records)
+    g = json.loads(open(shared_data / "gsm8k_test.jsonl").readline())
+    filler = [json.dumps({"text": HostText(i).document(1)}) for i in range(30)]
+    # the matched line lies between the first and the last MiB, which the shard's fingerprint reads
+    pad = filler * (1 + (1 << 20) // sum(len(f) + 1 for f in filler))
+    at_line = len(pad) + 7
+    lines = pad + filler + pad
+    lines[at_line] = json.dumps({"text": f"{HostText(7).paragraph()}\n{g['question']}\n{g['answer']}"})
+    shard = tmp_path / "s.jsonl"
+    shard.write_text("\n".join(lines) + "\n")
+    cache = tmp_path / "cache"
+    first = tokenize_and_scan(shard, "s.jsonl", index, ref, cfg, "text", "default", "d", cache)
+    assert first.matches.height and set(first.matches["line"].to_list()) == {at_line}
+    _, identity = shard_identity(shard)
+    key = token_cache.cache_key(identity, cfg, "text")
+    again = incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg, "text",
+                                    "default", "d")
+    assert again.matches.drop("record_id").sort("match_id").equals(first.matches.drop("record_id").sort("match_id"))
+    # one digit of the matched line for another (the same bytes, the same tokens), the mtime put back
+    before = shard.stat()
+    text = shard.read_bytes()
+    start = text.index(lines[at_line].encode())
+    tok = get_tokenizer(cfg.tokenizer)
+
+    def cleaned(raw: bytes) -> str:
+        return join_words(clean_words(json.loads(raw)["text"], cfg.clean_options))
+
+    edited, was = None, cleaned(lines[at_line].encode())
+    for m in re.finditer(rb"[0-9]", lines[at_line].encode()):  # the first digit whose change keeps the token count
+        at = start + m.start()
+        candidate = text[:at] + str((int(text[at : at + 1]) + 1) % 10).encode() + text[at + 1 :]
+        now = cleaned(candidate.split(b"\n")[at_line])
+        if now != was and len(tok.encode(now)) == len(tok.encode(was)):  # a count of tokens would not tell
+            edited = candidate
+            break
+    assert edited is not None and len(edited) == len(text)
+    shard.write_bytes(edited)
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert shard_identity(shard)[1] == identity
+    stream = token_cache.load(cache, "s.jsonl", key)
+    assert stream is not None
+    with pytest.raises(incremental.StaleStream, match=f"line {at_line} "):
+        incremental.scan_stream(stream, shard, "s.jsonl", index, ref, cfg, "text", "default", "d")

@@ -140,8 +140,8 @@ class Tokenizer:
         raise NotImplementedError
 
     def stands_for(self, cleaned: str, ids: np.ndarray) -> bool:
-        """True when ``ids`` surely are what ``encode(cleaned)`` gives; False when not known (encode to see)."""
-        return False
+        """Whether ``ids`` are what ``encode(cleaned)`` gives (a cached token stream against the text it stands for)."""
+        return np.array_equal(self.encode(cleaned), np.asarray(ids))
 
     def count_non_space_many(self, docs: list[np.ndarray]) -> np.ndarray:
         """``count_non_space`` of each document's ids."""
@@ -342,9 +342,12 @@ class BPETokenizer(Tokenizer):
         return self._enc.decode(np.asarray(ids).tolist())
 
     def stands_for(self, cleaned: str, ids: np.ndarray) -> bool:
-        # cl100k is lossless: ids made by encode() from some text decode to " " + that text, so ids that decode
-        # to " " + cleaned are encode(cleaned) (decoding is ~20 x cheaper than encoding again)
-        return len(ids) > 0 and self._enc.decode_bytes(np.asarray(ids).tolist()) == (" " + cleaned).encode("utf-8", "surrogatepass")
+        # cl100k is lossless: ids that encode() made from some text decode to " " + that text, so cached ids that
+        # decode to " " + cleaned are encode(cleaned) (decoding is ~20 x cheaper than encoding again); any other
+        # outcome is settled by encoding
+        if len(ids) and self._enc.decode_bytes(np.asarray(ids).tolist()) == (" " + cleaned).encode("utf-8", "surrogatepass"):
+            return True
+        return super().stands_for(cleaned, ids)
 
     def byte_spans(self, cleaned: str, ids: np.ndarray) -> tuple[bytes, np.ndarray]:
         off = np.zeros(len(ids) + 1, dtype=np.int64)
