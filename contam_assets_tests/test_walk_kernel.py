@@ -185,3 +185,33 @@ def test_reach_equals_can_reach_floor(two_tasks):
                 assert walk_kernel.reach(index, keys, floor, hot=hot, only=o) == want, trial
                 outcomes[want] += 1
     assert outcomes[True] > 200 and outcomes[False] > 200
+
+
+def test_answer_windows_equal_the_numpy_path(two_tasks, planted, monkeypatch):
+    """boundaries.long_answer compiled (walk_kernel.answer_hits) against numpy: every record with a long answer,
+    windows over real documents and over the records' own answers, with token ids as uint32 (a cached stream)."""
+    from contam_assets.detector.boundaries import long_answer
+
+    cfg, records, index = two_tasks
+    rng = random.Random(8)
+    long = [int(i) for i in np.flatnonzero(index.a_len > cfg.short_answer_token_threshold)]
+    assert len(long) > 100
+    hits = 0
+    for trial in range(600):
+        local = rng.choice(long)
+        if trial % 2:
+            toks = planted[rng.randrange(len(planted))]
+        else:  # the record's own answer inside noise: many hits, merged spans
+            ans = index.answer_tokens(local)
+            noise = np.array([rng.randrange(100_000) for _ in range(rng.randint(0, 40))], dtype=np.uint64)
+            toks = np.concatenate([noise, ans[: rng.randint(1, len(ans))], noise[::-1], ans])
+        toks = toks.astype(rng.choice([np.uint64, np.uint32]))
+        q_end = rng.randint(-1, max(0, len(toks) - 1))
+        window = rng.choice([5, 40, 2 * int(index.a_len[local]), 10_000])
+        got = long_answer(index, local, toks, q_end, window, cfg.answer_ngram_size)
+        monkeypatch.setenv("CONTAM_COMPILED", "off")
+        want = long_answer(index, local, toks, q_end, window, cfg.answer_ngram_size)
+        monkeypatch.delenv("CONTAM_COMPILED")
+        assert got == want, trial
+        hits += want[0] is not None
+    assert hits > 200

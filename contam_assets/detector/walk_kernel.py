@@ -6,7 +6,8 @@ clusters in the same order, each record's matched keys in the same insertion ord
 score_clusters sums their idf in), the same bounds and ends.  Beside the walk it sums each record's
 matched idf and keeps only the records that may reach the question floor (a relative slack of 1e-6, far
 above any difference of summation order), so score_clusters builds and scores Python objects for those
-only: it would skip every other one on the same bound.  `reach` is scan.can_reach_floor.
+only: it would skip every other one on the same bound.  `reach` is scan.can_reach_floor, and `answer_hits`
+the hashing and lookup of boundaries.long_answer's window (the idf sum and the spans stay there).
 
 Both need numba; clusters.py and scan.py keep the plain paths (the reference, with the thorough rules'
 short questions, and under ``CONTAM_COMPILED=off``).  test_walk_kernel.py holds them equal.
@@ -20,6 +21,7 @@ import numpy as np
 
 from contam_assets.detector import compiled
 from contam_assets.detector.clusters import Cluster
+from contam_assets.detector.ngrams import PRIME, SEED, _mix
 
 AVAILABLE = compiled.numba_installed()
 SLACK = 1e-6  # the survivors' bound: kept when within this relative distance of the floor
@@ -241,6 +243,24 @@ def _reach(present, hot, q_idf, q_offsets, q_docs, q_idf_sum, floor, use_hot, on
             return True
     return False
 
+
+def _answer_hits(tokens, ws, we, an, keys, pos, start):
+    """The ``an``-grams of ``tokens[ws:we]`` found in ``keys`` (ascending): their positions in ``keys`` and their
+    starts, in document order (ngrams.py's hash, numpy's searchsorted); returns how many."""
+    found = 0
+    nk = len(keys)
+    for p in range(ws, we - an + 1):
+        h = SEED
+        for j in range(an):  # ngrams.py: h = SEED; h = (h ^ mix(t)) * PRIME per token; mix(h ^ n)
+            h = (h ^ _mix(np.uint64(tokens[p + j]))) * PRIME
+        h = _mix(h ^ np.uint64(an))
+        i = np.searchsorted(keys, h)
+        if i < nk and keys[i] == h:
+            pos[found] = i
+            start[found] = p
+            found += 1
+    return found
+
 if AVAILABLE:
     _grow = compiled.njit(inline="always")(_grow)
     _find = compiled.njit(inline="always")(_find)
@@ -248,6 +268,8 @@ if AVAILABLE:
     _traverse = compiled.njit()(_traverse)
     _walk = compiled.njit(nogil=True)(_walk)
     _reach = compiled.njit(nogil=True)(_reach)
+    _mix = compiled.njit(inline="always")(_mix)
+    _answer_hits = compiled.njit(nogil=True)(_answer_hits)
 
 _NO_ONLY = np.zeros(1, dtype=bool)
 
@@ -307,3 +329,11 @@ def reach(index, present: np.ndarray, floor: float, hot: bool = True, only: np.n
     acc, stamp, call = _scratch(index)
     return bool(_reach(np.ascontiguousarray(present, dtype=np.int64), hot_, q_idf, q_offsets, q_docs, q_idf_sum,
                        float(floor), hot, _NO_ONLY if only is None else only, only is not None, acc, stamp, call))
+
+
+def answer_hits(tokens: np.ndarray, ws: int, we: int, an: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in ``keys``, starts) of the ``an``-grams of ``tokens[ws:we]`` whose hash is in ``keys``."""
+    m = max(0, we - ws - an + 1)
+    pos, start = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    found = _answer_hits(np.asarray(tokens), ws, we, an, keys, pos, start)
+    return pos[:found], start[:found]
