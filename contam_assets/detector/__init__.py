@@ -23,5 +23,6 @@ Compiled steps (numba; each equals a plain path kept beside it, CONTAM_COMPILED=
     key_table.py        the index's n-gram keys in an open-addressing table (index.lookup)
     text_kernel.py      the non-ASCII step of the cleaning (text.translate_bytes)
     prefilter_kernel.py the prefilter's byte pass
+    walk_kernel.py      the cluster walk, the question-floor bound, a long answer's window (scan.scan_many)
     compiled.py         the switch
 """

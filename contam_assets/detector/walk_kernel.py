@@ -337,3 +337,20 @@ def answer_hits(tokens: np.ndarray, ws: int, we: int, an: int, keys: np.ndarray)
     pos, start = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
     found = _answer_hits(np.asarray(tokens), ws, we, an, keys, pos, start)
     return pos[:found], start[:found]
+
+
+def warm() -> None:
+    """Load (or compile) the kernels with the argument types the scan gives them, on a made-up index of two keys."""
+    from types import SimpleNamespace
+
+    from contam_assets.detector.config import DetectConfig
+
+    tiny = SimpleNamespace(hot=np.array([False, True]), q_offsets=np.array([0, 1, 2], dtype=np.int64),
+                           q_docs=np.array([0, 0], dtype=np.int32), q_idf=np.array([1.0, 0.5]),
+                           q_idf_sum=np.array([1.5]), n_records=1, record_max_idf=lambda: np.array([1.0]))
+    keys = np.array([0, -1, 1, 0], dtype=np.int64)
+    clusters(tiny, keys, DetectConfig(), 0.5)
+    clusters(tiny, keys, DetectConfig(), 0.5, only=np.ones(1, dtype=bool))
+    reach(tiny, keys[keys >= 0], 0.5)
+    for dtype in (np.uint32, np.uint64):  # a cached stream's ids, a batch's ids
+        answer_hits(np.arange(8, dtype=dtype), 0, 8, 3, np.array([1, 2], dtype=np.uint64))

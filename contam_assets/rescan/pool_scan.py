@@ -46,10 +46,12 @@ def fingerprint(index: NgramIndex, records: pl.DataFrame) -> tuple:
 def loaded_kernels() -> dict[str, int]:
     """Compiled versions each of the scan's kernels holds in this process (0: it loads them at its first call;
     rescan/preload.py loads them in the forkserver, before any worker is forked)."""
-    from contam_assets.detector import key_table, text_kernel, word_kernel
+    from contam_assets.detector import key_table, text_kernel, walk_kernel, word_kernel
 
     kernels = {"text_kernel._map": getattr(text_kernel, "_map", None), "word_kernel._encode": getattr(word_kernel, "_encode", None),
-               "key_table._fill": getattr(key_table, "_fill", None), "key_table._positions": getattr(key_table, "_positions", None)}
+               "key_table._fill": getattr(key_table, "_fill", None), "key_table._positions": getattr(key_table, "_positions", None),
+               "walk_kernel._walk": walk_kernel._walk, "walk_kernel._reach": walk_kernel._reach,
+               "walk_kernel._answer_hits": walk_kernel._answer_hits}
     return {name: len(getattr(k, "signatures", ())) for name, k in kernels.items()}
 
 

@@ -1,7 +1,7 @@
 """What every worker of a run would otherwise load for itself, loaded once in the forkserver (issue 17).
 
 The forkserver imports this module (processes.WORKER_MODULES) before it forks any worker, so the
-compiled steps (the cleaning walk, the word walk, the key table) and the default tokenizer are in
+compiled steps (the cleaning walk, the word walk, the key table, the cluster walk) and the default tokenizer are in
 memory in every scan and tokenizing-ahead worker from its first shard: each fresh worker spent
 ~0.8 s of its first shard loading numba's kernels from their on-disk cache.  They are run here once
 on a made-up sentence with the argument types the scan gives them, so the same compiled versions are
@@ -17,7 +17,7 @@ def warm() -> bool:
     try:
         import numpy as np
 
-        from contam_assets.detector import compiled, key_table
+        from contam_assets.detector import compiled, key_table, walk_kernel
         from contam_assets.detector.config import DetectConfig
         from contam_assets.detector.ngrams import ngram_hashes
         from contam_assets.detector.text import translate_bytes
@@ -31,6 +31,7 @@ def warm() -> bool:
         hashes = ngram_hashes(np.concatenate(tokens), 2)
         keys = np.unique(hashes)
         key_table.positions(hashes, keys, key_table.slots_for(keys), np.zeros(1, dtype=np.uint64), 6)
+        walk_kernel.warm()  # the cluster walk, the floor bound, the answer window
         return True
     except Exception:  # noqa: BLE001 - never the forkserver's end: the workers load what they need themselves
         return False
