@@ -215,3 +215,29 @@ def test_answer_windows_equal_the_numpy_path(two_tasks, planted, monkeypatch):
         assert got == want, trial
         hits += want[0] is not None
     assert hits > 200
+
+
+def test_the_walk_leaves_nothing_on_the_index_for_the_workers(two_tasks, planted):
+    """The scan pool hands its workers every attribute of the index beyond its fields (rescan/pool_scan.py), so the
+    kernels' views of the index's arrays must not be kept on it: they would travel pickled, tens of MB each."""
+    from dataclasses import fields
+
+    cfg, records, index = two_tasks
+    scan_many(index, planted[:50], cfg)
+    names = {f.name for f in fields(index)}
+    extras = {k: v for k, v in index.__dict__.items() if k not in names}
+
+    def arrays(v):
+        if isinstance(v, np.ndarray):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                yield from arrays(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                yield from arrays(x)
+
+    own = [index.q_docs, index.q_offsets, index.q_idf, index.hot, index.q_idf_sum]
+    for k, v in extras.items():
+        for a in arrays(v):
+            assert not any(np.shares_memory(a, o) for o in own), k

@@ -16,6 +16,7 @@ short questions, and under ``CONTAM_COMPILED=off``).  test_walk_kernel.py holds 
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -274,15 +275,22 @@ if AVAILABLE:
 _NO_ONLY = np.zeros(1, dtype=bool)
 
 
+_ARRAYS: dict[int, tuple] = {}
+
+
 def _arrays(index) -> tuple:
-    """What the kernels read of an index (kept on it: contiguous, of the kernels' types)."""
-    got = index.__dict__.get("_walk_arrays")
-    if got is None:
-        got = index.__dict__["_walk_arrays"] = (
-            np.ascontiguousarray(index.hot, dtype=np.bool_), np.ascontiguousarray(index.q_offsets, dtype=np.int64),
-            np.ascontiguousarray(index.q_docs), np.ascontiguousarray(index.q_idf, dtype=np.float64),
-            np.ascontiguousarray(index.q_idf_sum, dtype=np.float64),
-            np.ascontiguousarray(index.record_max_idf(), dtype=np.float64))
+    """What the kernels read of an index: contiguous, of the kernels' types (views of its own arrays where they are
+    already).  Kept here, not on the index: whatever its ``__dict__`` holds travels to the scan workers."""
+    held = _ARRAYS.get(id(index))
+    if held is not None and held[0]() is index:
+        return held[1]
+    got = (np.ascontiguousarray(index.hot, dtype=np.bool_), np.ascontiguousarray(index.q_offsets, dtype=np.int64),
+           np.ascontiguousarray(index.q_docs), np.ascontiguousarray(index.q_idf, dtype=np.float64),
+           np.ascontiguousarray(index.q_idf_sum, dtype=np.float64),
+           np.ascontiguousarray(index.record_max_idf(), dtype=np.float64))
+    if len(_ARRAYS) >= 8:
+        _ARRAYS.clear()
+    _ARRAYS[id(index)] = (weakref.ref(index), got)
     return got
 
 
@@ -317,8 +325,8 @@ def _scratch(index) -> tuple:
     """This thread's per-record sums for ``index`` (kept between calls: allocating them per document costs more
     than the bound)."""
     held = getattr(_SCRATCH, "held", None)
-    if held is None or held[0] is not index:
-        held = _SCRATCH.held = (index, np.zeros(index.n_records), np.zeros(index.n_records, dtype=np.int64),
+    if held is None or held[0]() is not index:  # a weak reference: an index replaced is not kept alive here
+        held = _SCRATCH.held = (weakref.ref(index), np.zeros(index.n_records), np.zeros(index.n_records, dtype=np.int64),
                                 np.zeros(1, dtype=np.int64))
     return held[1:]
 
@@ -341,13 +349,16 @@ def answer_hits(tokens: np.ndarray, ws: int, we: int, an: int, keys: np.ndarray)
 
 def warm() -> None:
     """Load (or compile) the kernels with the argument types the scan gives them, on a made-up index of two keys."""
-    from types import SimpleNamespace
-
     from contam_assets.detector.config import DetectConfig
 
-    tiny = SimpleNamespace(hot=np.array([False, True]), q_offsets=np.array([0, 1, 2], dtype=np.int64),
-                           q_docs=np.array([0, 0], dtype=np.int32), q_idf=np.array([1.0, 0.5]),
-                           q_idf_sum=np.array([1.5]), n_records=1, record_max_idf=lambda: np.array([1.0]))
+    class Tiny:
+        hot, q_offsets, q_docs = np.array([False, True]), np.array([0, 1, 2], dtype=np.int64), np.array([0, 0], dtype=np.int32)
+        q_idf, q_idf_sum, n_records = np.array([1.0, 0.5]), np.array([1.5]), 1
+
+        def record_max_idf(self) -> np.ndarray:
+            return np.array([1.0])
+
+    tiny = Tiny()
     keys = np.array([0, -1, 1, 0], dtype=np.int64)
     clusters(tiny, keys, DetectConfig(), 0.5)
     clusters(tiny, keys, DetectConfig(), 0.5, only=np.ones(1, dtype=bool))
