@@ -241,3 +241,24 @@ def test_the_walk_leaves_nothing_on_the_index_for_the_workers(two_tasks, planted
     for k, v in extras.items():
         for a in arrays(v):
             assert not any(np.shares_memory(a, o) for o in own), k
+
+
+def test_span_reader_equals_span_text():
+    """A match row's text spans come from one decoded copy of the document (Tokenizer.span_reader); each equals
+    span_text, which decodes the span's own tokens: spans that cut a character, empty and clipped ones."""
+    from contam_assets.detector.text import clean_words, join_words
+    from contam_assets.detector.tokenize import get_tokenizer
+
+    cfg = preset("default")
+    rng = random.Random(2)
+    texts = [HostText(i).document(1) for i in range(10)] + [
+        "naïve café — 東京タワーは高い 🎉🎉 ñandú straße ﬁne α β γ " * 4, "😀" * 30 + " end", "x" * 600]
+    for name in (cfg.tokenizer, "word", "bytes"):
+        tok = get_tokenizer(name)
+        for t in texts:
+            cleaned = join_words(clean_words(t, cfg.clean_options))
+            ids = tok.encode(cleaned)
+            read = tok.span_reader(cleaned, ids)
+            for _ in range(60):
+                a, b = rng.randint(-5, len(ids) + 5), rng.randint(-5, len(ids) + 5)
+                assert read(a, b) == tok.span_text(cleaned, ids, a, b), (name, a, b)

@@ -78,8 +78,10 @@ def match_id(shard: str, line: int, rec: dict, start: int) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
-def segments(tok: Tokenizer, cleaned: str, tokens: np.ndarray, c: Candidate) -> list[dict]:
-    """The matched training text in document order: context, passage, question, answer spans."""
+def segments(tok: Tokenizer, cleaned: str, tokens: np.ndarray, c: Candidate, read=None) -> list[dict]:
+    """The matched training text in document order: context, passage, question, answer spans.  ``read``: the
+    document's ``tok.span_reader`` (one per document, for its many spans)."""
+    read = read or tok.span_reader(cleaned, tokens)
     spans = [("question", c.cluster_start, c.question_end)]
     if c.passage_span:
         spans.append(("passage", *c.passage_span))
@@ -88,7 +90,7 @@ def segments(tok: Tokenizer, cleaned: str, tokens: np.ndarray, c: Candidate) -> 
     out = []
     pos = max(0, spans[0][1] - CONTEXT_BEFORE)
     if pos < spans[0][1]:
-        out.append({"kind": "context", "text": ("… " if pos > 0 else "") + tok.span_text(cleaned, tokens, pos, spans[0][1])})
+        out.append({"kind": "context", "text": ("… " if pos > 0 else "") + read(pos, spans[0][1])})
     pos = spans[0][1]
     for kind, s, e in spans:
         s = max(s, pos)
@@ -97,15 +99,15 @@ def segments(tok: Tokenizer, cleaned: str, tokens: np.ndarray, c: Candidate) -> 
         if s > pos:
             gap = s - pos
             if gap > MAX_GAP:
-                text = tok.span_text(cleaned, tokens, pos, pos + MAX_GAP // 2) + " … " + tok.span_text(cleaned, tokens, s - MAX_GAP // 2, s)
+                text = read(pos, pos + MAX_GAP // 2) + " … " + read(s - MAX_GAP // 2, s)
             else:
-                text = tok.span_text(cleaned, tokens, pos, s)
+                text = read(pos, s)
             out.append({"kind": "context", "text": text})
-        out.append({"kind": kind, "text": tok.span_text(cleaned, tokens, s, e + 1)})
+        out.append({"kind": kind, "text": read(s, e + 1)})
         pos = e + 1
     end = min(len(tokens), pos + CONTEXT_AFTER)
     if end > pos:
-        out.append({"kind": "context", "text": tok.span_text(cleaned, tokens, pos, end) + (" …" if end < len(tokens) else "")})
+        out.append({"kind": "context", "text": read(pos, end) + (" …" if end < len(tokens) else "")})
     return [s for s in out if s["text"]]
 
 
@@ -135,8 +137,9 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, ca
         if prev is None or _rank(c, rec) > _rank(*prev):
             best[key] = (c, rec)
     rows = []
+    read = tok.span_reader(cleaned, tokens) if best else None
     for c, rec in best.values():
-        segs = segments(tok, cleaned, tokens, c)
+        segs = segments(tok, cleaned, tokens, c, read)
         rows.append(dict(
             match_id=match_id(shard, doc.line, rec, c.cluster_start), shard=shard, line=doc.line, doc_id=doc.doc_id,
             source=doc.source, task=rec["task"], suite=rec["suite"], split=rec["split"],

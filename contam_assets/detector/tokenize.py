@@ -155,6 +155,10 @@ class Tokenizer:
         """(bytes the tokens stand for, int64 offsets: token i is bytes[off[i]:off[i+1]])."""
         raise NotImplementedError
 
+    def span_reader(self, cleaned: str, ids: np.ndarray):
+        """``(start, end) -> span_text(cleaned, ids, start, end)``, for many spans of one document."""
+        return lambda start, end: self.span_text(cleaned, ids, start, end)
+
     def word_token_counts(self, words: list[bytes]) -> np.ndarray:
         """Tokens of each cleaned word: word i of a document is its tokens cumsum[i-1]:cumsum[i]."""
         raise NotImplementedError
@@ -360,6 +364,18 @@ class BPETokenizer(Tokenizer):
         if end <= start:
             return ""
         return self.decode(ids[start:end]).strip()
+
+    def span_reader(self, cleaned: str, ids: np.ndarray):
+        # the document decoded to bytes once; a span is its tokens' bytes, decoded as tiktoken decodes them
+        # ("replace" where a span cuts a character), which is what span_text gives
+        data, off = self.byte_spans(cleaned, ids)
+        off, n = off.tolist(), len(ids)
+
+        def read(start: int, end: int) -> str:
+            start, end = max(0, start), min(n, end)
+            return data[off[start] : off[end]].decode("utf-8", "replace").strip() if end > start else ""
+
+        return read
 
 
 class WordTokenizer(Tokenizer):
