@@ -60,6 +60,8 @@ class SmallIndex:
 def random_document(rng: random.Random):
     n_keys, n_records = rng.randint(2, 40), rng.randint(1, 15)
     postings = [rng.sample(range(n_records), rng.randint(1, n_records)) for _ in range(n_keys)]
+    if rng.random() < 0.1:  # a key without records (a built index has none): the walk stops there at once
+        postings[rng.randrange(n_keys)] = []
     hot = [rng.random() < 0.15 for _ in range(n_keys)]
     length = rng.randint(1, 500)
     density = rng.choice([0.02, 0.1, 0.3, 0.7, 1.0])
@@ -82,6 +84,7 @@ def test_walk_equals_find_clusters(seed):
         want, _ = find_clusters(index, np.zeros(len(keys) + n - 1, dtype=np.uint64), cfg,
                                 hashes=np.zeros(len(keys), dtype=np.uint64), keys=keys)
         got = walk_kernel.clusters(index, keys, cfg, 0.0)
+        want = [w for w in want if w.matches]  # a cluster without records is not handed on (nothing to score)
         assert len(got) == len(want), trial
         for g, w in zip(got, want):
             assert g.end == w.end
@@ -262,3 +265,28 @@ def test_span_reader_equals_span_text():
             for _ in range(60):
                 a, b = rng.randint(-5, len(ids) + 5), rng.randint(-5, len(ids) + 5)
                 assert read(a, b) == tok.span_text(cleaned, ids, a, b), (name, a, b)
+
+
+def test_the_walks_views_go_with_their_index():
+    """walk_kernel keeps its views of an index beside it; when the index is dropped they go too."""
+    import gc
+
+    index, keys = random_document(random.Random(1))
+    walk_kernel.clusters(index, keys, preset("default"), 0.0)
+    assert id(index) in walk_kernel._ARRAYS
+    gone = id(index)
+    del index
+    gc.collect()
+    assert gone not in walk_kernel._ARRAYS
+
+
+def test_a_damaged_stream_is_stale_not_an_error():
+    """Cached ids the vocabulary does not hold are not what the text encodes to: the check says so, no exception
+    (the incremental scan then rescans the shard from its text)."""
+    from contam_assets.detector.tokenize import get_tokenizer
+
+    tok = get_tokenizer(preset("default").tokenizer)
+    ids = tok.encode("janet s ducks lay 16 eggs")
+    assert tok.stands_for("janet s ducks lay 16 eggs", ids)
+    assert not tok.stands_for("janet s ducks lay 17 eggs", ids)
+    assert not tok.stands_for("janet s ducks lay 16 eggs", np.array([10**9, 5], dtype=np.uint64))

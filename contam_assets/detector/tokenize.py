@@ -346,12 +346,16 @@ class BPETokenizer(Tokenizer):
         return self._enc.decode(np.asarray(ids).tolist())
 
     def stands_for(self, cleaned: str, ids: np.ndarray) -> bool:
-        # cl100k is lossless: ids that encode() made from some text decode to " " + that text, so cached ids that
-        # decode to " " + cleaned are encode(cleaned) (decoding is ~20 x cheaper than encoding again); any other
-        # outcome is settled by encoding
-        if len(ids) and self._enc.decode_bytes(np.asarray(ids).tolist()) == (" " + cleaned).encode("utf-8", "surrogatepass"):
-            return True
-        return super().stands_for(cleaned, ids)
+        # cl100k is lossless: ids that this encode() made from some text decode to " " + that text, so cached ids
+        # (a token stream's key names the tokenizer and its version) that decode to " " + cleaned are
+        # encode(cleaned); decoding is ~20 x cheaper than encoding again.  Any other outcome, ids that cannot be
+        # decoded (a damaged stream) included, is settled by encoding
+        try:
+            same = len(ids) > 0 and self._enc.decode_bytes(np.asarray(ids).tolist()) == (" " + cleaned).encode(
+                "utf-8", "surrogatepass")
+        except (KeyError, ValueError, OverflowError):
+            same = False
+        return same or super().stands_for(cleaned, ids)
 
     def byte_spans(self, cleaned: str, ids: np.ndarray) -> tuple[bytes, np.ndarray]:
         off = np.zeros(len(ids) + 1, dtype=np.int64)

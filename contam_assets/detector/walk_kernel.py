@@ -133,7 +133,7 @@ def _walk(keys, hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf, only, use_onl
     ev_key = np.empty(64, dtype=np.int64)
     nxt = np.empty(64, dtype=np.int64)
     n_cl, n_sv, n_keys = 0, 0, 0
-    bound = floor * (1.0 - 1e-6)
+    bound = floor * (1.0 - SLACK)
     i, ci = 0, 0
     while i < m:
         # decon rule: look up every `sample_every`-th n-gram; a miss moves `sample_every` tokens
@@ -153,6 +153,12 @@ def _walk(keys, hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf, only, use_onl
             continue
         recs = q_docs[q_offsets[key] : q_offsets[key + 1]]
         R = len(recs)
+        if R == 0:  # a key without records (none in a built index): clusters._traverse stops at once both ways
+            cl_end[n_cl] = hit
+            cl_count[n_cl] = 0
+            n_cl += 1
+            i = max(i, hit + 1)
+            continue
         drop = np.empty(R, dtype=np.int64)
         bounds = np.empty((R, 2), dtype=np.int64)  # first position, last position
         head = np.empty(R, dtype=np.int64)
@@ -290,7 +296,9 @@ def _arrays(index) -> tuple:
            np.ascontiguousarray(index.record_max_idf(), dtype=np.float64))
     if len(_ARRAYS) >= 8:
         _ARRAYS.clear()
-    _ARRAYS[id(index)] = (weakref.ref(index), got)
+    key = id(index)
+    # the entry goes with the index (a weak reference whose callback drops it): no old postings are kept alive
+    _ARRAYS[key] = (weakref.ref(index, lambda _ref, key=key: _ARRAYS.pop(key, None)), got)
     return got
 
 
