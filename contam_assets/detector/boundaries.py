@@ -42,21 +42,23 @@ def long_answer(index: NgramIndex, local: int, tokens: np.ndarray, q_end: int, w
     total = float(index.a_idf_total[local])
     if total == 0.0:
         return None, 0.0
-    if walk_kernel.AVAILABLE and compiled.enabled() and len(keys):
-        found, starts = walk_kernel.answer_hits(tokens, ws, we, an, keys)  # the same hits, hashed and found compiled
-    else:
-        h = ngram_hashes(tokens[ws:we], an)
-        pos = np.minimum(np.searchsorted(keys, h), len(keys) - 1)
-        hit = keys[pos] == h
-        found, starts = pos[hit], ws + np.flatnonzero(hit)
-    if not len(found):
+    if walk_kernel.AVAILABLE and compiled.enabled() and len(keys):  # the same hits and spans, compiled
+        found, spans = walk_kernel.answer_hits(tokens, ws, we, an, keys)
+        if not len(found):
+            return None, 0.0
+        return spans, overlap_ratio(float(idf[np.unique(found)].sum()), total)
+    h = ngram_hashes(tokens[ws:we], an)
+    pos = np.minimum(np.searchsorted(keys, h), len(keys) - 1)
+    hit = keys[pos] == h
+    if not hit.any():
         return None, 0.0
-    matched = np.unique(found)
+    matched = np.unique(pos[hit])
     overlap = overlap_ratio(float(idf[matched].sum()), total)  # decon rule: answer n-gram IDF overlap in the window
+    starts = ws + np.flatnonzero(hit)
     spans: list[tuple[int, int]] = []
-    starts = starts.tolist()
-    cs, ce = starts[0], starts[0] + an - 1
+    cs, ce = int(starts[0]), int(starts[0]) + an - 1
     for s in starts[1:]:
+        s = int(s)
         if s <= ce + an:  # decon: positions within ngram_size of the cluster merge
             ce = max(ce, s + an - 1)
         else:

@@ -251,10 +251,12 @@ def _reach(present, hot, q_idf, q_offsets, q_docs, q_idf_sum, floor, use_hot, on
     return False
 
 
-def _answer_hits(tokens, ws, we, an, keys, pos, start):
-    """The ``an``-grams of ``tokens[ws:we]`` found in ``keys`` (ascending): their positions in ``keys`` and their
-    starts, in document order (ngrams.py's hash, numpy's searchsorted); returns how many."""
+def _answer_hits(tokens, ws, we, an, keys, pos, spans):
+    """The ``an``-grams of ``tokens[ws:we]`` found in ``keys`` (ascending): their positions in ``keys``, in document
+    order (ngrams.py's hash, numpy's searchsorted), and their spans merged as boundaries.long_answer merges them;
+    returns (hits, spans)."""
     found = 0
+    n_spans = 0
     nk = len(keys)
     for p in range(ws, we - an + 1):
         h = SEED
@@ -264,9 +266,14 @@ def _answer_hits(tokens, ws, we, an, keys, pos, start):
         i = np.searchsorted(keys, h)
         if i < nk and keys[i] == h:
             pos[found] = i
-            start[found] = p
             found += 1
-    return found
+            if n_spans and p <= spans[n_spans - 1, 1] + an:  # decon: positions within ngram_size of the cluster merge
+                spans[n_spans - 1, 1] = max(spans[n_spans - 1, 1], p + an - 1)
+            else:
+                spans[n_spans, 0] = p
+                spans[n_spans, 1] = p + an - 1
+                n_spans += 1
+    return found, n_spans
 
 if AVAILABLE:
     _grow = compiled.njit(inline="always")(_grow)
@@ -347,12 +354,12 @@ def reach(index, present: np.ndarray, floor: float, hot: bool = True, only: np.n
                        float(floor), hot, _NO_ONLY if only is None else only, only is not None, acc, stamp, call))
 
 
-def answer_hits(tokens: np.ndarray, ws: int, we: int, an: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions in ``keys``, starts) of the ``an``-grams of ``tokens[ws:we]`` whose hash is in ``keys``."""
+def answer_hits(tokens: np.ndarray, ws: int, we: int, an: int, keys: np.ndarray) -> tuple[np.ndarray, list]:
+    """(positions in ``keys`` of the ``an``-grams of ``tokens[ws:we]`` whose hash is in ``keys``, their merged spans)."""
     m = max(0, we - ws - an + 1)
-    pos, start = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-    found = _answer_hits(np.asarray(tokens), ws, we, an, keys, pos, start)
-    return pos[:found], start[:found]
+    pos, spans = np.empty(m, dtype=np.int64), np.empty((m, 2), dtype=np.int64)
+    found, n_spans = _answer_hits(np.asarray(tokens), ws, we, an, keys, pos, spans)
+    return pos[:found], [tuple(s) for s in spans[:n_spans].tolist()]
 
 
 def warm() -> None:
