@@ -7,7 +7,7 @@ score_clusters sums their idf in), the same bounds and ends.  Beside the walk it
 matched idf and keeps only the records that may reach the question floor (a relative slack of 1e-6, far
 above any difference of summation order), so score_clusters builds and scores Python objects for those
 only: it would skip every other one on the same bound.  `reach` is scan.can_reach_floor, and `answer_hits`
-the hashing and lookup of boundaries.long_answer's window (the idf sum and the spans stay there).
+the hashing, lookup and span merging of boundaries.long_answer's window (the idf sum stays there, in numpy).
 
 Both need numba; clusters.py and scan.py keep the plain paths (the reference, with the thorough rules'
 short questions, and under ``CONTAM_COMPILED=off``).  test_walk_kernel.py holds them equal.
