@@ -51,3 +51,17 @@ def sandbox():
             pytest.fail(f"sandbox required (CONTAM_REQUIRE_SANDBOX=1) but unavailable: {status.reason}")
         pytest.skip(f"sandbox unavailable: {status.reason}")
     return status
+
+
+@pytest.fixture(scope="session")
+def two_tasks(shared_data):
+    """(config, reference records, index) of GSM8K and MBPP from the shared data, default preset (built once)."""
+    from contam_assets.defs.resources import DEFAULT_TASKS_DIR
+    from contam_assets.detector.config import preset
+    from contam_assets.detector.index import build_index
+    from contam_assets.detector.reference import build_reference_set
+    from contam_assets.detector.registry import load_registry
+
+    cfg = preset("default")
+    records, _ = build_reference_set(load_registry(DEFAULT_TASKS_DIR, ["gsm8k", "mbpp"]), shared_data, cfg)
+    return cfg, records, build_index(records, cfg)

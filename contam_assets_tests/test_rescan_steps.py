@@ -23,23 +23,18 @@ import re
 import numpy as np
 import pytest
 
-from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.demo import HostText
 from contam_assets.detector import key_table
 from contam_assets.detector.compression import StreamError
-from contam_assets.detector.config import preset
-from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference, tokenize_batch
 from contam_assets.detector.ngrams import ngram_hashes
-from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import load_registry
 from contam_assets.detector.scan import scan_many
 from contam_assets.detector.text import clean_words, join_words
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.rescan import incremental, token_cache
 from contam_assets.rescan.incremental import KeySet, docs_containing, iter_raw_lines_at, task_locals
-from contam_assets.rescan.jobs import tokenize_and_scan
-from contam_assets.rescan.plan import shard_identity
+from contam_assets.rescan.jobs import ShardJob, run_shard_job, tokenize_and_scan
+from contam_assets.rescan.plan import ShardPlan, shard_identity
 from contam_assets.rescan.token_cache import TokenStream
 from contam_assets.store.pool import Document, StreamFailure, iter_lines, read_shard
 
@@ -141,13 +136,6 @@ def test_documents_at_in_a_truncated_gzip_shard(tmp_path, monkeypatch):
     assert err.value.kind == failure[0].kind
 
 
-@pytest.fixture(scope="module")
-def two_tasks(shared_data):
-    cfg = preset("default")
-    records, _ = build_reference_set(load_registry(DEFAULT_TASKS_DIR, ["gsm8k", "mbpp"]), shared_data, cfg)
-    return cfg, records, build_index(records, cfg)
-
-
 def test_scan_many_only_equals_the_filtered_scan(two_tasks, shared_data):
     cfg, records, index = two_tasks
     gsm = [json.loads(line) for line in open(shared_data / "gsm8k_test.jsonl")][:40]
@@ -185,11 +173,10 @@ def test_scan_many_only_equals_the_filtered_scan(two_tasks, shared_data):
         scan_many(index, encoded, cfg, extras=object(), only=np.ones(index.n_records, dtype=bool))
 
 
-def test_a_cached_stream_is_stale_when_a_matched_line_changes_in_place(two_tasks, shared_data, tmp_path):
-    """An edit that keeps the shard's size and mtime (its identity) and the document's token count is caught:
-    the matched documents' cached tokens must be what their text encodes to (not only as many)."""
+def _planted_shard(tmp_path, shared_data, two_tasks):
+    """A shard of host documents over 2 MiB with one GSM8K item in the middle, scanned once with the token cache:
+    (shard, its lines, the matched line, the first scan's outcome, the cache folder, the stream's key)."""
     cfg, records, index = two_tasks
-    ref = Reference(records)
     g = json.loads(open(shared_data / "gsm8k_test.jsonl").readline())
     filler = [json.dumps({"text": HostText(i).document(1)}) for i in range(30)]
     # the matched line lies between the first and the last MiB, which the shard's fingerprint reads
@@ -200,13 +187,34 @@ def test_a_cached_stream_is_stale_when_a_matched_line_changes_in_place(two_tasks
     shard = tmp_path / "s.jsonl"
     shard.write_text("\n".join(lines) + "\n")
     cache = tmp_path / "cache"
-    first = tokenize_and_scan(shard, "s.jsonl", index, ref, cfg, "text", "default", "d", cache)
+    first = tokenize_and_scan(shard, "s.jsonl", index, Reference(records), cfg, "text", "default", "d", cache)
     assert first.matches.height and set(first.matches["line"].to_list()) == {at_line}
     _, identity = shard_identity(shard)
-    key = token_cache.cache_key(identity, cfg, "text")
+    return shard, lines, at_line, first, cache, token_cache.cache_key(identity, cfg, "text")
+
+
+def _rows(frame):
+    return frame.drop("record_id").sort("match_id")
+
+
+def _full_job(shard, cache, key, cfg) -> ShardJob:
+    """A full rescan of the shard that finds the cached stream ``key`` (jobs.run_shard_job's plan)."""
+    fingerprint, identity = shard_identity(shard)
+    return ShardJob(shard.name, str(shard), ShardPlan("full", "test", stream_key=key), cfg, "text", "default", "d",
+                    str(cache), fingerprint, identity)
+
+
+def test_a_cached_stream_is_stale_when_a_matched_line_changes_in_place(two_tasks, shared_data, tmp_path):
+    """An edit that keeps the shard's size and mtime (its identity) and the document's token count is caught:
+    the matched documents' cached tokens must be what their text encodes to (not only as many), and the shard is
+    scanned again from its text: the rows are those of the edited text, as a scan without the cache gives them."""
+    cfg, records, index = two_tasks
+    ref = Reference(records)
+    shard, lines, at_line, first, cache, key = _planted_shard(tmp_path, shared_data, two_tasks)
     again = incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg, "text",
                                     "default", "d")
-    assert again.matches.drop("record_id").sort("match_id").equals(first.matches.drop("record_id").sort("match_id"))
+    assert _rows(again.matches).equals(_rows(first.matches))
+    _, identity = shard_identity(shard)
     # one digit of the matched line for another (the same bytes, the same tokens), the mtime put back
     before = shard.stat()
     text = shard.read_bytes()
@@ -232,3 +240,28 @@ def test_a_cached_stream_is_stale_when_a_matched_line_changes_in_place(two_tasks
     assert stream is not None
     with pytest.raises(incremental.StaleStream, match=f"line {at_line} "):
         incremental.scan_stream(stream, shard, "s.jsonl", index, ref, cfg, "text", "default", "d")
+    rescanned = run_shard_job(_full_job(shard, cache, key, cfg), index, ref)
+    fresh = tokenize_and_scan(shard, "s.jsonl", index, ref, cfg, "text", "default", "d", None)
+    assert rescanned.matches.height == first.matches.height
+    assert _rows(rescanned.matches).equals(_rows(fresh.matches))
+    assert not _rows(rescanned.matches).equals(_rows(first.matches))  # the edited digit is in the rows' text
+
+
+def test_a_damaged_cached_stream_is_stale_not_an_error(two_tasks, shared_data, tmp_path):
+    """A cached id the vocabulary does not hold, in a matched document: not a KeyError out of the shard, a stale
+    stream, and the full rescan from the text gives the first scan's rows."""
+    cfg, records, index = two_tasks
+    ref = Reference(records)
+    shard, _, at_line, first, cache, key = _planted_shard(tmp_path, shared_data, two_tasks)
+    stream = token_cache.load(cache, "s.jsonl", key)
+    doc = int(np.flatnonzero(stream.lines == at_line)[0])
+    last = int(stream.offsets[doc + 1]) - 1  # the answer's last token: the question still starts the walk
+    bin_path = token_cache.stream_dir(cache, "s.jsonl", key) / "tokens.bin"
+    damaged = np.memmap(bin_path, dtype=stream.tokens.dtype, mode="r+")
+    damaged[last] = np.iinfo(stream.tokens.dtype).max
+    damaged.flush()
+    del damaged, stream
+    with pytest.raises(incremental.StaleStream, match=f"line {at_line} "):
+        incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg, "text",
+                                "default", "d")
+    assert _rows(run_shard_job(_full_job(shard, cache, key, cfg), index, ref).matches).equals(_rows(first.matches))

@@ -19,16 +19,12 @@ import random
 import numpy as np
 import pytest
 
-from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.demo import HostText
 from contam_assets.detector import walk_kernel
 from contam_assets.detector.clusters import find_clusters
 from contam_assets.detector.config import preset
-from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import tokenize_batch
 from contam_assets.detector.ngrams import ngram_hashes
-from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import load_registry
 from contam_assets.detector.scan import can_reach_floor_numpy, question_floor, scan_many
 from contam_assets.rescan.incremental import task_locals
 from contam_assets.store.pool import Document
@@ -94,13 +90,6 @@ def test_walk_equals_find_clusters(seed):
                 assert list(g.matches[d]) == list(m)  # same keys, same iteration order (the idf sum's order)
         walks += len(want)
     assert walks > 1000
-
-
-@pytest.fixture(scope="module")
-def two_tasks(shared_data):
-    cfg = preset("default")
-    records, _ = build_reference_set(load_registry(DEFAULT_TASKS_DIR, ["gsm8k", "mbpp"]), shared_data, cfg)
-    return cfg, records, build_index(records, cfg)
 
 
 @pytest.fixture(scope="module")
