@@ -288,6 +288,7 @@ def _answer_hits(tokens, ws, we, an, keys, pos, spans):
                 n_spans += 1
     return found, n_spans
 
+
 if AVAILABLE:
     _grow = compiled.njit()(_grow)
     _bisect = compiled.njit()(_bisect)
@@ -300,8 +301,6 @@ if AVAILABLE:
     _answer_hits = compiled.njit(nogil=True)(_answer_hits)
 
 _NO_ONLY = np.zeros(1, dtype=bool)
-
-
 _ARRAYS: dict[int, tuple] = {}
 
 
