@@ -265,3 +265,138 @@ def test_a_damaged_cached_stream_is_stale_not_an_error(two_tasks, shared_data, t
         incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg, "text",
                                 "default", "d")
     assert _rows(run_shard_job(_full_job(shard, cache, key, cfg), index, ref).matches).equals(_rows(first.matches))
+
+
+def _host_stream(two_tasks, shared_data, n_docs: int = 160) -> TokenStream:
+    """Host documents with GSM8K and MBPP items planted whole, cut at random words and thinned, as a token stream."""
+    cfg, _, _ = two_tasks
+    items = [json.loads(line) for line in open(shared_data / "mbpp.jsonl")][:60]
+    items += [json.loads(line) for line in open(shared_data / "gsm8k_test.jsonl")][:60]
+    rng = random.Random(21)
+    texts = []
+    for i in range(n_docs):
+        h = HostText(100 + i)
+        it = rng.choice(items)
+        words = (it.get("text") or it["question"]).split()
+        kind = i % 4
+        if kind == 0:
+            words = words[rng.randint(0, len(words) // 2):]
+        elif kind == 1:
+            words = [w for w in words if rng.random() < 0.8]
+        elif kind == 2:
+            words = []
+        texts.append(f"{h.paragraph()}\n{' '.join(words)}\n{h.paragraph()}")
+    docs = [Document(line=i, doc_id=str(i), source=None, text=t, n_bytes=len(t), raw=b"") for i, t in enumerate(texts)]
+    _, encoded, _, _ = tokenize_batch(docs, cfg, None)
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return TokenStream("k", np.arange(len(encoded), dtype=np.int64), offsets, np.concatenate(encoded).astype(np.uint32))
+
+
+@pytest.mark.skipif(not key_table.AVAILABLE, reason="numba not installed")
+@pytest.mark.parametrize("task", ["mbpp", "gsm8k"])
+def test_the_lead_gate_finds_what_hashing_every_position_finds(two_tasks, shared_data, task):
+    """One task's start keys carry a lead gate (the first three tokens of each key's n-gram, from its questions
+    tokenized again); gated, the documents found are exactly those found hashing every position."""
+    cfg, records, index = two_tasks
+    incremental._SELECTIONS.clear()
+    _, keys = incremental.selection(index, records, [task], cfg)
+    assert keys.lead is not None
+    stream = _host_stream(two_tasks, shared_data)
+    gated = docs_containing(stream, keys, cfg.ngram_size, cfg.min_doc_tokens)
+    lead, keys.lead = keys.lead, None
+    try:
+        every = docs_containing(stream, keys, cfg.ngram_size, cfg.min_doc_tokens)
+    finally:
+        keys.lead = lead
+    assert np.array_equal(gated, every)
+    assert 20 < len(every) < stream.n_docs  # planted items were found, and not every document holds a key
+
+
+def test_no_lead_gate_when_the_questions_do_not_give_every_key(two_tasks):
+    """A key that the task's questions, tokenized again, do not give (here: the records changed after the index
+    was built) means no gate; a key of a question under n tokens is accounted for (no document n-gram equals it)."""
+    import polars as pl
+
+    from contam_assets.detector.index import build_index
+
+    cfg, records, _ = two_tasks
+    small = records.filter(pl.col("task") == "mbpp").head(30)
+    short_id = small["record_id"][3]
+    small = small.with_columns(pl.when(pl.col("record_id") == short_id).then(pl.lit("reverse it"))
+                               .otherwise(pl.col("question")).alias("question"))
+    index = build_index(small, cfg)
+    incremental._SELECTIONS.clear()
+    _, keys = incremental.selection(index, small, ["mbpp"], cfg)
+    assert keys.lead is not None  # "reverse it" is one short n-gram, a key no document position can hash to
+    changed = small.with_columns(pl.when(pl.col("record_id") == small["record_id"][5]).then(pl.lit("count the vowels of a given string please"))
+                                 .otherwise(pl.col("question")).alias("question"))
+    incremental._SELECTIONS.clear()
+    _, keys = incremental.selection(index, changed, ["mbpp"], cfg)
+    assert keys.lead is None
+    _, every = incremental.selection(index, small, None, cfg)
+    assert every.lead is None  # all tasks: every position is hashed
+    incremental._SELECTIONS.clear()
+
+
+def test_a_cached_stream_whose_line_or_ids_changed_is_stale(two_tasks, shared_data, tmp_path):
+    """Each cached document keeps a check value of its line and its ids.  Another id the vocabulary holds, or a
+    line rewritten to the same cleaned text (one letter's case, the shard's size and mtime kept), makes the stream
+    stale; the full rescan from the text gives the first scan's rows."""
+    cfg, records, index = two_tasks
+    ref = Reference(records)
+    shard, lines, at_line, first, cache, key = _planted_shard(tmp_path, shared_data, two_tasks)
+    stream = token_cache.load(cache, "s.jsonl", key)
+    assert stream.checks is not None and len(stream.checks) == stream.n_docs
+    doc = int(np.flatnonzero(stream.lines == at_line)[0])
+    last = int(stream.offsets[doc + 1]) - 1
+    bin_path = token_cache.stream_dir(cache, "s.jsonl", key) / "tokens.bin"
+    ids = np.memmap(bin_path, dtype=stream.tokens.dtype, mode="r+")
+    was = int(ids[last])
+    ids[last] = (was + 1) % 1000  # a token the vocabulary holds
+    ids.flush()
+    with pytest.raises(incremental.StaleStream, match=f"line {at_line} "):
+        incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg, "text",
+                                "default", "d")
+    ids[last] = was
+    ids.flush()
+    del ids, stream
+    again = incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg, "text",
+                                    "default", "d")
+    assert _rows(again.matches).equals(_rows(first.matches))
+
+    before, text = shard.stat(), shard.read_bytes()
+    start = text.index(lines[at_line].encode())
+    at = start + re.search(rb"[A-Z]", lines[at_line].encode()).start()
+    shard.write_bytes(text[:at] + text[at : at + 1].lower() + text[at + 1 :])
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(incremental.StaleStream, match=f"line {at_line} "):
+        incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg, "text",
+                                "default", "d")
+    assert _rows(run_shard_job(_full_job(shard, cache, key, cfg), index, ref).matches).equals(_rows(first.matches))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "no_meta", "offsets", "count"])
+def test_a_damaged_stream_index_is_no_stream(tmp_path, damage):
+    """docs.bin cut short or disagreeing with itself, or meta.json missing: load gives None (the shard is then
+    scanned from its text), never a stream with wrong offsets."""
+    w = token_cache.StreamWriter(tmp_path, "s.jsonl", "k" * 16, "cl100k")
+    w.add(0, np.array([1, 2, 3]), b'{"text": "a"}')
+    w.add(2, np.array([4, 5]), b'{"text": "b"}')
+    w.commit({"read": 3, "rejected": 0, "bytes": 10, "reject_reasons": "{}", "shard_fingerprint": "f"}, [])
+    s = token_cache.load(tmp_path, "s.jsonl", "k" * 16)
+    assert s.lines.tolist() == [0, 2] and s.offsets.tolist() == [0, 3, 5] and s.tokens.tolist() == [1, 2, 3, 4, 5]
+    assert s.holds(0, b'{"text": "a"}') and not s.holds(0, b'{"text": "b"}') and s.holds(1, b'{"text": "b"}')
+    d = token_cache.stream_dir(tmp_path, "s.jsonl", "k" * 16)
+    table = np.fromfile(d / "docs.bin", dtype=np.int64)
+    if damage == "truncated":
+        table[:-1].tofile(d / "docs.bin")
+    elif damage == "no_meta":
+        (d / "meta.json").unlink()
+    elif damage == "offsets":
+        table[4] = 6  # offsets 0, 6, 5: the second document would end before it starts
+        table.tofile(d / "docs.bin")
+    else:
+        table[0] = 1
+        table.tofile(d / "docs.bin")
+    assert token_cache.load(tmp_path, "s.jsonl", "k" * 16) is None

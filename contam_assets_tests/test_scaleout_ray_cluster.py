@@ -207,7 +207,7 @@ def _finish_and_compare(setup, s, home: Path, env: dict) -> dict:
     assert n == distinct
     cache = s.out_path / "token_cache"  # one whole stream per shard, no temporary folder or Parquet part left
     assert sorted(str(p.parent.parent.relative_to(cache)) for p in cache.rglob("tokens.bin")) == sorted(SHARDS)
-    assert sorted(p.name for p in cache.rglob("*") if p.is_file()) == ["docs.npz"] * 2 + ["rejects.jsonl"] * 2 + ["tokens.bin"] * 2
+    assert sorted(p.name for p in cache.rglob("*") if p.is_file()) == ["docs.bin"] * 2 + ["meta.json"] * 2 + ["rejects.jsonl"] * 2 + ["tokens.bin"] * 2
     assert not [p for p in (s.out_path / "parts").rglob("*") if p.is_file()]
     return scanned
 

@@ -208,8 +208,8 @@ def test_a_stream_written_before_rejects_were_kept_gets_them_from_the_next_write
     rejects = [Reject(line=2, reason="bad_json", raw=b"{oops\n")]
     for run in range(2):
         w = token_cache.StreamWriter(tmp_path, "s.jsonl", key, cfg.tokenizer)
-        w.add(0, np.array([7, 8, 9]))
-        w.add(1, np.array([10]))
+        w.add(0, np.array([7, 8, 9]), b"{\"text\": \"a\"}")
+        w.add(1, np.array([10]), b"{\"text\": \"b\"}")
         w.commit(meta, rejects)
         if run == 0:  # as an older version wrote it
             (token_cache.stream_dir(tmp_path, "s.jsonl", key) / token_cache.REJECTS).unlink()
@@ -232,7 +232,7 @@ def test_a_stream_folder_left_half_removed_or_with_another_count_of_rejects(tmp_
 
     def write(root, rejects):
         w = token_cache.StreamWriter(root, "s.jsonl", key, cfg.tokenizer)
-        w.add(0, np.array([7, 8]))
+        w.add(0, np.array([7, 8]), b"{\"text\": \"a\"}")
         w.commit({"read": 1 + len(rejects), "rejected": len(rejects), "bytes": 10, "reject_reasons": "{}",
                   "shard_fingerprint": "f"}, rejects)
 
@@ -259,7 +259,7 @@ def test_a_reject_holding_line_separators_survives_the_stream(tmp_path):
     rejects = [Reject(line=1, reason="bad_json x", raw="{\u2028not\u0085json\n".encode()),
                Reject(line=4, reason="bad_json y", raw=b"\xff\xfe{\n")]
     w = token_cache.StreamWriter(tmp_path, "s.jsonl", "k" * 16, cfg.tokenizer)
-    w.add(0, np.array([1, 2, 3]))
+    w.add(0, np.array([1, 2, 3]), b"{\"text\": \"a\"}")
     w.commit({"read": 3, "rejected": 2, "bytes": 10, "reject_reasons": "{}", "shard_fingerprint": "f"}, rejects)
     s = token_cache.load(tmp_path, "s.jsonl", "k" * 16)
     assert s is not None and s.rejects == rejects

@@ -73,6 +73,9 @@ class Reference:
         return row
 
 
+_segments_json = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder made once
+
+
 def match_id(shard: str, line: int, rec: dict, start: int) -> str:
     key = f"{shard}\x1f{line}\x1f{rec['suite']}\x1f{rec['split']}\x1f{rec['instance_index']}\x1f{rec['subject'] or ''}\x1f{start}"
     return hashlib.sha1(key.encode()).hexdigest()[:16]
@@ -126,9 +129,9 @@ def reason_of(c: Candidate, rec: dict) -> str:
     return "question+answer"
 
 
-def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, cands: list[Candidate],
+def rows_for_doc(doc: Document, shard: str, cleaned: str | None, tokens: np.ndarray, cands: list[Candidate],
                   ref: Reference, tok: Tokenizer, preset: str, threshold: float) -> list[dict]:
-    # One row per (instance, span): of a multiple-choice item's expanded records, keep the best choice.
+    # ``cleaned`` may be None where ``tok.spans_from_ids``.  One row per (instance, span): of a multiple-choice item's expanded records, keep the best choice.
     best: dict[tuple, tuple[Candidate, dict]] = {}
     for c in cands:
         rec = ref.get(c.record_id)
@@ -156,7 +159,7 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str, tokens: np.ndarray, ca
             passage_end=c.passage_span[1] if c.passage_span else None,
             n_matched_ngrams=c.n_matched, doc_tokens=len(tokens), doc_chars=len(doc.text),
             training_text="".join((" " if i else "") + s["text"] for i, s in enumerate(segs)),
-            training_segments=json.dumps(segs, ensure_ascii=False),
+            training_segments=_segments_json(segs),
             eval_question=rec["question"], eval_answer=rec["answer"], eval_passage=rec["passage"], preset=preset,
             contamination_score=round(length_adjusted_score(c.score, c.required, threshold), 6),
             answer_spans=json.dumps([[int(a), int(b)] for a, b in c.answer_spans]) if c.answer_spans else None,

@@ -121,6 +121,7 @@ class _WordCache:
 
 class Tokenizer:
     name: str
+    spans_from_ids = False  # span_reader needs only the ids (the cleaned text may be None)
 
     def encode(self, cleaned: str) -> np.ndarray:
         raise NotImplementedError
@@ -165,6 +166,8 @@ class Tokenizer:
 
 
 class BPETokenizer(Tokenizer):
+    spans_from_ids = True
+
     def __init__(self, name: str = "cl100k"):
         import tiktoken
 
@@ -418,6 +421,7 @@ class ByteTokenizer(Tokenizer):
     """
 
     name = "bytes"
+    spans_from_ids = True
 
     def encode(self, cleaned: str) -> np.ndarray:
         if not cleaned:

@@ -13,6 +13,7 @@ of untouched tasks keep the scores of the index they were scanned with
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,9 +24,9 @@ import polars as pl
 
 from contam_assets.detector import compiled, key_table
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.index import NgramIndex
+from contam_assets.detector.index import NgramIndex, encode_texts
 from contam_assets.detector.matches import Reference, rows_for_doc
-from contam_assets.detector.ngrams import ngram_hashes
+from contam_assets.detector.ngrams import ngram_hash, ngram_hashes
 from contam_assets.detector.scan import scan_many
 from contam_assets.detector.text import clean_words, join_words
 from contam_assets.detector.thorough import ensure_extras, finish
@@ -69,16 +70,16 @@ TABLE_MAX_KEYS = 1 << 22  # a KeySet's open-addressing table holds at most 32 MB
 class KeySet:
     """Sorted n-gram hashes with a bit filter in front (most lookups are misses); with numba, an open-addressing
     table of them too (key_table.py), up to TABLE_MAX_KEYS keys (one task's start keys, the whole of today's
-    registry; not the production registry's ~70 million, whose index already holds one)."""
+    registry; not the production registry's ~70 million, whose index already holds one).  ``lead``: the gate
+    of key_table.docs_with_key, where `lead_gate` could make one."""
 
     def __init__(self, keys: np.ndarray):
         self.keys = keys
         small = len(keys) <= TABLE_MAX_KEYS
         self.slots = key_table.slots_for(keys) if key_table.AVAILABLE and small else None
-        self.bits = int(min(30, max(12, np.ceil(np.log2(max(1, len(keys)) * 32)))))
-        self.filter = np.zeros((1 << self.bits) // 64, dtype=np.uint64)
-        b = keys >> np.uint64(64 - self.bits)
-        np.bitwise_or.at(self.filter, (b >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), b & np.uint64(63)))
+        self.bits = _filter_bits(len(keys))
+        self.filter = key_table.bit_filter(keys, self.bits)
+        self.lead: tuple[np.ndarray, int] | None = None
 
     def contains(self, h: np.ndarray) -> np.ndarray:
         out = np.zeros(len(h), dtype=bool)
@@ -93,17 +94,61 @@ class KeySet:
         return out
 
 
+def _filter_bits(n: int) -> int:
+    return int(min(30, max(12, np.ceil(np.log2(max(1, n) * 32)))))
+
+
+LEAD_MAX_BITS = 23  # a lead gate of at most 1 MB
+
+
+def lead_gate(records: pl.DataFrame, tasks: list[str], cfg: DetectConfig, keys: KeySet) -> tuple[np.ndarray, int] | None:
+    """The lead gate of `keys` (key_table.docs_with_key): a bit filter of the first three tokens of every key's
+    n-gram, found by tokenizing the tasks' questions again as build_index did (encode_texts).
+
+    None (every position hashed) unless each key is accounted for: found among those questions' n-grams, or the
+    one n-gram of a question under n tokens (decon rule, index.py), which no document's n-gram equals.
+    """
+    n = cfg.ngram_size
+    if n < 3 or not len(keys.keys):
+        return None
+    questions = records.filter(pl.col("task").is_in(tasks) & pl.col("indexed"))["question"].to_list()
+    tokens = [t for t in encode_texts(questions, cfg) if len(t)]
+    full = [t for t in tokens if len(t) >= n]
+    if not full:
+        return None
+    hashes = np.concatenate([ngram_hashes(t, n) for t in full])
+    leads = np.concatenate([key_table.lead_values(t, n) for t in full])
+    hit = keys.contains(hashes)
+    missing = np.setdiff1d(keys.keys, hashes[hit], assume_unique=False)
+    if len(missing):
+        short = np.array([ngram_hash(t) for t in tokens if len(t) < n], dtype=np.uint64)
+        if not np.isin(missing, short).all():
+            return None  # a key whose n-gram these questions do not give: gating on them could miss it
+    leads = np.unique(leads[hit])
+    bits = min(_filter_bits(len(leads)), LEAD_MAX_BITS)
+    if len(leads) > (1 << bits) // 8:
+        return None  # over an eighth of the bits set: the gate would pass too much to pay for itself
+    return key_table.bit_filter(leads, bits), bits
+
+
 _SELECTIONS: dict = {}
 
 
-def selection(index: NgramIndex, records: pl.DataFrame, tasks: list[str] | None) -> tuple[np.ndarray | None, KeySet]:
-    """(locals of `tasks`' records or None for all, the start keys that can reach them), memoized per index."""
-    key = (id(index), id(records), tuple(tasks) if tasks is not None else None)
+def selection(index: NgramIndex, records: pl.DataFrame, tasks: list[str] | None,
+              cfg: DetectConfig | None = None) -> tuple[np.ndarray | None, KeySet]:
+    """(locals of `tasks`' records or None for all, the start keys that can reach them), memoized per index.
+
+    With `tasks` and `cfg` (and numba), the keys carry a lead gate (`lead_gate`)."""
+    gate = tasks is not None and cfg is not None and key_table.AVAILABLE
+    key = (id(index), id(records), tuple(tasks) if tasks is not None else None,
+           json.dumps(cfg.reference_key(), sort_keys=True) if gate else None)
     hit = _SELECTIONS.get(key)
     if hit is not None and hit[0] is index and hit[1] is records:
         return hit[2], hit[3]
     locals_ = None if tasks is None else task_locals(index, records, tasks)
     keys = KeySet(start_keys(index, locals_))
+    if gate and keys.slots is not None:
+        keys.lead = lead_gate(records, tasks, cfg, keys)
     if len(_SELECTIONS) > 8:
         _SELECTIONS.clear()
     _SELECTIONS[key] = (index, records, locals_, keys)
@@ -116,7 +161,7 @@ def docs_containing(stream: token_cache.TokenStream, keys: KeySet, n: int, min_t
         return np.zeros(0, dtype=np.int64)
     if keys.slots is not None and compiled.enabled():
         return key_table.docs_with_key(stream.tokens, stream.offsets, n, min_tokens, keys.keys, keys.slots,
-                                       keys.filter, keys.bits)
+                                       keys.filter, keys.bits, keys.lead)
     off = stream.offsets
     found = []
     i = 0
@@ -198,14 +243,14 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
                 tasks: list[str] | None = None, parts: Path | None = None) -> ShardOutcome:
     """Scan a cached token stream: every task (tasks=None, a full scan) or only `tasks` (incremental)."""
     t0 = time.perf_counter()
-    locals_, keys = selection(index, ref.records, tasks)
+    locals_, keys = selection(index, ref.records, tasks, cfg)
     keep = None
     if locals_ is not None:
         keep = np.zeros(index.n_records, dtype=bool)
         keep[locals_] = True
     docs = docs_containing(stream, keys, cfg.ngram_size, cfg.min_doc_tokens)
     extras = ensure_extras(index, ref.records, cfg)
-    found: dict[int, tuple[np.ndarray, list, np.ndarray | None]] = {}
+    found: dict[int, tuple[int, np.ndarray, list, np.ndarray | None]] = {}
     only = keep if extras is None else None  # the thorough rules look at every candidate: filtered after them
     for start in range(0, len(docs), BATCH):
         part = [int(i) for i in docs[start : start + BATCH]]
@@ -213,17 +258,23 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
         gated: dict = {}
         for j, (i, toks, cands) in enumerate(zip(part, tokens, scan_many(index, tokens, cfg, extras, gated, only))):
             if cands or j in gated:  # with the thorough rules, filtered after them (they look at every candidate)
-                found[int(stream.lines[i])] = (toks, cands, gated.get(j))
+                found[int(stream.lines[i])] = (i, toks, cands, gated.get(j))
     tok = get_tokenizer(cfg.tokenizer)
+    # the cleaned text is needed for the thorough rules' words, a tokenizer that reads spans from it, or a stream
+    # without check values (made by hand), whose ids are checked against it
+    need_text = extras is not None or not tok.spans_from_ids or stream.checks is None
     sink = MatchSink(parts)
     try:
         seen = 0
         for line, doc in iter_documents_at(path, shard, content_key, cfg.max_doc_bytes, set(found)):
             seen += 1
-            tokens, cands, present = found[line]
-            words = clean_words(doc.text, cfg.clean_options) if doc else []
-            cleaned = join_words(words)
-            if doc is None or not tok.stands_for(cleaned, tokens):  # the text changed under the cached stream
+            i, tokens, cands, present = found[line]
+            words, cleaned = None, None
+            if doc is not None and need_text:
+                words = clean_words(doc.text, cfg.clean_options)
+                cleaned = join_words(words)
+            if doc is None or not (stream.holds(i, doc.raw) if stream.checks is not None else tok.stands_for(cleaned, tokens)):
+                # the line changed under the cached stream, or the stream's ids did
                 raise StaleStream(f"{shard}: line {line} no longer matches the cached token stream")
             if extras is not None:
                 cands = finish(extras, index, tokens, words, cands, cfg, present)

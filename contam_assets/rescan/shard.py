@@ -34,6 +34,11 @@ from contam_assets.store.pool import Document, Reject, StreamFailure, read_shard
 BATCH = 256  # documents read, tokenized and scanned together
 SINK_ROWS = 4096  # match rows held in memory before they are written out as one Parquet row group
 TOP = 10  # best rows a sink keeps for asset metadata
+TOP_FIELDS = ("shard", "line", "task", "suite", "split", "instance_index", "score", "flagged", "needs_review")
+
+
+def _top_key(r: dict) -> tuple:
+    return r["flagged"], r["score"]
 
 OK, INCOMPLETE, FAILED = "ok", "incomplete", "failed"
 
@@ -129,10 +134,11 @@ class MatchSink:
         if not self._rows:
             return
         df = match_frame(self._rows)
+        # the best rows so far, flagged first, then by score (ties in the order the rows came: a stable sort)
+        best = [{k: safe_text(r[k]) if isinstance(r[k], str) else r[k] for k in TOP_FIELDS}  # as match_frame stores text
+                for r in sorted(self._rows, key=_top_key, reverse=True)[:TOP]]
         self._rows = []
-        best = df.sort(["flagged", "score"], descending=True).head(TOP).select(
-            "shard", "line", "task", "suite", "split", "instance_index", "score", "flagged", "needs_review").to_dicts()
-        self.top = sorted(self.top + best, key=lambda r: (r["flagged"], r["score"]), reverse=True)[:TOP]
+        self.top = sorted(self.top + best, key=_top_key, reverse=True)[:TOP]
         if self.path is None:
             self._frames.append(df)
             return

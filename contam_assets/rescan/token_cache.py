@@ -6,7 +6,9 @@ depends on the reference set, so the first scan of a shard keeps its token ids:
 
     <root>/<shard>/<key>/tokens.bin   token ids of every usable document, back to back
                                       (uint32 for cl100k, uint64 for the word tokenizer)
-    <root>/<shard>/<key>/docs.npz     lines (int64), offsets (int64, n_docs + 1), meta (JSON)
+    <root>/<shard>/<key>/docs.bin     int64: n_docs, then the lines (n_docs), the offsets (n_docs + 1)
+                                      and each document's check (`doc_check` of its line and its ids)
+    <root>/<shard>/<key>/meta.json    the read's counters, the key, the ids' dtype
     <root>/<shard>/<key>/rejects.jsonl  the shard's rejected lines, as <out>/rejected/<shard>.jsonl holds them
                                       (a stream written before it existed has none: see `exists`;
                                       the next writer of its key adds it)
@@ -30,12 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.store.pool import Reject
 
-# Bump when text.clean_text or tokenize.get_tokenizer change their output.
-CACHE_VERSION = 1
+# Bump when text.clean_text or tokenize.get_tokenizer change their output (2: each document's check value, and
+# docs.bin + meta.json instead of an .npz: opening the zip was a sixth of loading a stream).
+CACHE_VERSION = 2
 REJECTS = "rejects.jsonl"
 
 
@@ -50,6 +54,13 @@ def token_dtype(tokenizer: str) -> np.dtype:
     return np.dtype(np.uint64) if tokenizer == "word" else np.dtype(np.uint32)
 
 
+def doc_check(raw: bytes, ids: bytes) -> int:
+    """A cached document's check value: xxh3 of its token ids' bytes, seeded with xxh3 of its line (parse_line's
+    ``raw``).  An incremental rescan recomputes it from the line it reads and the ids it loads: equal only when
+    neither the line nor the ids changed since the stream was written."""
+    return xxhash.xxh3_64_intdigest(ids, seed=xxhash.xxh3_64_intdigest(raw))
+
+
 @dataclass
 class TokenStream:
     """Token ids of one shard's usable documents (rejects are not in the stream)."""
@@ -60,6 +71,7 @@ class TokenStream:
     tokens: np.ndarray  # uint32 / uint64, memory-mapped when loaded from disk
     meta: dict = field(default_factory=dict)  # read, rejected, bytes, reject_reasons, shard_fingerprint
     rejects: list[Reject] | None = None  # the shard's rejected lines (None: a stream written without them)
+    checks: np.ndarray | None = None  # uint64 `doc_check` per document (None: a stream made by hand)
 
     @property
     def n_docs(self) -> int:
@@ -72,6 +84,10 @@ class TokenStream:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def holds(self, i: int, raw: bytes) -> bool:
+        """Document i's ids were made from ``raw`` (its line now) and are as they were written (`doc_check`)."""
+        return self.checks is not None and doc_check(raw, self.tokens[self.offsets[i] : self.offsets[i + 1]].tobytes()) == int(self.checks[i])
+
 
 def stream_dir(root: Path, shard: str, key: str) -> Path:
     return Path(root) / shard / key
@@ -81,7 +97,7 @@ def exists(root: Path, shard: str, key: str, with_rejects: bool = False) -> bool
     """A stream is cached for (shard, key); ``with_rejects``: one that holds the shard's rejected lines too (what a
     first scan of the shard from its stream needs: the mix leaves those lines out)."""
     d = stream_dir(root, shard, key)
-    return (d / "docs.npz").is_file() and (d / "tokens.bin").is_file() and (not with_rejects or (d / REJECTS).is_file())
+    return (d / "docs.bin").is_file() and (d / "tokens.bin").is_file() and (not with_rejects or (d / REJECTS).is_file())
 
 
 def _read_rejects(path: Path) -> list[Reject] | None:
@@ -98,24 +114,29 @@ def _read_rejects(path: Path) -> list[Reject] | None:
 def load(root: Path, shard: str, key: str) -> TokenStream | None:
     """The cached stream for (shard, key), or None when there is none (or it is damaged)."""
     d = stream_dir(root, shard, key)
-    docs, bin_path = d / "docs.npz", d / "tokens.bin"
+    docs, bin_path = d / "docs.bin", d / "tokens.bin"
     if not docs.is_file() or not bin_path.is_file():
         return None
     try:
-        with np.load(docs, allow_pickle=False) as z:
-            lines, offsets = z["lines"], z["offsets"]
-            meta = json.loads(bytes(z["meta"]).decode())
+        meta = json.loads((d / "meta.json").read_bytes())
+        table = np.fromfile(docs, dtype=np.int64)
+        n_docs = int(table[0]) if len(table) else -1
+        if n_docs < 0 or len(table) != 3 * n_docs + 2:
+            return None
+        lines, offsets = table[1 : n_docs + 1], table[n_docs + 1 : 2 * n_docs + 2]
+        checks = table[2 * n_docs + 2 :].view(np.uint64)
         dtype = np.dtype(meta["dtype"])
-        n = int(offsets[-1]) if len(offsets) else 0
-        if bin_path.stat().st_size != n * dtype.itemsize or meta.get("key") != key:
+        n = int(offsets[-1])
+        if offsets[0] != 0 or np.any(offsets[1:] < offsets[:-1]) or bin_path.stat().st_size != n * dtype.itemsize \
+                or meta.get("key") != key:
             return None
         tokens = np.memmap(bin_path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype)
         rejects = _read_rejects(d / REJECTS)
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     if rejects is not None and len(rejects) != meta.get("rejected"):
         return None
-    return TokenStream(key=key, lines=lines, offsets=offsets, tokens=tokens, meta=meta, rejects=rejects)
+    return TokenStream(key=key, lines=lines, offsets=offsets, tokens=tokens, meta=meta, rejects=rejects, checks=checks)
 
 
 class StreamWriter:
@@ -129,11 +150,15 @@ class StreamWriter:
         self._fh = open(self.tmp / "tokens.bin", "wb")
         self._lines: list[int] = []
         self._lengths: list[int] = []
+        self._checks: list[int] = []
 
-    def add(self, line: int, tokens: np.ndarray) -> None:
-        self._fh.write(np.asarray(tokens, dtype=self.dtype).tobytes())
+    def add(self, line: int, tokens: np.ndarray, raw: bytes) -> None:
+        """Document at ``line`` (``raw``: its line as parse_line gave it) with its token ids."""
+        ids = np.asarray(tokens, dtype=self.dtype).tobytes()
+        self._fh.write(ids)
         self._lines.append(line)
         self._lengths.append(len(tokens))
+        self._checks.append(doc_check(raw, ids))
 
     def commit(self, meta: dict, rejects: list[Reject]) -> Path:
         self._fh.close()
@@ -142,13 +167,14 @@ class StreamWriter:
         offsets = np.zeros(len(self._lengths) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum(self._lengths, dtype=np.int64)
         meta = dict(meta, key=self.key, dtype=self.dtype.str, version=CACHE_VERSION)
-        np.savez(self.tmp / "docs.npz", lines=np.asarray(self._lines, dtype=np.int64), offsets=offsets,
-                 meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+        (self.tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        np.concatenate([[len(self._lines)], np.asarray(self._lines, dtype=np.int64), offsets,
+                        np.asarray(self._checks, dtype=np.uint64).view(np.int64)]).astype(np.int64).tofile(self.tmp / "docs.bin")
         final = stream_dir(self.root, self.shard, self.key)
         try:
             os.rename(self.tmp, final)
         except OSError:
-            if not (final / "docs.npz").is_file():  # a folder left half removed (a prune beside a writer): replace it
+            if not (final / "docs.bin").is_file():  # a folder left half removed (a prune beside a writer): replace it
                 shutil.rmtree(final, ignore_errors=True)
                 try:
                     os.rename(self.tmp, final)
@@ -166,9 +192,8 @@ class StreamWriter:
         if (final / REJECTS).is_file():
             return
         try:
-            with np.load(final / "docs.npz", allow_pickle=False) as z:
-                if json.loads(bytes(z["meta"]).decode()).get("rejected") != n_rejects:
-                    return  # not the stream these rejects belong with: left as it was
+            if json.loads((final / "meta.json").read_bytes()).get("rejected") != n_rejects:
+                return  # not the stream these rejects belong with: left as it was
             os.replace(self.tmp / REJECTS, final / REJECTS)
         except (OSError, ValueError, KeyError):
             pass  # left as it was: not used for a first scan (see `exists`)
