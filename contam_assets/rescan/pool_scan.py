@@ -50,6 +50,8 @@ def loaded_kernels() -> dict[str, int]:
 
     kernels = {"text_kernel._map": getattr(text_kernel, "_map", None), "word_kernel._encode": getattr(word_kernel, "_encode", None),
                "key_table._fill": getattr(key_table, "_fill", None), "key_table._positions": getattr(key_table, "_positions", None),
+               "key_table._docs_with_key": getattr(key_table, "_docs_with_key", None),
+               "key_table._docs_with_key_gated": getattr(key_table, "_docs_with_key_gated", None),
                "walk_kernel._walk": walk_kernel._walk, "walk_kernel._reach": walk_kernel._reach,
                "walk_kernel._answer_hits": walk_kernel._answer_hits}
     return {name: len(getattr(k, "signatures", ())) for name, k in kernels.items()}

@@ -1,7 +1,7 @@
 """What every worker of a run would otherwise load for itself, loaded once in the forkserver (issue 17).
 
 The forkserver imports this module (processes.WORKER_MODULES) before it forks any worker, so the
-compiled steps (the cleaning walk, the word walk, the key table, the cluster walk) and the default tokenizer are in
+compiled steps (the cleaning walk, the word walk, the key table and its stream pass, the cluster walk) and the default tokenizer are in
 memory in every scan and tokenizing-ahead worker from its first shard: each fresh worker spent
 ~0.8 s of its first shard loading numba's kernels from their on-disk cache.  They are run here once
 on a made-up sentence with the argument types the scan gives them, so the same compiled versions are
@@ -31,6 +31,10 @@ def warm() -> bool:
         hashes = ngram_hashes(np.concatenate(tokens), 2)
         keys = np.unique(hashes)
         key_table.positions(hashes, keys, key_table.slots_for(keys), np.zeros(1, dtype=np.uint64), 6)
+        ids = np.asarray(tokens[0], dtype=np.uint32)  # a cached stream's ids (cl100k): an incremental rescan's first step
+        offsets = np.array([0, len(ids)], dtype=np.int64)
+        for lead in (None, (np.zeros(1, dtype=np.uint64), 6)):
+            key_table.docs_with_key(ids, offsets, 3, 0, keys, key_table.slots_for(keys), np.zeros(1, dtype=np.uint64), 6, lead)
         walk_kernel.warm()  # the cluster walk, the floor bound, the answer window
         return True
     except Exception:  # noqa: BLE001 - never the forkserver's end: the workers load what they need themselves
