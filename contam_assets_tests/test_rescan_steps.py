@@ -245,6 +245,10 @@ def test_a_cached_stream_is_stale_when_a_matched_line_changes_in_place(two_tasks
     assert rescanned.matches.height == first.matches.height
     assert _rows(rescanned.matches).equals(_rows(fresh.matches))
     assert not _rows(rescanned.matches).equals(_rows(first.matches))  # the edited digit is in the rows' text
+    # the stale stream was dropped and the rescan cached the edited text under the same key: the next rescan uses it
+    renewed = incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg,
+                                      "text", "default", "d")
+    assert _rows(renewed.matches).equals(_rows(fresh.matches))
 
 
 def test_a_damaged_cached_stream_is_stale_not_an_error(two_tasks, shared_data, tmp_path):
@@ -400,3 +404,24 @@ def test_a_damaged_stream_index_is_no_stream(tmp_path, damage):
         table[0] = 1
         table.tofile(d / "docs.bin")
     assert token_cache.load(tmp_path, "s.jsonl", "k" * 16) is None
+    if damage == "no_meta":
+        assert not token_cache.exists(tmp_path, "s.jsonl", "k" * 16)
+    w = token_cache.StreamWriter(tmp_path, "s.jsonl", "k" * 16, "cl100k")  # the next writer of the key replaces it
+    w.add(0, np.array([1, 2, 3]), b'{"text": "a"}')
+    w.commit({"read": 1, "rejected": 0, "bytes": 10, "reject_reasons": "{}", "shard_fingerprint": "f"}, [])
+    assert token_cache.load(tmp_path, "s.jsonl", "k" * 16).tokens.tolist() == [1, 2, 3]
+
+
+def test_the_stream_key_names_every_cleaning_option():
+    """A stream tokenized with one cleaning is never found for another (markup included): its check values prove
+    the line and the ids unchanged, not the cleaning the ids were made with."""
+    import dataclasses
+
+    from contam_assets.detector.config import preset
+
+    cfg = preset("default")
+    key = token_cache.cache_key("f", cfg, "text")
+    changed = {"punctuation": cfg.punctuation + "~", "unescape": not cfg.unescape, "markup": not cfg.markup}
+    assert set(changed) == {f.name for f in dataclasses.fields(cfg.clean_options)}
+    for name, value in changed.items():
+        assert token_cache.cache_key("f", cfg.replace(**{name: value}), "text") != key, name

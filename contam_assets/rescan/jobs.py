@@ -187,7 +187,7 @@ def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutc
                 out.drop = plan.drop
                 return out
             except StaleStream:
-                pass
+                token_cache.discard(root, job.shard, plan.stream_key)  # the full scan below caches the shard anew
         if job.cfg.prefilter:  # no usable stream: the per-task rescan, its prefilter on the shard's text
             out = tokenize_and_scan(*args, cache_root=None, fingerprint=job.fingerprint, identity=job.identity,
                                     parts=job.parts(), tasks=plan.add)
@@ -199,7 +199,7 @@ def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutc
         try:
             return scan_stream(stream, *args, parts=job.parts())
         except StaleStream:
-            pass
+            token_cache.discard(root, job.shard, plan.stream_key)
     return tokenize_and_scan(*args, cache_root=root, fingerprint=job.fingerprint, identity=job.identity, parts=job.parts())
 
 

@@ -32,6 +32,7 @@ def warm() -> bool:
         keys = np.unique(hashes)
         key_table.positions(hashes, keys, key_table.slots_for(keys), np.zeros(1, dtype=np.uint64), 6)
         ids = np.asarray(tokens[0], dtype=np.uint32)  # a cached stream's ids (cl100k): an incremental rescan's first step
+        ids.setflags(write=False)  # as token_cache.load maps them: a read-only array is another signature for numba
         offsets = np.array([0, len(ids)], dtype=np.int64)
         for lead in (None, (np.zeros(1, dtype=np.uint64), 6)):
             key_table.docs_with_key(ids, offsets, 3, 0, keys, key_table.slots_for(keys), np.zeros(1, dtype=np.uint64), 6, lead)

@@ -14,7 +14,7 @@ depends on the reference set, so the first scan of a shard keeps its token ids:
                                       the next writer of its key adds it)
 
 `key` hashes everything the tokens depend on: the shard's fingerprint (so a changed
-shard never reuses a stale stream), the tokenizer, the cleaning options, the content key
+shard never reuses a stale stream), the tokenizer, every cleaning option, the content key
 and the size limit that turns a document into a reject.  A stream is written into a
 temporary folder and renamed into place, so a reader sees a whole stream or none; two
 writers of the same key race harmlessly (both streams are identical, one rename wins).
@@ -23,6 +23,7 @@ writers of the same key race harmlessly (both streams are identical, one rename 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -44,8 +45,9 @@ REJECTS = "rejects.jsonl"
 
 
 def cache_key(shard_fingerprint: str, cfg: DetectConfig, content_key: str) -> str:
-    parts = dict(version=CACHE_VERSION, shard=shard_fingerprint, tokenizer=cfg.tokenizer, punctuation=cfg.punctuation,
-                 unescape=cfg.unescape, content_key=content_key, max_doc_bytes=cfg.max_doc_bytes)
+    # every cleaning option (markup too: a stream cleaned without it must not stand for one cleaned with it)
+    parts = dict(version=CACHE_VERSION, shard=shard_fingerprint, tokenizer=cfg.tokenizer,
+                 clean=dataclasses.asdict(cfg.clean_options), content_key=content_key, max_doc_bytes=cfg.max_doc_bytes)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -93,11 +95,16 @@ def stream_dir(root: Path, shard: str, key: str) -> Path:
     return Path(root) / shard / key
 
 
+def _whole(d: Path) -> bool:
+    """The folder holds every file of a stream (a prune's rmtree beside a reader or writer may have left part)."""
+    return all((d / name).is_file() for name in ("docs.bin", "meta.json", "tokens.bin"))
+
+
 def exists(root: Path, shard: str, key: str, with_rejects: bool = False) -> bool:
     """A stream is cached for (shard, key); ``with_rejects``: one that holds the shard's rejected lines too (what a
     first scan of the shard from its stream needs: the mix leaves those lines out)."""
     d = stream_dir(root, shard, key)
-    return (d / "docs.bin").is_file() and (d / "tokens.bin").is_file() and (not with_rejects or (d / REJECTS).is_file())
+    return _whole(d) and (not with_rejects or (d / REJECTS).is_file())
 
 
 def _read_rejects(path: Path) -> list[Reject] | None:
@@ -174,7 +181,7 @@ class StreamWriter:
         try:
             os.rename(self.tmp, final)
         except OSError:
-            if not (final / "docs.bin").is_file():  # a folder left half removed (a prune beside a writer): replace it
+            if load(self.root, self.shard, self.key) is None:  # a folder left half removed or damaged: replace it
                 shutil.rmtree(final, ignore_errors=True)
                 try:
                     os.rename(self.tmp, final)
@@ -202,6 +209,11 @@ class StreamWriter:
         if not self._fh.closed:
             self._fh.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def discard(root: Path, shard: str, key: str) -> None:
+    """Drop the stream (shard, key): one found stale, so the rescan that follows publishes its own under the key."""
+    shutil.rmtree(stream_dir(root, shard, key), ignore_errors=True)
 
 
 def prune(root: Path, shard: str, keep: str) -> None:
