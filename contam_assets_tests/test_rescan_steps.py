@@ -425,3 +425,81 @@ def test_the_stream_key_names_every_cleaning_option():
     assert set(changed) == {f.name for f in dataclasses.fields(cfg.clean_options)}
     for name, value in changed.items():
         assert token_cache.cache_key("f", cfg.replace(**{name: value}), "text") != key, name
+
+
+def test_a_rows_window_holds_every_span_its_segments_read(two_tasks, shared_data):
+    """rows_for_doc prepares only the tokens its rows' text lies in (matches._window): on real items planted in
+    host text every span `segments` reads falls inside, so no span is decoded on its own."""
+    from contam_assets.detector import matches
+
+    cfg, records, index = two_tasks
+    stream = _host_stream(two_tasks, shared_data, 80)
+    docs = [stream.doc(i) for i in range(stream.n_docs)]
+    tok = get_tokenizer(cfg.tokenizer)
+    checked = 0
+    for ids, cands in zip(docs, scan_many(index, docs, cfg)):
+        if not cands:
+            continue
+        lo, hi = matches._window(cands)
+        full = tok.span_reader(None, ids)
+
+        def read(a, b):
+            nonlocal checked
+            assert max(0, lo) <= max(0, a) and min(len(ids), b) <= min(len(ids), hi), (a, b, lo, hi)
+            checked += 1
+            return full(a, b)
+
+        for c in cands:
+            assert matches.segments(tok, None, ids, c, read) == matches.segments(tok, None, ids, c, full)
+    assert checked > 50
+
+
+def _odd_shard(rng: random.Random) -> bytes:
+    """JSONL with what a pool holds: CRLF, blank and broken lines, lines over the limit, a BOM before the first
+    line, non-ASCII text, sometimes no newline after the last line."""
+    out = []
+    for i in range(rng.randint(1, 40)):
+        kind = rng.random()
+        if kind < 0.1:
+            body = b"{not json"
+        elif kind < 0.15:
+            body = b"   "
+        elif kind < 0.25:
+            body = json.dumps({"text": "y" * rng.choice([300, 3000])}).encode()
+        else:
+            body = json.dumps({"id": i, "text": f"line {i} caf\u00e9 " * rng.randint(1, 30)}, ensure_ascii=rng.random() < 0.5).encode()
+        out.append(body + rng.choice([b"\n", b"\r\n"]))
+    data = b"".join(out)
+    if rng.random() < 0.3:
+        data = b"\xef\xbb\xbf" + data
+    if rng.random() < 0.3:
+        data = data.rstrip(b"\r\n")
+    return data
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
+def test_documents_read_where_their_lines_start_equal_those_found_by_counting(tmp_path, monkeypatch, suffix):
+    """read_shard records where each document's line starts (Document.offset, in the decompressed shard); reading
+    the lines back from there (by seeking, or reading up to them in a compressed shard) gives the same documents,
+    numbers and rejects as finding them by counting newlines."""
+    import zstandard
+
+    monkeypatch.setattr(incremental, "BLOCK", 64)
+    rng = random.Random(4)
+    compared = 0
+    for trial in range(150):
+        data = _odd_shard(rng)
+        path = tmp_path / f"s{trial}{suffix}"
+        path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else
+                         zstandard.ZstdCompressor().compress(data) if suffix.endswith(".zst") else data)
+        docs = [d for d in read_shard(path, path.name, "text", 1000) if isinstance(d, Document)]
+        for d in docs:
+            assert data[d.offset:].startswith(d.raw) or (d.offset == 0 and data[3:].startswith(d.raw)), (trial, d.line)
+        pick = sorted(rng.sample(docs, rng.randint(0, len(docs))), key=lambda d: d.line)
+        got = list(incremental.iter_documents_from(path, path.name, "text", 1000, [(d.line, d.offset) for d in pick]))
+        want = list(incremental.iter_documents_at(path, path.name, "text", 1000, {d.line for d in pick}))
+        assert got == want, trial
+        compared += len(got)
+    assert compared > 500
+    # a start past the end, or one a compressed read has passed already: no document (the stream is then stale)
+    assert [d for _, d in incremental.iter_documents_from(path, path.name, "text", 1000, [(0, len(data) + 5)])] == [None]

@@ -236,8 +236,9 @@ def test_the_walk_leaves_nothing_on_the_index_for_the_workers(two_tasks, planted
 
 
 def test_span_reader_equals_span_text():
-    """A match row's text spans come from one decoded copy of the document (Tokenizer.span_reader); each equals
-    span_text, which decodes the span's own tokens: spans that cut a character, empty and clipped ones."""
+    """A match row's text spans come from one decoded copy of the document or of a window of it
+    (Tokenizer.span_reader); each equals span_text, which decodes the span's own tokens: spans that cut a
+    character, empty and clipped ones, spans inside, across and outside the window."""
     from contam_assets.detector.text import clean_words, join_words
     from contam_assets.detector.tokenize import get_tokenizer
 
@@ -250,10 +251,14 @@ def test_span_reader_equals_span_text():
         for t in texts:
             cleaned = join_words(clean_words(t, cfg.clean_options))
             ids = tok.encode(cleaned)
-            read = tok.span_reader(cleaned, ids)
-            for _ in range(60):
-                a, b = rng.randint(-5, len(ids) + 5), rng.randint(-5, len(ids) + 5)
-                assert read(a, b) == tok.span_text(cleaned, ids, a, b), (name, a, b)
+            # the whole document prepared, or only a window of it (the spans of a row and their context): a span
+            # inside, across or outside the window reads the same
+            for lo, hi in [(0, None)] + [sorted((rng.randint(-40, len(ids) + 40), rng.randint(-40, len(ids) + 40)))
+                                          for _ in range(4)]:
+                read = tok.span_reader(cleaned, ids, lo, hi)
+                for _ in range(60):
+                    a, b = rng.randint(-5, len(ids) + 5), rng.randint(-5, len(ids) + 5)
+                    assert read(a, b) == tok.span_text(cleaned, ids, a, b), (name, lo, hi, a, b)
 
 
 def test_the_walks_views_go_with_their_index():

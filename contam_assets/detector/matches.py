@@ -114,6 +114,16 @@ def segments(tok: Tokenizer, cleaned: str, tokens: np.ndarray, c: Candidate, rea
     return [s for s in out if s["text"]]
 
 
+def _window(cands) -> tuple[int, int]:
+    """The tokens every text `segments` reads for these candidates lies in: their spans, with the context around."""
+    lo, hi = None, None
+    for c in cands:
+        spans = [(c.cluster_start, c.question_end), *c.answer_spans] + ([c.passage_span] if c.passage_span else [])
+        a, b = min(s for s, _ in spans), max(e for _, e in spans)
+        lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
+    return lo - CONTEXT_BEFORE, hi + 1 + CONTEXT_AFTER
+
+
 def _rank(c: Candidate, rec: dict) -> tuple:
     """Which expanded choice of a multiple-choice item a row reports: flagged first, then the
     higher score, then the choice whose answer is found, then the correct choice, then the first."""
@@ -140,7 +150,7 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str | None, tokens: np.ndar
         if prev is None or _rank(c, rec) > _rank(*prev):
             best[key] = (c, rec)
     rows = []
-    read = tok.span_reader(cleaned, tokens) if best else None
+    read = tok.span_reader(cleaned, tokens, *_window(c for c, _ in best.values())) if best else None
     for c, rec in best.values():
         segs = segments(tok, cleaned, tokens, c, read)
         rows.append(dict(

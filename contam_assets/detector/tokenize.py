@@ -156,8 +156,9 @@ class Tokenizer:
         """(bytes the tokens stand for, int64 offsets: token i is bytes[off[i]:off[i+1]])."""
         raise NotImplementedError
 
-    def span_reader(self, cleaned: str, ids: np.ndarray):
-        """``(start, end) -> span_text(cleaned, ids, start, end)``, for many spans of one document."""
+    def span_reader(self, cleaned: str, ids: np.ndarray, lo: int = 0, hi: int | None = None):
+        """``(start, end) -> span_text(cleaned, ids, start, end)``, for many spans of one document; ``lo``/``hi``: the
+        tokens the spans will mostly lie in (a reader may prepare only those; any span still reads right)."""
         return lambda start, end: self.span_text(cleaned, ids, start, end)
 
     def word_token_counts(self, words: list[bytes]) -> np.ndarray:
@@ -372,15 +373,23 @@ class BPETokenizer(Tokenizer):
             return ""
         return self.decode(ids[start:end]).strip()
 
-    def span_reader(self, cleaned: str, ids: np.ndarray):
-        # the document decoded to bytes once; a span is its tokens' bytes, decoded as tiktoken decodes them
-        # ("replace" where a span cuts a character), which is what span_text gives
-        data, off = self.byte_spans(cleaned, ids)
-        off, n = off.tolist(), len(ids)
+    def span_reader(self, cleaned: str, ids: np.ndarray, lo: int = 0, hi: int | None = None):
+        # tokens lo:hi decoded to bytes once; a span is its tokens' bytes, decoded as tiktoken decodes them
+        # ("replace" where a span cuts a character), which is what span_text gives; a span outside lo:hi is
+        # decoded on its own
+        n = len(ids)
+        lo, hi = max(0, min(lo, n)), n if hi is None else max(0, min(hi, n))
+        hi = max(hi, lo)
+        data, off = self.byte_spans(cleaned, ids[lo:hi])
+        off = off.tolist()
 
         def read(start: int, end: int) -> str:
             start, end = max(0, start), min(n, end)
-            return data[off[start] : off[end]].decode("utf-8", "replace").strip() if end > start else ""
+            if end <= start:
+                return ""
+            if start < lo or end > hi:
+                return self._enc.decode_bytes(np.asarray(ids[start:end]).tolist()).decode("utf-8", "replace").strip()
+            return data[off[start - lo] : off[end - lo]].decode("utf-8", "replace").strip()
 
         return read
 

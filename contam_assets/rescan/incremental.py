@@ -229,6 +229,28 @@ def iter_documents_at(path: Path, shard: str, content_key: str, max_doc_bytes: i
             yield no, item if isinstance(item, Document) else None
 
 
+def iter_documents_from(path: Path, shard: str, content_key: str, max_doc_bytes: int,
+                        wanted: list[tuple[int, int]]) -> Iterator[tuple[int, Document | None]]:
+    """(line, document or None) for each (line, where it starts) of ``wanted`` (ascending starts, as a cached stream
+    recorded them: Document.offset): a plain shard is read by seeking, a compressed one by reading up to each start.
+    None for a line over the size limit, cut by the file's end or not JSON; whether a line read here is still the
+    document the stream holds is for its check value to say (TokenStream.holds)."""
+    limit = max_doc_bytes + 2  # store.pool.iter_lines: a body of max_doc_bytes plus "\r\n"
+    with open_binary(path) as fh:
+        seek, pos = fh.seekable(), 0
+        for line, start in wanted:
+            if seek:
+                fh.seek(start)
+            else:
+                while pos < start and (chunk := fh.read(min(BLOCK, start - pos))):
+                    pos += len(chunk)
+            raw = fh.readline(limit) if seek or pos == start else b""
+            pos = start + len(raw)
+            whole = raw and (len(raw) < limit or raw.endswith(b"\n"))
+            item = parse_line(raw, line, shard, content_key, max_doc_bytes) if whole else None
+            yield line, item if isinstance(item, Document) else None
+
+
 def read_lines(path: Path, shard: str, content_key: str, max_doc_bytes: int, lines: set[int]) -> dict[int, Document]:
     """The documents at `lines` of a shard (one pass, parsing only those lines)."""
     return {no: d for no, d in iter_documents_at(path, shard, content_key, max_doc_bytes, lines) if d is not None}
@@ -266,7 +288,13 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
     sink = MatchSink(parts)
     try:
         seen = 0
-        for line, doc in iter_documents_at(path, shard, content_key, cfg.max_doc_bytes, set(found)):
+        starts = stream.starts
+        if starts is not None and all(starts[v[0]] >= 0 for v in found.values()):  # each line read where it starts
+            docs_read = iter_documents_from(path, shard, content_key, cfg.max_doc_bytes,
+                                            sorted((line, int(starts[v[0]])) for line, v in found.items()))
+        else:  # found by counting newlines
+            docs_read = iter_documents_at(path, shard, content_key, cfg.max_doc_bytes, set(found))
+        for line, doc in docs_read:
             seen += 1
             i, tokens, cands, present = found[line]
             words, cleaned = None, None

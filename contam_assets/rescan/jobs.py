@@ -79,7 +79,7 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                 counters["scanned"] += cleared
             for doc, tokens in zip(batch, encoded):
                 if writer:
-                    writer.add(doc.line, tokens, doc.raw)
+                    writer.add(doc.line, tokens, doc.raw, doc.offset)
                 counters["tokens"] += len(tokens)
                 if len(tokens) < cfg.min_doc_tokens:
                     counters["too_short"] += 1  # decon rule: documents under 10 tokens are not scanned
@@ -137,7 +137,7 @@ def cache_stream(path: Path, shard: str, cfg: DetectConfig, content_key: str, ca
                 return "stopped"
             batch, encoded, _, _ = tokenize_batch(batch, cfg)
             for doc, tokens in zip(batch, encoded):
-                writer.add(doc.line, tokens, doc.raw)
+                writer.add(doc.line, tokens, doc.raw, doc.offset)
     except BaseException:
         writer.abort()
         raise

@@ -6,8 +6,9 @@ depends on the reference set, so the first scan of a shard keeps its token ids:
 
     <root>/<shard>/<key>/tokens.bin   token ids of every usable document, back to back
                                       (uint32 for cl100k, uint64 for the word tokenizer)
-    <root>/<shard>/<key>/docs.bin     int64: n_docs, then the lines (n_docs), the offsets (n_docs + 1)
-                                      and each document's check (`doc_check` of its line and its ids)
+    <root>/<shard>/<key>/docs.bin     int64: n_docs, then the lines (n_docs), the offsets (n_docs + 1),
+                                      each document's check (`doc_check` of its line and its ids) and
+                                      where its line starts in the decompressed shard (-1: not known)
     <root>/<shard>/<key>/meta.json    the read's counters, the key, the ids' dtype
     <root>/<shard>/<key>/rejects.jsonl  the shard's rejected lines, as <out>/rejected/<shard>.jsonl holds them
                                       (a stream written before it existed has none: see `exists`;
@@ -74,6 +75,7 @@ class TokenStream:
     meta: dict = field(default_factory=dict)  # read, rejected, bytes, reject_reasons, shard_fingerprint
     rejects: list[Reject] | None = None  # the shard's rejected lines (None: a stream written without them)
     checks: np.ndarray | None = None  # uint64 `doc_check` per document (None: a stream made by hand)
+    starts: np.ndarray | None = None  # int64: where each document's line starts in the decompressed shard (-1: unknown)
 
     @property
     def n_docs(self) -> int:
@@ -128,10 +130,10 @@ def load(root: Path, shard: str, key: str) -> TokenStream | None:
         meta = json.loads((d / "meta.json").read_bytes())
         table = np.fromfile(docs, dtype=np.int64)
         n_docs = int(table[0]) if len(table) else -1
-        if n_docs < 0 or len(table) != 3 * n_docs + 2:
+        if n_docs < 0 or len(table) != 4 * n_docs + 2:
             return None
         lines, offsets = table[1 : n_docs + 1], table[n_docs + 1 : 2 * n_docs + 2]
-        checks = table[2 * n_docs + 2 :].view(np.uint64)
+        checks, starts = table[2 * n_docs + 2 : 3 * n_docs + 2].view(np.uint64), table[3 * n_docs + 2 :]
         dtype = np.dtype(meta["dtype"])
         n = int(offsets[-1])
         if offsets[0] != 0 or np.any(offsets[1:] < offsets[:-1]) or bin_path.stat().st_size != n * dtype.itemsize \
@@ -143,7 +145,8 @@ def load(root: Path, shard: str, key: str) -> TokenStream | None:
         return None
     if rejects is not None and len(rejects) != meta.get("rejected"):
         return None
-    return TokenStream(key=key, lines=lines, offsets=offsets, tokens=tokens, meta=meta, rejects=rejects, checks=checks)
+    return TokenStream(key=key, lines=lines, offsets=offsets, tokens=tokens, meta=meta, rejects=rejects, checks=checks,
+                       starts=starts)
 
 
 class StreamWriter:
@@ -158,14 +161,17 @@ class StreamWriter:
         self._lines: list[int] = []
         self._lengths: list[int] = []
         self._checks: list[int] = []
+        self._starts: list[int] = []
 
-    def add(self, line: int, tokens: np.ndarray, raw: bytes) -> None:
-        """Document at ``line`` (``raw``: its line as parse_line gave it) with its token ids."""
+    def add(self, line: int, tokens: np.ndarray, raw: bytes, start: int = -1) -> None:
+        """Document at ``line`` (``raw``: its line as parse_line gave it; ``start``: where the line starts in the
+        decompressed shard, Document.offset) with its token ids."""
         ids = np.asarray(tokens, dtype=self.dtype).tobytes()
         self._fh.write(ids)
         self._lines.append(line)
         self._lengths.append(len(tokens))
         self._checks.append(doc_check(raw, ids))
+        self._starts.append(start)
 
     def commit(self, meta: dict, rejects: list[Reject]) -> Path:
         self._fh.close()
@@ -176,7 +182,8 @@ class StreamWriter:
         meta = dict(meta, key=self.key, dtype=self.dtype.str, version=CACHE_VERSION)
         (self.tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         np.concatenate([[len(self._lines)], np.asarray(self._lines, dtype=np.int64), offsets,
-                        np.asarray(self._checks, dtype=np.uint64).view(np.int64)]).astype(np.int64).tofile(self.tmp / "docs.bin")
+                        np.asarray(self._checks, dtype=np.uint64).view(np.int64),
+                        np.asarray(self._starts, dtype=np.int64)]).astype(np.int64).tofile(self.tmp / "docs.bin")
         final = stream_dir(self.root, self.shard, self.key)
         try:
             os.rename(self.tmp, final)

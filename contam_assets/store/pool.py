@@ -67,6 +67,7 @@ class Document:
     text: str
     n_bytes: int
     raw: bytes
+    offset: int = -1  # where its line starts in the (decompressed) shard, as read_shard read it (-1: not known)
 
 
 @dataclass
@@ -308,17 +309,22 @@ class StreamFailure:
         return f"{self.kind}{where} after line {self.line}: {self.detail}"
 
 
-def iter_lines(fh: io.BufferedIOBase, max_bytes: int) -> Iterator[tuple[bytes, int | None]]:
+def iter_lines(fh: io.BufferedIOBase, max_bytes: int, where: list[int] | None = None) -> Iterator[tuple[bytes, int | None]]:
     """(line, None) for each line of a stream; (first REJECT_PREFIX bytes, size) for a line over `max_bytes`.
 
     A line is never held beyond max_bytes + 2 bytes: the rest of a too-large line is read and dropped.
+    ``where`` (a one-item list): set to the byte offset at which each yielded line starts, before it is yielded.
     """
     limit = max_bytes + 2  # a body of max_bytes plus "\r\n"
+    pos = 0  # bytes read before this line
     while True:
         line = fh.readline(limit)
         if not line:
             return
+        if where is not None:
+            where[0] = pos
         if len(line) < limit or line.endswith(b"\n"):
+            pos += len(line)
             yield line, None
             continue
         size, prefix = len(line), line[:REJECT_PREFIX]
@@ -327,6 +333,7 @@ def iter_lines(fh: io.BufferedIOBase, max_bytes: int) -> Iterator[tuple[bytes, i
             if not line:
                 break
             size += len(line)
+        pos += size
         yield prefix, size - (2 if line.endswith(b"\r\n") else 1 if line.endswith(b"\n") else 0)
 
 
@@ -334,13 +341,17 @@ def read_shard(path: Path, shard: str, content_key: str = "text",
                max_doc_bytes: int = 8 << 20) -> Iterator[Document | Reject | StreamFailure]:
     """Documents and rejects of one shard, in line order; a :class:`StreamFailure` last when the stream broke."""
     line = 0
+    where = [0]
     try:
         with open_binary(path) as fh:
-            for raw, size in iter_lines(fh, max_doc_bytes):
+            for raw, size in iter_lines(fh, max_doc_bytes, where):
                 if size is not None:
                     yield Reject(line, f"too_large ({size} bytes > {max_doc_bytes})", raw)
                 else:
-                    yield parse_line(raw, line, shard, content_key, max_doc_bytes)
+                    item = parse_line(raw, line, shard, content_key, max_doc_bytes)
+                    if type(item) is Document:
+                        item.offset = where[0]
+                    yield item
                 line += 1
     except StreamError as exc:
         yield StreamFailure(line, exc.kind, exc.detail, exc.offset)
