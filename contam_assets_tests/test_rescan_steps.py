@@ -379,6 +379,21 @@ def test_a_cached_stream_whose_line_or_ids_changed_is_stale(two_tasks, shared_da
                                 "default", "d")
     assert _rows(run_shard_job(_full_job(shard, cache, key, cfg), index, ref).matches).equals(_rows(first.matches))
 
+    # a byte of the line before made a newline: the matched line keeps its bytes and where it starts, not its number
+    shard.write_bytes(text)
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+    run_shard_job(_full_job(shard, cache, key, cfg), index, ref)  # the letter put back: stale again, cached anew
+    incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg, "text",
+                            "default", "d")
+    at = start - 10
+    shard.write_bytes(text[:at] + b"\n" + text[at + 1 :])
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(incremental.StaleStream, match=f"line {at_line} "):
+        incremental.scan_stream(token_cache.load(cache, "s.jsonl", key), shard, "s.jsonl", index, ref, cfg, "text",
+                                "default", "d")
+    moved = run_shard_job(_full_job(shard, cache, key, cfg), index, ref).matches
+    assert set(moved["line"].to_list()) == {at_line + 1}
+
 
 @pytest.mark.parametrize("damage", ["truncated", "no_meta", "offsets", "count"])
 def test_a_damaged_stream_index_is_no_stream(tmp_path, damage):
@@ -480,8 +495,9 @@ def _odd_shard(rng: random.Random) -> bytes:
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
 def test_documents_read_where_their_lines_start_equal_those_found_by_counting(tmp_path, monkeypatch, suffix):
     """read_shard records where each document's line starts (Document.offset, in the decompressed shard); reading
-    the lines back from there (by seeking, or reading up to them in a compressed shard) gives the same documents,
-    numbers and rejects as finding them by counting newlines."""
+    the shard up to there and counting its newlines gives the same documents and numbers as finding the lines by
+    their newlines' positions; a line that starts where it did but under another number (a newline made before
+    it) is no document, nor is any after it."""
     import zstandard
 
     monkeypatch.setattr(incremental, "BLOCK", 64)
@@ -500,6 +516,16 @@ def test_documents_read_where_their_lines_start_equal_those_found_by_counting(tm
         want = list(incremental.iter_documents_at(path, path.name, "text", 1000, {d.line for d in pick}))
         assert got == want, trial
         compared += len(got)
+        # one byte of an earlier line made a newline: every later line keeps its start but not its number
+        if pick and pick[-1].line > 0:
+            cut = data.rfind(b"e", 0, pick[-1].offset - 1)
+            if cut > 0:
+                moved = data[:cut] + b"\n" + data[cut + 1 :]
+                path.write_bytes(gzip.compress(moved) if suffix.endswith(".gz") else
+                                 zstandard.ZstdCompressor().compress(moved) if suffix.endswith(".zst") else moved)
+                got = dict(incremental.iter_documents_from(path, path.name, "text", 1000, [(d.line, d.offset) for d in pick]))
+                assert got[pick[-1].line] is None, trial
     assert compared > 500
     # a start past the end, or one a compressed read has passed already: no document (the stream is then stale)
     assert [d for _, d in incremental.iter_documents_from(path, path.name, "text", 1000, [(0, len(data) + 5)])] == [None]
+    assert [d for _, d in incremental.iter_documents_from(path, path.name, "text", 1000, [(1, 10), (0, 0)])] == [None, None]

@@ -231,21 +231,27 @@ def iter_documents_at(path: Path, shard: str, content_key: str, max_doc_bytes: i
 
 def iter_documents_from(path: Path, shard: str, content_key: str, max_doc_bytes: int,
                         wanted: list[tuple[int, int]]) -> Iterator[tuple[int, Document | None]]:
-    """(line, document or None) for each (line, where it starts) of ``wanted`` (ascending starts, as a cached stream
-    recorded them: Document.offset): a plain shard is read by seeking, a compressed one by reading up to each start.
-    None for a line over the size limit, cut by the file's end or not JSON; whether a line read here is still the
-    document the stream holds is for its check value to say (TokenStream.holds)."""
+    """(line, document or None) for each (line, where it starts) of ``wanted`` (ascending, as a cached stream
+    recorded them: Document.offset).  The shard is read up to each start and its newlines counted (a count, not
+    their positions: a fraction of finding them); a line that does not start there, or not as that line, is None,
+    and so is every one after it.  None too for a line over the size limit or not JSON; whether a line read here
+    is still the document the stream holds is for its check value to say (TokenStream.holds)."""
+    if not wanted:
+        return
     limit = max_doc_bytes + 2  # store.pool.iter_lines: a body of max_doc_bytes plus "\r\n"
     with open_binary(path) as fh:
-        seek, pos = fh.seekable(), 0
+        pos = newlines = 0  # bytes read; newlines among them (the number of the line starting at pos)
+        lost = False
         for line, start in wanted:
-            if seek:
-                fh.seek(start)
-            else:
-                while pos < start and (chunk := fh.read(min(BLOCK, start - pos))):
-                    pos += len(chunk)
-            raw = fh.readline(limit) if seek or pos == start else b""
-            pos = start + len(raw)
+            while not lost and pos < start:
+                chunk = fh.read(min(BLOCK, start - pos))
+                if not chunk:
+                    break
+                pos += len(chunk)
+                newlines += int(np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8) == 10))
+            lost = lost or pos != start or newlines != line  # the file is not as the stream recorded it
+            raw = b"" if lost else fh.readline(limit)
+            pos, newlines = pos + len(raw), newlines + raw.endswith(b"\n")
             whole = raw and (len(raw) < limit or raw.endswith(b"\n"))
             item = parse_line(raw, line, shard, content_key, max_doc_bytes) if whole else None
             yield line, item if isinstance(item, Document) else None
@@ -289,7 +295,7 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
     try:
         seen = 0
         starts = stream.starts
-        if starts is not None and all(starts[v[0]] >= 0 for v in found.values()):  # each line read where it starts
+        if starts is not None and all(starts[v[0]] >= 0 for v in found.values()):  # read up to where each starts
             docs_read = iter_documents_from(path, shard, content_key, cfg.max_doc_bytes,
                                             sorted((line, int(starts[v[0]])) for line, v in found.items()))
         else:  # found by counting newlines

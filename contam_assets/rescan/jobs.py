@@ -187,7 +187,8 @@ def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutc
                 out.drop = plan.drop
                 return out
             except StaleStream:
-                token_cache.discard(root, job.shard, plan.stream_key)  # the full scan below caches the shard anew
+                # dropped: the full scan below caches the shard anew (with the prefilter on, nothing is cached)
+                token_cache.discard(root, job.shard, plan.stream_key)
         if job.cfg.prefilter:  # no usable stream: the per-task rescan, its prefilter on the shard's text
             out = tokenize_and_scan(*args, cache_root=None, fingerprint=job.fingerprint, identity=job.identity,
                                     parts=job.parts(), tasks=plan.add)
