@@ -26,7 +26,7 @@ from contam_assets.detector import compiled, key_table
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex, encode_texts
 from contam_assets.detector.matches import Reference, rows_for_doc
-from contam_assets.detector.ngrams import ngram_hash, ngram_hashes
+from contam_assets.detector.ngrams import ngram_hash, ngram_hashes, segment_ngram_hashes
 from contam_assets.detector.scan import scan_many
 from contam_assets.detector.text import clean_words, join_words
 from contam_assets.detector.thorough import ensure_extras, finish
@@ -116,7 +116,7 @@ def lead_gate(records: pl.DataFrame, tasks: list[str], cfg: DetectConfig, keys: 
     full = [t for t in tokens if len(t) >= n]
     if not full:
         return None
-    hashes = np.concatenate([ngram_hashes(t, n) for t in full])
+    hashes, _ = segment_ngram_hashes(full, n)
     leads = np.concatenate([key_table.lead_values(t, n) for t in full])
     hit = keys.contains(hashes)
     missing = np.setdiff1d(keys.keys, hashes[hit], assume_unique=False)
