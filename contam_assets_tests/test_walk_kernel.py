@@ -155,6 +155,45 @@ def test_scan_many_compiled_equals_the_plain_walk(two_tasks, planted, monkeypatc
     assert kept > 0 and pruned > 0
 
 
+def same_clusters(got, want) -> None:
+    assert [(c.end, c.bounds) for c in got] == [(c.end, c.bounds) for c in want]
+    for g, w in zip(got, want):
+        assert [(d, list(m)) for d, m in g.matches.items()] == [(d, list(m)) for d, m in w.matches.items()]
+
+
+def test_one_call_for_a_batch_equals_a_call_per_document(two_tasks, planted):
+    """clusters_many (scan_many's loop in one compiled call) gives, document by document, what the loop gave:
+    nothing under min_doc_tokens or where the bound fails, else the walk's clusters; with and without ``only``."""
+    cfg, records, index = two_tasks
+    n, floor = cfg.ngram_size, question_floor(cfg)
+    short = [planted[0][:3], planted[1][: cfg.min_doc_tokens - 1], planted[2][: cfg.min_doc_tokens]]
+    docs = [short[0], *planted[:50], short[1], *planted[50:], short[2], np.zeros(0, dtype=planted[0].dtype)]
+    lens = np.array([len(d) for d in docs], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)])
+    flat = np.concatenate(docs)
+    keys = index.lookup(ngram_hashes(flat, n))
+    maybe = np.array([i for i in range(len(docs)) if i % 7], dtype=np.int64)  # a gap: documents not asked for
+    for task in (None, "gsm8k", "mbpp"):
+        only = None
+        if task:
+            only = np.zeros(index.n_records, dtype=bool)
+            only[task_locals(index, records, [task])] = True
+        got = walk_kernel.clusters_many(index, keys, starts, lens, maybe, cfg, floor, only)
+        want = {}
+        for i in maybe.tolist():
+            if lens[i] < cfg.min_doc_tokens:
+                continue
+            doc_keys = keys[starts[i] : starts[i] + lens[i] - n + 1]
+            if walk_kernel.reach(index, doc_keys[doc_keys >= 0], floor, only=only):
+                found = walk_kernel.clusters(index, doc_keys, cfg, floor, only)
+                if found:
+                    want[i] = found
+        assert sorted(got) == sorted(want) and len(want) > 20
+        assert not set(got) & {0, 51, len(docs) - 1}  # too short, not asked for
+        for i in want:
+            same_clusters(got[i], want[i])
+
+
 def test_reach_equals_can_reach_floor(two_tasks):
     cfg, records, index = two_tasks
     rng = np.random.default_rng(3)

@@ -46,7 +46,7 @@ def long_answer(index: NgramIndex, local: int, tokens: np.ndarray, q_end: int, w
         found, spans = walk_kernel.answer_hits(tokens, ws, we, an, keys)
         if not len(found):
             return None, 0.0
-        return spans, overlap_ratio(float(idf[np.unique(found)].sum()), total)
+        return spans, overlap_ratio(float(idf[found].sum()), total)  # found: as np.unique gives the hits
     h = ngram_hashes(tokens[ws:we], an)
     pos = np.minimum(np.searchsorted(keys, h), len(keys) - 1)
     hit = keys[pos] == h

@@ -18,7 +18,16 @@ def numba_installed() -> bool:
 
 
 def enabled() -> bool:
-    return os.environ.get("CONTAM_COMPILED", "on").strip().lower() not in ("off", "0", "false", "no") and numba_installed()
+    # read on every call (a test or a benchmark may set it in between), its answer kept per value: the scan asks
+    # a few hundred times per shard
+    value = os.environ.get("CONTAM_COMPILED", "on")
+    got = _ENABLED.get(value)
+    if got is None:
+        got = _ENABLED[value] = value.strip().lower() not in ("off", "0", "false", "no") and numba_installed()
+    return got
+
+
+_ENABLED: dict[str, bool] = {}
 
 
 def njit(fn=None, **options):

@@ -73,7 +73,18 @@ class Reference:
         return row
 
 
-_segments_json = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder made once
+_quoted = json.encoder.encode_basestring  # a JSON string as json.dumps(ensure_ascii=False) writes it
+
+
+def _segments_json(segs: list[dict]) -> str:
+    """json.dumps(segs, ensure_ascii=False) for segments' dicts ("kind", then "text"), written directly (rows
+    make one each)."""
+    return "[" + ", ".join(f'{{"kind": {_quoted(s["kind"])}, "text": {_quoted(s["text"])}}}' for s in segs) + "]"
+
+
+def _spans_json(spans: list[tuple[int, int]]) -> str:
+    """json.dumps of the spans as [[start, end], ...], written directly."""
+    return "[" + ", ".join(f"[{int(a)}, {int(b)}]" for a, b in spans) + "]"
 
 
 def match_id(shard: str, line: int, rec: dict, start: int) -> str:
@@ -168,11 +179,11 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str | None, tokens: np.ndar
             passage_start=c.passage_span[0] if c.passage_span else None,
             passage_end=c.passage_span[1] if c.passage_span else None,
             n_matched_ngrams=c.n_matched, doc_tokens=len(tokens), doc_chars=len(doc.text),
-            training_text="".join((" " if i else "") + s["text"] for i, s in enumerate(segs)),
+            training_text=" ".join(s["text"] for s in segs),
             training_segments=_segments_json(segs),
             eval_question=rec["question"], eval_answer=rec["answer"], eval_passage=rec["passage"], preset=preset,
             contamination_score=round(length_adjusted_score(c.score, c.required, threshold), 6),
-            answer_spans=json.dumps([[int(a), int(b)] for a, b in c.answer_spans]) if c.answer_spans else None,
+            answer_spans=_spans_json(c.answer_spans) if c.answer_spans else None,
             cluster_end=c.cluster_end,
             reason=reason_of(c, rec), twins=rec.get("twins"),
         ))

@@ -212,6 +212,10 @@ def scan_many(index: NgramIndex, docs: list[np.ndarray], cfg: DetectConfig, extr
         has_cold &= total * (1 + 1e-9) >= coarse * np.where(has_cold, smallest, 0.0) * (1 - 1e-9)
     maybe = np.flatnonzero(has_cold)
     fast_walk = short is None and walk_kernel.AVAILABLE and compiled.enabled()
+    if fast_walk and near_floor is None:  # the loop below in one compiled call: the bound, then the walk
+        for i, clusters in walk_kernel.clusters_many(index, keys, starts, lens, maybe, cfg, floor, only).items():
+            out[i] = score_clusters(index, docs[i], clusters, cfg, only=only)
+        return out
     for i in maybe.tolist():
         L = int(lens[i])
         if L < cfg.min_doc_tokens:

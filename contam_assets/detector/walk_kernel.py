@@ -264,10 +264,53 @@ def _reach(present, hot, q_idf, q_offsets, q_docs, q_idf_sum, floor, use_hot, on
     return False
 
 
+def _walk_many(keys, starts, lens, maybe, n, min_doc, hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf, only,
+               use_only, sample_every, max_misses, floor, acc, stamp, call):
+    """scan.scan_many's loop over documents in one call: for each document ``maybe[j]`` (its keys at
+    ``keys[starts[i]:]``, ``lens[i]`` tokens) long enough to scan, the floor bound (`_reach`), then the walk
+    (`_walk`).  Returns `_walk`'s arrays for all of them back to back, and per cluster its document."""
+    cl_doc = np.empty(16, dtype=np.int64)
+    cl_end = np.empty(16, dtype=np.int64)
+    cl_count = np.empty(16, dtype=np.int64)
+    sv = np.empty((16, 4), dtype=np.int64)  # per survivor: record, first position, last position, matched keys
+    sv_keys = np.empty(64, dtype=np.int64)
+    n_cl, n_sv, n_keys = 0, 0, 0
+    for j in range(len(maybe)):
+        i = maybe[j]
+        if lens[i] < min_doc:
+            continue  # decon rule: documents under min_doc_tokens are not scanned
+        doc_keys = keys[starts[i] : starts[i] + lens[i] - n + 1]
+        present = doc_keys[doc_keys >= 0]
+        if not _reach(present, hot, q_idf, q_offsets, q_docs, q_idf_sum, floor, True, only, use_only, acc, stamp, call):
+            continue
+        ends, counts, local, first, last, count, flat = _walk(doc_keys, hot, q_offsets, q_docs, q_idf, q_idf_sum,
+                                                              max_idf, only, use_only, sample_every, max_misses, floor)
+        c, r, k = len(ends), len(local), len(flat)
+        if n_cl + c > len(cl_doc):
+            cl_doc, cl_end, cl_count = _grow(cl_doc, n_cl + c), _grow(cl_end, n_cl + c), _grow(cl_count, n_cl + c)
+        if n_sv + r > len(sv):
+            bigger = np.empty((max(n_sv + r, 2 * len(sv)), 4), dtype=np.int64)
+            bigger[:n_sv] = sv[:n_sv]
+            sv = bigger
+        sv_keys = _grow(sv_keys, n_keys + k)
+        for t in range(c):
+            cl_doc[n_cl + t] = i
+            cl_end[n_cl + t] = ends[t]
+            cl_count[n_cl + t] = counts[t]
+        for t in range(r):
+            sv[n_sv + t, 0] = local[t]
+            sv[n_sv + t, 1] = first[t]
+            sv[n_sv + t, 2] = last[t]
+            sv[n_sv + t, 3] = count[t]
+        sv_keys[n_keys : n_keys + k] = flat
+        n_cl, n_sv, n_keys = n_cl + c, n_sv + r, n_keys + k
+    return cl_doc[:n_cl], cl_end[:n_cl], cl_count[:n_cl], sv[:n_sv], sv_keys[:n_keys]
+
+
 def _answer_hits(tokens, ws, we, an, keys, pos, spans):
-    """The ``an``-grams of ``tokens[ws:we]`` found in ``keys`` (ascending): their positions in ``keys``, in document
-    order (ngrams.py's hash, numpy's searchsorted), and their spans merged as boundaries.long_answer merges them;
-    returns (hits, spans)."""
+    """The ``an``-grams of ``tokens[ws:we]`` found in ``keys`` (ascending): their positions in ``keys``, ascending and
+    each once, as np.unique gives them (ngrams.py's hash, numpy's searchsorted), and their spans merged as
+    boundaries.long_answer merges them; returns (positions, spans) written into ``pos`` and ``spans``."""
     found = 0
     n_spans = 0
     nk = len(keys)
@@ -286,7 +329,14 @@ def _answer_hits(tokens, ws, we, an, keys, pos, spans):
                 spans[n_spans, 0] = p
                 spans[n_spans, 1] = p + an - 1
                 n_spans += 1
-    return found, n_spans
+    hits = pos[:found]
+    hits.sort()  # the hits as np.unique gives them: ascending, each once
+    u = 0
+    for t in range(found):
+        if u == 0 or hits[t] != pos[u - 1]:
+            pos[u] = hits[t]
+            u += 1
+    return u, n_spans
 
 
 if AVAILABLE:
@@ -297,6 +347,7 @@ if AVAILABLE:
     _traverse = compiled.njit()(_traverse)
     _walk = compiled.njit(nogil=True)(_walk)
     _reach = compiled.njit(nogil=True)(_reach)
+    _walk_many = compiled.njit(nogil=True)(_walk_many)
     _mix = compiled.njit(inline="always")(_mix)
     _answer_hits = compiled.njit(nogil=True)(_answer_hits)
 
@@ -331,17 +382,39 @@ def clusters(index, keys: np.ndarray, cfg, floor: float, only: np.ndarray | None
         np.ascontiguousarray(keys, dtype=np.int64), hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf,
         _NO_ONLY if only is None else only, only is not None, int(cfg.sample_every),
         int(cfg.question_max_consecutive_misses), float(floor))
-    out: list[Cluster] = []
-    local, first, last = local.tolist(), first.tolist(), last.tolist()
-    cuts = np.zeros(len(count) + 1, dtype=np.int64)
-    np.cumsum(count, out=cuts[1:])
-    cuts, flat = cuts.tolist(), flat.tolist()
+    survivors = np.stack([local, first, last, count], axis=1) if len(local) else np.zeros((0, 4), dtype=np.int64)
+    return next(iter(_built(np.zeros(len(ends), dtype=np.int64), ends, counts, survivors, flat).values()), [])
+
+
+def clusters_many(index, keys: np.ndarray, starts: np.ndarray, lens: np.ndarray, maybe: np.ndarray, cfg,
+                  floor: float, only: np.ndarray | None = None) -> dict[int, list[Cluster]]:
+    """{document: its clusters} for the documents ``maybe`` of a batch (``keys``: every position's exact key, the
+    documents back to back from ``starts``, ``lens`` tokens each): those long enough to scan, that
+    :func:`reach` lets through and whose walk (:func:`clusters`) keeps a cluster.  scan.scan_many's per-document
+    loop in one compiled call."""
+    hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf = _arrays(index)
+    acc, stamp, call = _scratch(index)
+    got = _walk_many(np.ascontiguousarray(keys, dtype=np.int64), np.ascontiguousarray(starts, dtype=np.int64),
+                     np.ascontiguousarray(lens, dtype=np.int64), np.ascontiguousarray(maybe, dtype=np.int64),
+                     int(cfg.ngram_size), int(cfg.min_doc_tokens), hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf,
+                     _NO_ONLY if only is None else only, only is not None, int(cfg.sample_every),
+                     int(cfg.question_max_consecutive_misses), float(floor), acc, stamp, call)
+    return _built(*got)
+
+
+def _built(docs, ends, counts, survivors, flat) -> dict[int, list[Cluster]]:
+    """The kernels' arrays as Cluster objects, by document (a cluster no record survived in is left out)."""
+    out: dict[int, list[Cluster]] = {}
+    cuts = np.zeros(len(survivors) + 1, dtype=np.int64)
+    np.cumsum(survivors[:, 3], out=cuts[1:])
+    cuts, flat, rows = cuts.tolist(), flat.tolist(), survivors.tolist()
     s = 0
-    for end, c in zip(ends.tolist(), counts.tolist()):
+    for doc, end, c in zip(docs.tolist(), ends.tolist(), counts.tolist()):
         if c:
+            mine = range(s, s + c)
             # set() adds the keys one by one, in the walk's order: the iteration order score_clusters sums in
-            out.append(Cluster(matches={local[r]: set(flat[cuts[r] : cuts[r + 1]]) for r in range(s, s + c)},
-                               bounds={local[r]: [first[r], last[r]] for r in range(s, s + c)}, end=end))
+            out.setdefault(doc, []).append(Cluster(matches={rows[r][0]: set(flat[cuts[r] : cuts[r + 1]]) for r in mine},
+                                                   bounds={rows[r][0]: [rows[r][1], rows[r][2]] for r in mine}, end=end))
         s += c
     return out
 
@@ -368,7 +441,8 @@ def reach(index, present: np.ndarray, floor: float, hot: bool = True, only: np.n
 
 
 def answer_hits(tokens: np.ndarray, ws: int, we: int, an: int, keys: np.ndarray) -> tuple[np.ndarray, list]:
-    """(positions in ``keys`` of the ``an``-grams of ``tokens[ws:we]`` whose hash is in ``keys``, their merged spans)."""
+    """(positions in ``keys`` of the ``an``-grams of ``tokens[ws:we]`` whose hash is in ``keys``, ascending and each
+    once, their merged spans)."""
     m = max(0, we - ws - an + 1)
     pos, spans = np.empty(m, dtype=np.int64), np.empty((m, 2), dtype=np.int64)
     found, n_spans = _answer_hits(np.asarray(tokens), ws, we, an, keys, pos, spans)
@@ -391,5 +465,8 @@ def warm() -> None:
     clusters(tiny, keys, DetectConfig(), 0.5)
     clusters(tiny, keys, DetectConfig(), 0.5, only=np.ones(1, dtype=bool))
     reach(tiny, keys[keys >= 0], 0.5)
+    cfg = DetectConfig()
+    for only in (None, np.ones(1, dtype=bool)):  # a document of min_doc_tokens whose keys end the array
+        clusters_many(tiny, keys, np.array([0]), np.array([cfg.min_doc_tokens]), np.array([0]), cfg, 0.5, only)
     for dtype in (np.uint32, np.uint64):  # a cached stream's ids, a batch's ids
         answer_hits(np.arange(8, dtype=dtype), 0, 8, 3, np.array([1, 2], dtype=np.uint64))

@@ -53,6 +53,7 @@ def loaded_kernels() -> dict[str, int]:
                "key_table._docs_with_key": getattr(key_table, "_docs_with_key", None),
                "key_table._docs_with_key_gated": getattr(key_table, "_docs_with_key_gated", None),
                "walk_kernel._walk": walk_kernel._walk, "walk_kernel._reach": walk_kernel._reach,
+               "walk_kernel._walk_many": walk_kernel._walk_many,
                "walk_kernel._answer_hits": walk_kernel._answer_hits}
     return {name: len(getattr(k, "signatures", ())) for name, k in kernels.items()}
 
