@@ -49,7 +49,8 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
     n = cfg.ngram_size
     min_q = cfg.min_question_overlap
     out: dict[tuple[int, int], Candidate] = {}
-    floor = question_floor(cfg) * (1 - 1e-9)  # the slack keeps the bound below on the safe side of rounding
+    q_floor = question_floor(cfg)
+    floor = q_floor * (1 - 1e-9)  # the slack keeps the bound below on the safe side of rounding
     max_idf = index.record_max_idf()
     for cl in clusters:
         for local, keys in cl.matches.items():
@@ -60,7 +61,7 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
                 continue  # even at its largest idf per matched key the record stays under the floor below
             q = overlap_ratio(float(index.q_idf[list(keys)].sum()), q_idf_sum)
             # decon rule: Σ idf(matched unique n-grams) / Σ idf(all unique n-grams)
-            if q < question_floor(cfg):
+            if q < q_floor:
                 continue
             q_len = int(index.q_len[local])
             q_required = interpolate_threshold(q_len, cfg.decay_start, cfg.decay_end, min_q)

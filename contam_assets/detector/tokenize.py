@@ -380,8 +380,7 @@ class BPETokenizer(Tokenizer):
         n = len(ids)
         lo, hi = max(0, min(lo, n)), n if hi is None else max(0, min(hi, n))
         hi = max(hi, lo)
-        data, off = self.byte_spans(cleaned, ids[lo:hi])
-        off = off.tolist()
+        data, off = self.byte_spans(cleaned, ids[lo:hi])  # off: numpy, indexed a few times per row
 
         def read(start: int, end: int) -> str:
             start, end = max(0, start), min(n, end)
@@ -389,7 +388,7 @@ class BPETokenizer(Tokenizer):
                 return ""
             if start < lo or end > hi:
                 return self._enc.decode_bytes(np.asarray(ids[start:end]).tolist()).decode("utf-8", "replace").strip()
-            return data[off[start - lo] : off[end - lo]].decode("utf-8", "replace").strip()
+            return data[int(off[start - lo]) : int(off[end - lo])].decode("utf-8", "replace").strip()
 
         return read
 
