@@ -161,37 +161,59 @@ def same_clusters(got, want) -> None:
         assert [(d, list(m)) for d, m in g.matches.items()] == [(d, list(m)) for d, m in w.matches.items()]
 
 
-def test_one_call_for_a_batch_equals_a_call_per_document(two_tasks, planted):
+def test_one_call_for_a_batch_equals_a_call_per_document(two_tasks, planted, shared_data):
     """clusters_many (scan_many's loop in one compiled call) gives, document by document, what the loop gave:
-    nothing under min_doc_tokens or where the bound fails, else the walk's clusters; with and without ``only``."""
+    nothing under min_doc_tokens or where the bound fails, else the walk's clusters; with and without ``only``,
+    at the question floor and at floor 0 (every record kept).  Beside the planted documents: GSM8K questions
+    alone, cut to one token under min_doc_tokens and to exactly it (each holds a cluster at floor 0), and one
+    question split over two documents, so that an n-gram read across their border would be a hit."""
     cfg, records, index = two_tasks
-    n, floor = cfg.ngram_size, question_floor(cfg)
-    short = [planted[0][:3], planted[1][: cfg.min_doc_tokens - 1], planted[2][: cfg.min_doc_tokens]]
-    docs = [short[0], *planted[:50], short[1], *planted[50:], short[2], np.zeros(0, dtype=planted[0].dtype)]
+    n = cfg.ngram_size
+    gsm = [json.loads(line) for line in open(shared_data / "gsm8k_test.jsonl")][:3]
+    asked = [Document(line=i, doc_id=str(i), source=None, text=g["question"], n_bytes=0, raw=b"") for i, g in enumerate(gsm)]
+    _, questions, _, _ = tokenize_batch(asked, cfg, None)
+    under, exact = questions[0][: cfg.min_doc_tokens - 1], questions[1][: cfg.min_doc_tokens]
+    cut = len(questions[2]) // 2
+    head, tail = questions[2][:cut], questions[2][cut:]
+    docs = [under, *planted[:50], np.zeros(0, dtype=planted[0].dtype), *planted[50:], exact, head, tail]
+    special = {"under": 0, "empty": 51, "exact": len(docs) - 3, "head": len(docs) - 2}
+
+    def own_keys(doc):  # a document's keys hashed on their own: the n-grams inside it, and no more
+        return index.lookup(ngram_hashes(doc, n)) if len(doc) >= n else np.zeros(0, dtype=np.int64)
+
+    for name in ("under", "exact", "head"):
+        assert walk_kernel.clusters(index, own_keys(docs[special[name]]), cfg, 0.0), name  # each holds a cluster
     lens = np.array([len(d) for d in docs], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lens)])
-    flat = np.concatenate(docs)
-    keys = index.lookup(ngram_hashes(flat, n))
-    maybe = np.array([i for i in range(len(docs)) if i % 7], dtype=np.int64)  # a gap: documents not asked for
-    for task in (None, "gsm8k", "mbpp"):
-        only = None
-        if task:
-            only = np.zeros(index.n_records, dtype=bool)
-            only[task_locals(index, records, [task])] = True
-        got = walk_kernel.clusters_many(index, keys, starts, lens, maybe, cfg, floor, only)
-        want = {}
-        for i in maybe.tolist():
-            if lens[i] < cfg.min_doc_tokens:
-                continue
-            doc_keys = keys[starts[i] : starts[i] + lens[i] - n + 1]
-            if walk_kernel.reach(index, doc_keys[doc_keys >= 0], floor, only=only):
-                found = walk_kernel.clusters(index, doc_keys, cfg, floor, only)
-                if found:
-                    want[i] = found
-        assert sorted(got) == sorted(want) and len(want) > 20
-        assert not set(got) & {0, 51, len(docs) - 1}  # too short, not asked for
-        for i in want:
-            same_clusters(got[i], want[i])
+    keys = index.lookup(ngram_hashes(np.concatenate(docs), n))
+    maybe = np.array([i for i in range(len(docs)) if i % 7 or i in special.values()], dtype=np.int64)  # gaps
+    for floor in (question_floor(cfg), 0.0):
+        for task in (None, "gsm8k", "mbpp"):
+            only = None
+            if task:
+                only = np.zeros(index.n_records, dtype=bool)
+                only[task_locals(index, records, [task])] = True
+            got = walk_kernel.clusters_many(index, keys, starts, lens, maybe, cfg, floor, only)
+            want = {}
+            for i in maybe.tolist():
+                if lens[i] < cfg.min_doc_tokens:
+                    continue
+                doc_keys = own_keys(docs[i])
+                if walk_kernel.reach(index, doc_keys[doc_keys >= 0], floor, only=only):
+                    found = walk_kernel.clusters(index, doc_keys, cfg, floor, only)
+                    if found:
+                        want[i] = found
+            assert sorted(got) == sorted(want) and len(want) > 20
+            assert special["under"] not in got and special["empty"] not in got
+            assert not set(got) - set(maybe.tolist())
+            if floor == 0.0 and task != "mbpp":
+                assert special["exact"] in got and special["head"] in got
+            for i in want:
+                same_clusters(got[i], want[i])
+    # the forkserver's warm-up (walk_kernel.warm, on a made-up index) compiled the very types a scan of a real
+    # index passes: a worker does not compile the batch walk again at its first shard
+    walk_kernel.warm()
+    assert len(walk_kernel._walk_many.signatures) == 1, walk_kernel._walk_many.signatures
 
 
 def test_reach_equals_can_reach_floor(two_tasks):
