@@ -129,3 +129,22 @@ def test_documents_read_where_their_lines_start_equal_those_found_by_counting(tm
     # a start past the end, or one a compressed read has passed already: no document (the stream is then stale)
     assert [d for _, d in incremental.iter_documents_from(path, path.name, "text", 1000, [(0, len(data) + 5)])] == [None]
     assert [d for _, d in incremental.iter_documents_from(path, path.name, "text", 1000, [(1, 10), (0, 0)])] == [None, None]
+
+
+@pytest.mark.parametrize("block", [7, 64, 4096])
+def test_lines_at_the_size_limit_read_from_blocks_equal_those_found_by_counting(tmp_path, monkeypatch, block):
+    """Lines one byte under, at and over the size limit (a body of max_doc_bytes plus its line end), each before a
+    wanted line: the block reader cuts a line at the limit as readline(limit) does, counts the newline it did not
+    take, and numbers every later line as iter_documents_at does."""
+    monkeypatch.setattr(incremental, "BLOCK", block)
+    out = []
+    for i, (size, end) in enumerate([(99, b"\n"), (100, b"\r\n"), (101, b"\n"), (102, b"\n"), (102, b"\r\n"), (103, b"\n"), (100, b"\n")]):
+        out.append(json.dumps({"text": "x" * (size - 12)}).encode() + end)  # a body of `size` bytes
+        out.append(json.dumps({"text": f"wanted {i}"}).encode() + b"\n")
+    path = tmp_path / "limits.jsonl"
+    path.write_bytes(b"".join(out))
+    wanted = [(k, sum(map(len, out[:k]))) for k in range(len(out))]
+    got = list(incremental.iter_documents_from(path, path.name, "text", 100, wanted))
+    assert got == list(incremental.iter_documents_at(path, path.name, "text", 100, set(range(len(out)))))
+    assert [no for no, d in got if d is None] == [4, 6, 8, 10]  # bodies over 100 bytes
+    assert all(d.text == f"wanted {no // 2}" for no, d in got if no % 2)

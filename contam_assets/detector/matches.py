@@ -162,31 +162,29 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str | None, tokens: np.ndar
             best[key] = (c, rec)
     rows = []
     read = tok.span_reader(cleaned, tokens, *_window(c for c, _ in best.values())) if best else None
+    line, doc_id, source, doc_tokens, doc_chars = doc.line, doc.doc_id, doc.source, len(tokens), len(doc.text)
     for c, rec in best.values():
         segs = segments(tok, cleaned, tokens, c, read)
-        rows.append(dict(
-            match_id=match_id(shard, doc.line, rec, c.cluster_start), shard=shard, line=doc.line, doc_id=doc.doc_id,
-            source=doc.source, task=rec["task"], suite=rec["suite"], split=rec["split"],
-            instance_index=rec["instance_index"], subject=rec["subject"], choice_index=rec["choice_index"],
-            is_correct=rec["is_correct"], record_id=c.record_id, score=round(c.score, 6),
-            required_score=round(c.required, 6), flagged=bool(c.flagged), needs_review=bool(rec["derived"] or c.held),
-            question_overlap=round(c.q_overlap, 6),
-            answer_overlap=None if c.a_overlap is None else round(c.a_overlap, 6),
-            passage_overlap=None if c.p_overlap is None else round(c.p_overlap, 6),
-            question_start=c.cluster_start, question_end=c.question_end,
-            answer_start=c.answer_spans[0][0] if c.answer_spans else None,
-            answer_end=c.answer_spans[-1][1] if c.answer_spans else None,
-            passage_start=c.passage_span[0] if c.passage_span else None,
-            passage_end=c.passage_span[1] if c.passage_span else None,
-            n_matched_ngrams=c.n_matched, doc_tokens=len(tokens), doc_chars=len(doc.text),
-            training_text=" ".join(s["text"] for s in segs),
-            training_segments=_segments_json(segs),
-            eval_question=rec["question"], eval_answer=rec["answer"], eval_passage=rec["passage"], preset=preset,
-            contamination_score=round(length_adjusted_score(c.score, c.required, threshold), 6),
-            answer_spans=_spans_json(c.answer_spans) if c.answer_spans else None,
-            cluster_end=c.cluster_end,
-            reason=reason_of(c, rec), twins=rec.get("twins"),
-        ))
+        a_spans, p_span, a_overlap, p_overlap = c.answer_spans, c.passage_span, c.a_overlap, c.p_overlap
+        rows.append({
+            "match_id": match_id(shard, line, rec, c.cluster_start), "shard": shard, "line": line, "doc_id": doc_id,
+            "source": source, "task": rec["task"], "suite": rec["suite"], "split": rec["split"],
+            "instance_index": rec["instance_index"], "subject": rec["subject"], "choice_index": rec["choice_index"],
+            "is_correct": rec["is_correct"], "record_id": c.record_id, "score": round(c.score, 6),
+            "required_score": round(c.required, 6), "flagged": bool(c.flagged),
+            "needs_review": bool(rec["derived"] or c.held), "question_overlap": round(c.q_overlap, 6),
+            "answer_overlap": None if a_overlap is None else round(a_overlap, 6),
+            "passage_overlap": None if p_overlap is None else round(p_overlap, 6),
+            "question_start": c.cluster_start, "question_end": c.question_end,
+            "answer_start": a_spans[0][0] if a_spans else None, "answer_end": a_spans[-1][1] if a_spans else None,
+            "passage_start": p_span[0] if p_span else None, "passage_end": p_span[1] if p_span else None,
+            "n_matched_ngrams": c.n_matched, "doc_tokens": doc_tokens, "doc_chars": doc_chars,
+            "training_text": " ".join([s["text"] for s in segs]), "training_segments": _segments_json(segs),
+            "eval_question": rec["question"], "eval_answer": rec["answer"], "eval_passage": rec["passage"],
+            "preset": preset, "contamination_score": round(length_adjusted_score(c.score, c.required, threshold), 6),
+            "answer_spans": _spans_json(a_spans) if a_spans else None, "cluster_end": c.cluster_end,
+            "reason": reason_of(c, rec), "twins": rec.get("twins"),
+        })
     return rows
 
 

@@ -19,6 +19,8 @@ from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.ngrams import ngram_hashes
 from contam_assets.detector.scoring import combined_score, interpolate_threshold, overlap_ratio, passes_threshold
 
+_add = np.add.reduce  # what ndarray.sum() calls
+
 
 @dataclass
 class Candidate:
@@ -47,36 +49,39 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
                    only: np.ndarray | None = None) -> list[Candidate]:
     """Candidates of the clusters (with ``only``, a bool per record local: those records' candidates only)."""
     n = cfg.ngram_size
-    min_q = cfg.min_question_overlap
+    min_q, threshold, report_floor = cfg.min_question_overlap, cfg.threshold, cfg.report_floor
+    decay_start, decay_end = cfg.decay_start, cfg.decay_end
     out: dict[tuple[int, int], Candidate] = {}
     q_floor = question_floor(cfg)
     floor = q_floor * (1 - 1e-9)  # the slack keeps the bound below on the safe side of rounding
     max_idf = index.record_max_idf()
+    q_idf, q_idf_sums, q_lens, a_lens, p_lens = index.q_idf, index.q_idf_sum, index.q_len, index.a_len, index.p_len
     for cl in clusters:
         for local, keys in cl.matches.items():
             if only is not None and not only[local]:
                 continue
-            q_idf_sum = float(index.q_idf_sum[local])
+            q_idf_sum = float(q_idf_sums[local])
             if len(keys) * max_idf[local] < floor * q_idf_sum:
                 continue  # even at its largest idf per matched key the record stays under the floor below
-            q = overlap_ratio(float(index.q_idf[list(keys)].sum()), q_idf_sum)
+            q = overlap_ratio(float(_add(q_idf.take(list(keys)))), q_idf_sum)  # the same sum as q_idf[...].sum()
             # decon rule: Σ idf(matched unique n-grams) / Σ idf(all unique n-grams)
             if q < q_floor:
                 continue
-            q_len = int(index.q_len[local])
-            q_required = interpolate_threshold(q_len, cfg.decay_start, cfg.decay_end, min_q)
+            q_len = int(q_lens[local])
+            q_required = interpolate_threshold(q_len, decay_start, decay_end, min_q)
             decon_prefilter = q >= min_q and q >= q_required
             start, end_pos = cl.bounds[local]
             cluster_len = (end_pos + n - 1) - start + 1
             excess = max(0, cluster_len - q_len)
             q_end_for_answer = max((end_pos + n - 1) - excess, 0)
-            cand = Candidate(local=local, record_id=int(index.record_ids[local]), cluster_start=start,
-                             question_end=end_pos + n - 1, n_matched=len(keys), q_overlap=q, cluster_end=end_pos + n - 1)
-            if index.p_len[local] > 0:
+            cand = Candidate(local, int(index.record_ids[local]), start, end_pos + n - 1, len(keys), q,
+                             cluster_end=end_pos + n - 1)
+            p_len = int(p_lens[local])
+            if p_len > 0:
                 cand.passage_span, cand.p_overlap = boundaries.passage(index, local, tokens, start, cfg)
             a_unique = None
-            if index.a_len[local] > 0:
-                a_len = int(index.a_len[local])
+            a_len = int(a_lens[local])
+            if a_len > 0:
                 a_unique = int(index.a_unique[local])
                 if a_len <= cfg.short_answer_token_threshold:
                     spans, cand.a_overlap = boundaries.short_answer(index, local, tokens, q_end_for_answer, cfg.short_answer_window)
@@ -86,17 +91,17 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
                 cand.answer_spans = spans or []
                 if spans and spans[0][0] <= cand.question_end and cluster_len > q_len:
                     cand.question_end = max(spans[0][0] - 1, 0)
-            cand.score = combined_score(q, int(index.q_unique[local]), cand.a_overlap, a_unique, cand.p_overlap)
+            score = cand.score = combined_score(q, int(index.q_unique[local]), cand.a_overlap, a_unique, cand.p_overlap)
             # decon rule: L = question + answer (unique tokens) + passage tokens sets the required score
-            L = q_len + (a_unique or 0) + (int(index.p_len[local]) if index.p_len[local] > 0 else 0)
-            cand.required = interpolate_threshold(L, cfg.decay_start, cfg.decay_end, cfg.threshold)
+            L = q_len + (a_unique or 0) + (p_len if p_len > 0 else 0)
+            required = cand.required = interpolate_threshold(L, decay_start, decay_end, threshold)
             cand.question_check = decon_prefilter
-            cand.flagged = decon_prefilter and passes_threshold(cand.score, cand.required, cfg.threshold)
-            if cand.score < cfg.report_floor and not cand.flagged:
+            flagged = cand.flagged = decon_prefilter and passes_threshold(score, required, threshold)
+            if score < report_floor and not flagged:
                 continue
             key = (local, start)
             prev = out.get(key)
-            if prev is None or (cand.flagged, cand.score) > (prev.flagged, prev.score):
+            if prev is None or (flagged, score) > (prev.flagged, prev.score):
                 out[key] = cand
     return sorted(out.values(), key=lambda c: (c.cluster_start, c.record_id))
 

@@ -232,29 +232,62 @@ def iter_documents_at(path: Path, shard: str, content_key: str, max_doc_bytes: i
 def iter_documents_from(path: Path, shard: str, content_key: str, max_doc_bytes: int,
                         wanted: list[tuple[int, int]]) -> Iterator[tuple[int, Document | None]]:
     """(line, document or None) for each (line, where it starts) of ``wanted`` (ascending, as a cached stream
-    recorded them: Document.offset).  The shard is read up to each start and its newlines counted (a count, not
-    their positions: a fraction of finding them); a line that does not start there, or not as that line, is None,
-    and so is every one after it.  None too for a line over the size limit or not JSON; whether a line read here
-    is still the document the stream holds is for its check value to say (TokenStream.holds)."""
+    recorded them: Document.offset).  The shard is read a block at a time and its newlines up to each start counted
+    (a count, not their positions: a fraction of finding them); a line that does not start there, or not as that
+    line, is None, and so is every one after it.  None too for a line over the size limit or not JSON; whether a
+    line read here is still the document the stream holds is for its check value to say (TokenStream.holds)."""
     if not wanted:
         return
     limit = max_doc_bytes + 2  # store.pool.iter_lines: a body of max_doc_bytes plus "\r\n"
     with open_binary(path) as fh:
-        pos = newlines = 0  # bytes read; newlines among them (the number of the line starting at pos)
+        reader = _Blocks(fh)
         lost = False
         for line, start in wanted:
-            while not lost and pos < start:
-                chunk = fh.read(min(BLOCK, start - pos))
-                if not chunk:
-                    break
-                pos += len(chunk)
-                newlines += int(np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8) == 10))
-            lost = lost or pos != start or newlines != line  # the file is not as the stream recorded it
-            raw = b"" if lost else fh.readline(limit)
-            pos, newlines = pos + len(raw), newlines + raw.endswith(b"\n")
+            lost = lost or not reader.count_to(start) or reader.newlines != line  # not as the stream recorded it
+            raw = b"" if lost else reader.line(limit)
             whole = raw and (len(raw) < limit or raw.endswith(b"\n"))
             item = parse_line(raw, line, shard, content_key, max_doc_bytes) if whole else None
             yield line, item if isinstance(item, Document) else None
+
+
+class _Blocks:
+    """A binary stream read BLOCK bytes at a time: the newlines before a position counted, a line cut out."""
+
+    def __init__(self, fh):
+        self.fh, self.buf, self.base = fh, b"", 0  # the block held, where it starts in the stream
+        self.pos = self.newlines = 0  # bytes passed; newlines among them (the number of the line starting at pos)
+
+    def _next(self) -> bool:
+        """Hold the block that starts at pos (pos is at the end of the one held); False at the end of the stream."""
+        self.base, self.buf = self.pos, self.fh.read(BLOCK)
+        return bool(self.buf)
+
+    def count_to(self, start: int) -> bool:
+        """Pass up to ``start``, counting the newlines; False when the stream ends before it or pos is past it."""
+        while self.pos < start:
+            if self.pos == self.base + len(self.buf) and not self._next():
+                return False
+            lo, hi = self.pos - self.base, min(start - self.base, len(self.buf))
+            self.newlines += int(np.count_nonzero(np.frombuffer(self.buf, dtype=np.uint8, count=hi - lo, offset=lo) == 10))
+            self.pos = self.base + hi
+        return self.pos == start
+
+    def line(self, limit: int) -> bytes:
+        """The bytes from pos through the next newline, at most ``limit`` of them (as readline(limit) gives)."""
+        parts, size = [], 0
+        while size < limit:
+            if self.pos == self.base + len(self.buf) and not self._next():
+                break
+            lo = self.pos - self.base
+            end = self.buf.find(b"\n", lo, lo + limit - size)
+            hi = min(len(self.buf), lo + limit - size) if end < 0 else end + 1
+            parts.append(self.buf[lo:hi])
+            size += hi - lo
+            self.pos = self.base + hi
+            if end >= 0:
+                self.newlines += 1
+                break
+        return b"".join(parts)
 
 
 def read_lines(path: Path, shard: str, content_key: str, max_doc_bytes: int, lines: set[int]) -> dict[int, Document]:

@@ -139,7 +139,8 @@ def load(root: Path, shard: str, key: str) -> TokenStream | None:
         if offsets[0] != 0 or np.any(offsets[1:] < offsets[:-1]) or bin_path.stat().st_size != n * dtype.itemsize \
                 or meta.get("key") != key:
             return None
-        tokens = np.memmap(bin_path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype)
+        # a plain view of the mapping: a slice of a memmap object costs a Python hook per document
+        tokens = np.asarray(np.memmap(bin_path, dtype=dtype, mode="r", shape=(n,))) if n else np.zeros(0, dtype=dtype)
         rejects = _read_rejects(d / REJECTS)
     except (OSError, ValueError, KeyError, TypeError):
         return None
