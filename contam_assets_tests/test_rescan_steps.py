@@ -10,7 +10,8 @@
   reach are not walked, other records are not scored) equals filtering the full result, on real
   GSM8K and MBPP items planted side by side in host text;
 - the lead gate finds what hashing every position finds, and is not made when a key is not accounted for;
-- a cached stream whose line (in place, renumbered) or ids changed is stale, and the rescan renews it;
+- a cached stream whose line (in place, renumbered) or ids changed is stale, and the rescan renews it; so is
+  one whose compressed shard breaks where the stream read it whole (the text scan then reports the break);
 - a row's window holds every span its segments read.
 """
 
@@ -425,3 +426,33 @@ def test_a_rows_window_holds_every_span_its_segments_read(two_tasks, shared_data
         for c in cands:
             assert matches.segments(tok, None, ids, c, read) == matches.segments(tok, None, ids, c, full)
     assert checked > 50
+
+
+def test_a_compressed_shard_that_breaks_after_its_matched_line_is_rescanned_from_its_text(two_tasks, shared_data,
+                                                                                           tmp_path):
+    """A gzip shard cut short 256 KiB after its matched line: the cached rescan reads into the break (it reads the
+    shard a block at a time), which makes the stream stale, not a StreamError out of the shard; the job then scans
+    the text, which reports the shard incomplete at the break and keeps the matched line's rows."""
+    import zlib
+
+    cfg, records, index = two_tasks
+    ref = Reference(records)
+    plain, lines, at_line, first, _, _ = _planted_shard(tmp_path, shared_data, two_tasks)
+    data = plain.read_bytes()
+    end_of_match = data.index(lines[at_line].encode()) + len(lines[at_line]) + 1
+    body = gzip.compress(data)
+    shard, cache = tmp_path / "z.jsonl.gz", tmp_path / "zcache"
+    shard.write_bytes(body)
+    whole = tokenize_and_scan(shard, "z.jsonl.gz", index, ref, cfg, "text", "default", "d", cache)
+    assert set(whole.matches["line"].to_list()) == {at_line}
+    key = token_cache.cache_key(shard_identity(shard)[1], cfg, "text")
+    # the shortest prefix of the compressed bytes that gives 256 KiB past the matched line
+    cut = next(c for c in range(0, len(body), 512)
+               if len(zlib.decompressobj(wbits=31).decompress(body[:c])) >= end_of_match + (256 << 10))
+    shard.write_bytes(body[:cut])
+    with pytest.raises(incremental.StaleStream, match="breaks"):
+        incremental.scan_stream(token_cache.load(cache, "z.jsonl.gz", key), shard, "z.jsonl.gz", index, ref, cfg,
+                                "text", "default", "d")
+    out = run_shard_job(_full_job(shard, cache, key, cfg), index, ref)
+    assert out.stats["status"] == "incomplete" and out.stats["error_line"] > at_line  # reported, not raised
+    assert _rows(out.matches).equals(_rows(whole.matches))

@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from contam_assets.detector import compiled, key_table
+from contam_assets.detector.compression import StreamError
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex, encode_texts
 from contam_assets.detector.matches import Reference, rows_for_doc
@@ -352,6 +353,9 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
         if seen != len(found):
             raise StaleStream(f"{shard}: the file ends before line {max(found)} of the cached token stream")
         matches = sink.close()
+    except (StreamError, EOFError) as exc:  # a compressed shard that breaks where the stream read it whole
+        sink.abort()
+        raise StaleStream(f"{shard}: the shard breaks where the cached token stream read it whole ({exc})") from exc
     except BaseException:
         sink.abort()
         raise
