@@ -19,8 +19,6 @@ from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.ngrams import ngram_hashes
 from contam_assets.detector.scoring import combined_score, interpolate_threshold, overlap_ratio, passes_threshold
 
-_add = np.add.reduce  # what ndarray.sum() calls
-
 
 @dataclass
 class Candidate:
@@ -63,7 +61,7 @@ def score_clusters(index: NgramIndex, tokens: np.ndarray, clusters: list[Cluster
             q_idf_sum = float(q_idf_sums[local])
             if len(keys) * max_idf[local] < floor * q_idf_sum:
                 continue  # even at its largest idf per matched key the record stays under the floor below
-            q = overlap_ratio(float(_add(q_idf.take(list(keys)))), q_idf_sum)  # the same sum as q_idf[...].sum()
+            q = overlap_ratio(float(q_idf[list(keys)].sum()), q_idf_sum)
             # decon rule: Σ idf(matched unique n-grams) / Σ idf(all unique n-grams)
             if q < q_floor:
                 continue

@@ -382,7 +382,7 @@ def clusters(index, keys: np.ndarray, cfg, floor: float, only: np.ndarray | None
         np.ascontiguousarray(keys, dtype=np.int64), hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf,
         _NO_ONLY if only is None else only, only is not None, int(cfg.sample_every),
         int(cfg.question_max_consecutive_misses), float(floor))
-    survivors = np.stack([local, first, last, count], axis=1) if len(local) else np.zeros((0, 4), dtype=np.int64)
+    survivors = np.stack([local, first, last, count], axis=1)
     return next(iter(_built(np.zeros(len(ends), dtype=np.int64), ends, counts, survivors, flat).values()), [])
 
 
