@@ -456,3 +456,8 @@ def test_a_compressed_shard_that_breaks_after_its_matched_line_is_rescanned_from
     out = run_shard_job(_full_job(shard, cache, key, cfg), index, ref)
     assert out.stats["status"] == "incomplete" and out.stats["error_line"] > at_line  # reported, not raised
     assert _rows(out.matches).equals(_rows(whole.matches))
+    # the same accounting as a scan of the broken shard without a cache, and the stale stream is gone
+    direct = tokenize_and_scan(shard, "z.jsonl.gz", index, ref, cfg, "text", "default", "d", None)
+    skip = {"seconds", "worker", "node", "fingerprint", "shard_fingerprint"}
+    assert {k: v for k, v in out.stats.items() if k not in skip} == {k: v for k, v in direct.stats.items() if k not in skip}
+    assert out.stats["read"] == out.stats["error_line"] and token_cache.load(cache, "z.jsonl.gz", key) is None
