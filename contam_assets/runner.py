@@ -16,6 +16,7 @@ import os
 import re
 import time
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -42,6 +43,8 @@ LOG_LEVEL = os.environ.get("CONTAM_LOG_LEVEL", "CRITICAL")
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 # The instance config written into a new (or empty) DAGSTER_HOME: no telemetry, no banner.
+# auto: a reference build from fewer bytes of benchmark files is over in a few seconds, before a shard is tokenized
+AHEAD_MIN_SOURCE_BYTES = 8 << 20
 INSTANCE_YAML = "# written by contam-assets (runner.instance_for); deploy/dagster.yaml has a full example\ntelemetry:\n  enabled: false\n"
 DATA_ASSETS = [data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index, data_assets.shard_matches,
                data_assets.removals, data_outputs.removal_report, data_outputs.decontaminated_mix]
@@ -220,22 +223,54 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     return summary(settings, extra | {"seconds": clock.laps}, retired=retired, failed=failed)
 
 
+def ahead_mode(env=os.environ) -> str:
+    """CONTAM_TOKENIZE_AHEAD=auto|on|off; auto (the default): on where the reference set will be built from at least
+    AHEAD_MIN_SOURCE_BYTES of benchmark files (`build_ahead_pays`)."""
+    how = env.get("CONTAM_TOKENIZE_AHEAD", "auto").strip().lower() or "auto"
+    for mode, words in (("on", ("on", "1", "true", "yes")), ("off", ("off", "0", "false", "no")), ("auto", ("auto",))):
+        if how in words:
+            return mode
+    raise ValueError(f"CONTAM_TOKENIZE_AHEAD must be auto, on or off, got {how!r}")
+
+
+def build_ahead_pays(settings: ContamSettings, con) -> bool:
+    """True where the reference set will be built again (reference_set's rule: its inputs digest changed) from at
+    least AHEAD_MIN_SOURCE_BYTES of benchmark files: a build long enough for a shard or more to be tokenized beside
+    it.  A kept set takes a second or two, and a small registry a few: tokenizing ahead would only be thrown away."""
+    from contam_assets.defs.meta import DETECTOR_VERSION
+    from contam_assets.defs.resources import load_task_specs
+    from contam_assets.detector.registry import inputs_digest, source_bytes
+
+    try:
+        specs = load_task_specs(settings)
+    except Exception:  # noqa: BLE001 - a bad spec fails the build itself, with its message
+        return False
+    if source_bytes(specs, settings.benchmarks_path) < AHEAD_MIN_SOURCE_BYTES:
+        return False
+    state = tables.reference_state(con) if con is not None and store.table_exists(con, "reference_state") else None
+    cfg = settings.detect_config()[0]
+    return state is None or state["inputs"] != inputs_digest(specs, settings.benchmarks_path, cfg.reference_key(),
+                                                             DETECTOR_VERSION)
+
+
 def tokenize_ahead(settings: ContamSettings, shards: list[str], log: Callable[[str], None] = print,
                    env=os.environ) -> TokenizeAhead | None:
     """Tokenize the shards a scan will surely read in full while the reference set is built, on the cores the
-    build leaves (rescan/ahead.py); None where nothing is to be gained.  Opt-in: CONTAM_TOKENIZE_AHEAD=on."""
-    if env.get("CONTAM_TOKENIZE_AHEAD", "off").strip().lower() not in ("on", "auto", "1", "true", "yes"):
-        return None  # opt-in: a scan fault point is not reached for a shard tokenized ahead
+    build leaves (rescan/ahead.py); None where nothing is to be gained (`ahead_mode`)."""
+    mode = ahead_mode(env)
+    if mode == "off":
+        return None
     engine = resources_for(settings)["contam_scan_engine"]
     cache_root = engine.cache_root(settings.out_path)
     cfg = settings.detect_config()[0]
     if isinstance(engine, RayScanEngine) or cache_root is None or cfg.prefilter or engine.processes(len(shards)) < 2:
         return None  # Ray workers tokenize on their nodes; the prefilter tokenizes only what it must
     states = {}
-    if settings.db_path.exists():
-        with store.connect(settings.db_path, read_only=True) as con:
-            if scan_state.has_state(con):
-                states = scan_state.load_states(con, shards)
+    with (store.connect(settings.db_path, read_only=True) if settings.db_path.exists() else nullcontext()) as con:
+        if mode == "auto" and not build_ahead_pays(settings, con):
+            return None
+        if con is not None and scan_state.has_state(con):
+            states = scan_state.load_states(con, shards)
     todo = shards_to_tokenize(settings.pool_path, shards, cfg, settings.content_key, cache_root, states,
                               settings.follow_symlinks)
     workers = min(engine.processes(len(shards)) - 1, len(todo))

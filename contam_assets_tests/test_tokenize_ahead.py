@@ -263,3 +263,51 @@ def test_a_reject_holding_line_separators_survives_the_stream(tmp_path):
     w.commit({"read": 3, "rejected": 2, "bytes": 10, "reject_reasons": "{}", "shard_fingerprint": "f"}, rejects)
     s = token_cache.load(tmp_path, "s.jsonl", "k" * 16)
     assert s is not None and s.rejects == rejects
+
+
+def test_auto_tokenizes_ahead_only_beside_a_long_reference_build(tmp_path, shared_data, monkeypatch):
+    """CONTAM_TOKENIZE_AHEAD=auto (the default): on where the reference set will be built from at least
+    AHEAD_MIN_SOURCE_BYTES of benchmark files, off where it is small or kept (its inputs unchanged)."""
+    from contam_assets.defs.meta import DETECTOR_VERSION
+    from contam_assets.defs.resources import ContamSettings, load_task_specs
+    from contam_assets.detector.registry import inputs_digest, source_bytes
+    from contam_assets.runner import AHEAD_MIN_SOURCE_BYTES, ahead_mode, build_ahead_pays, tokenize_ahead
+
+    assert [ahead_mode(e) for e in ({}, {"CONTAM_TOKENIZE_AHEAD": ""}, {"CONTAM_TOKENIZE_AHEAD": " On "},
+                                     {"CONTAM_TOKENIZE_AHEAD": "0"})] == ["auto", "auto", "on", "off"]
+    with pytest.raises(ValueError, match="auto, on or off"):
+        ahead_mode({"CONTAM_TOKENIZE_AHEAD": "sometimes"})
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    for s in range(3):
+        write_shard(pool / f"s{s}.jsonl", host_docs(30, s), bad=False)
+    r = subprocess.run([sys.executable, "-m", "contam_assets.cli", "detect", "--pool", str(pool), "--out", str(tmp_path / "bad")], text=True,
+                       capture_output=True, env={**os.environ, "CONTAM_TOKENIZE_AHEAD": "sometimes"}, timeout=300)
+    assert r.returncode == 2 and "CONTAM_TOKENIZE_AHEAD must be auto, on or off, got 'sometimes'" in r.stderr
+    assert not (tmp_path / "bad").exists()  # refused before anything ran
+    every = ContamSettings(out_dir=str(tmp_path / "out"), pool_dir=str(pool), benchmarks_dir=str(shared_data))
+    gsm8k = ContamSettings(out_dir=str(tmp_path / "out"), pool_dir=str(pool), benchmarks_dir=str(shared_data), tasks="gsm8k")
+    specs = load_task_specs(every)
+    assert source_bytes(specs, every.benchmarks_path) >= AHEAD_MIN_SOURCE_BYTES > source_bytes(load_task_specs(gsm8k), shared_data)
+    assert build_ahead_pays(every, None) and not build_ahead_pays(gsm8k, None)  # no database yet: a build is due
+    digest = inputs_digest(specs, every.benchmarks_path, every.detect_config()[0].reference_key(), DETECTOR_VERSION)
+    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    con.execute("create table instances (record_id bigint)")
+    con.execute("""create table reference_state (inputs varchar, records bigint, bad_rows bigint, bad_row_examples varchar,
+                   same_answer_suites varchar, seconds double, built_at timestamp)""")
+    con.execute("insert into reference_state values (?, 0, 0, '[]', '', 12.5, now())", [digest])
+    assert not build_ahead_pays(every, con)  # kept: reference_set's own rule
+    con.execute("update reference_state set inputs = 'built from other files'")
+    assert build_ahead_pays(every, con)
+    con.close()
+    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "2")  # the scan engine's processes: one builds, one tokenizes
+    env = {}
+    shards = sorted(p.name for p in pool.iterdir())
+    ahead = tokenize_ahead(every, shards, print, env=env)  # auto, a fresh output folder: on
+    assert ahead is not None and len(ahead.futures) == 3
+    ahead.stop()
+    assert tokenize_ahead(gsm8k, shards, print, env=env) is None
+    ahead = tokenize_ahead(gsm8k, shards, print, env=env | {"CONTAM_TOKENIZE_AHEAD": "on"})
+    assert ahead is not None
+    ahead.stop()
+    assert tokenize_ahead(every, shards, print, env=env | {"CONTAM_TOKENIZE_AHEAD": "off"}) is None

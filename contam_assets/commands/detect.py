@@ -186,6 +186,10 @@ def run(args) -> int:
     settings = settings_from_args(args)
     from contam_assets import runner
 
+    try:
+        runner.ahead_mode(), runner.detect_runs(1)  # the run knobs read from the environment, before anything runs
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     instance = runner.instance_for(settings.out_path, args.dagster_home)
     try:
         s = runner.run_detect(settings, instance)

@@ -206,6 +206,20 @@ def inputs_digest(specs: list[TaskSpec], benchmarks_dir: Path | None, reference_
     return h.hexdigest()
 
 
+def source_bytes(specs: list[TaskSpec], benchmarks_dir: Path | None) -> int:
+    """Bytes on disk of every source file the specs' splits read: what a reference build parses (a file that
+    cannot be read counts 0)."""
+    total = 0
+    for spec in specs:
+        for split in spec.splits:
+            for f in locate(spec, split, benchmarks_dir).files:
+                try:
+                    total += os.path.getsize(f)
+                except OSError:
+                    pass
+    return total
+
+
 def load_registry(tasks_dir: Path, only: list[str] | None = None) -> list[TaskSpec]:
     tasks_dir = Path(tasks_dir)
     if not tasks_dir.is_dir():

@@ -234,7 +234,8 @@ def _matrix_html(con) -> str:
 
 def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets removal report", top: int = 50,
                   settings: dict | None = None, pool_dir: Path | None = None, content_key: str = "text",
-                  tokenizer: str = "cl100k", unescape: bool = True) -> str:
+                  tokenizer: str = "cl100k", unescape: bool = True, histogram: bytes | None = None) -> str:
+    """The report page; ``histogram``: the score histogram's PNG where the caller has drawn it already."""
     totals = _q(con, "select coalesce(sum(read),0) read, coalesce(sum(removed),0) removed, coalesce(sum(kept),0) kept, coalesce(sum(rejected),0) rejected, coalesce(sum(pending_review),0) pending, count(*) shards from shard_stats")[0]
     n_matches = _q(con, "select count(*) n, count(*) filter (where flagged) f, count(distinct case when flagged then shard || ':' || line end) fd from matches")[0]
     by_task = _q(con, """select task, split, count(*) filter (where flagged) as flagged_matches,
@@ -253,7 +254,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
     pending_matches = sum(r["matches"] for r in pending)
     img = ""
     if scores:
-        png = histogram_png([r["score"] for r in scores], [r["flagged"] for r in scores])
+        png = histogram or histogram_png([r["score"] for r in scores], [r["flagged"] for r in scores])
         img = f'<img alt="score histogram" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
     kpi = lambda label, v: f'<div class="kpi"><b>{v:,}</b>{html.escape(label)}</div>'
     settings = settings or {}

@@ -14,8 +14,9 @@ Chosen by environment at load time (docs/automation.md):
     CONTAM_RAY_SHARD_RETRIES         resubmissions of a shard whose worker or node died (default 2)
     CONTAM_RAY_SCHEDULING            SPREAD (default: a run's shards over every node) or DEFAULT (Ray's own)
     CONTAM_TOKEN_CACHE=DIR|off       where token streams are kept (default <out>/token_cache)
-    CONTAM_TOKENIZE_AHEAD=on|off     `contam detect`: tokenize new shards into the cache while the reference set is
-                                     built, on the cores the build leaves (rescan/ahead.py; default off)
+    CONTAM_TOKENIZE_AHEAD=auto|on|off  `contam detect`: tokenize new shards into the cache while the reference set is
+                                     built, on the cores the build leaves (rescan/ahead.py); auto (default): where
+                                     the set will be built from >= 8 MiB of benchmark files (runner.build_ahead_pays)
 CONTAM_RAY_ADDRESS may also be the GCS address of a cluster started with `ray start` (host:6379): the
 step then joins it as a driver, without Ray Client (docs/automation.md, Multi-node Ray).
 """

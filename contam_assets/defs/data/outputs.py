@@ -46,17 +46,15 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
                 label = f"{name} ({decon_name})" if decon_name and decon_name != name else name
                 settings[label] = value + ("" if origin == "preset" else f"  [{origin}]")
         cfg = detect_config(contam_settings)
-        page = render_report(con, settings=settings, pool_dir=contam_settings.pool_path,
-                             content_key=contam_settings.content_key, tokenizer=cfg.tokenizer, unescape=cfg.unescape)
         scores = con.execute("select score, flagged from matches").fetchall()
+        png = histogram_png([s for s, _ in scores], [f for _, f in scores]) if scores else None  # page and metadata
+        page = render_report(con, settings=settings, pool_dir=contam_settings.pool_path, content_key=contam_settings.content_key,
+                             tokenizer=cfg.tokenizer, unescape=cfg.unescape, histogram=png)
         totals = con.execute("select coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(rejected),0) from shard_stats").fetchone()
     path = contam_settings.out_path / "report.html"
     fault_point("report_write")
     atomic_write_text(path, page)
-    md_img = ""
-    if scores:
-        png = histogram_png([s for s, _ in scores], [f for _, f in scores])
-        md_img = png_markdown_bytes(png, "score histogram")
+    md_img = png_markdown_bytes(png, "score histogram") if png else ""
     return dg.MaterializeResult(metadata={
         "path": dg.MetadataValue.path(str(path)), "documents_read": totals[0], "documents_removed": totals[1],
         "documents_rejected": totals[2], "matches": len(scores), "score_histogram": dg.MetadataValue.md(md_img or "_no matches_"),
