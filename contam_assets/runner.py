@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 import dagster as dg
+import duckdb
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from contam_assets import store
@@ -45,6 +46,7 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 # The instance config written into a new (or empty) DAGSTER_HOME: no telemetry, no banner.
 # auto: a reference build from fewer bytes of benchmark files is over in a few seconds, before a shard is tokenized
 AHEAD_MIN_SOURCE_BYTES = 8 << 20
+AHEAD_DB_WAIT_S = 5.0  # how long tokenizing ahead waits for the database before the run goes on without it
 INSTANCE_YAML = "# written by contam-assets (runner.instance_for); deploy/dagster.yaml has a full example\ntelemetry:\n  enabled: false\n"
 DATA_ASSETS = [data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index, data_assets.shard_matches,
                data_assets.removals, data_outputs.removal_report, data_outputs.decontaminated_mix]
@@ -233,6 +235,13 @@ def ahead_mode(env=os.environ) -> str:
     raise ValueError(f"CONTAM_TOKENIZE_AHEAD must be auto, on or off, got {how!r}")
 
 
+def check_environment(env=os.environ) -> None:
+    """The run knobs `contam detect` reads from the environment (CONTAM_TOKENIZE_AHEAD, CONTAM_DETECT_RUNS), checked
+    before anything runs: ValueError with the variable and its values."""
+    ahead_mode(env)
+    detect_runs(1, env)
+
+
 def build_ahead_pays(settings: ContamSettings, con) -> bool:
     """True where the reference set will be built again (reference_set's rule: its inputs digest changed) from at
     least AHEAD_MIN_SOURCE_BYTES of benchmark files: a build long enough for a shard or more to be tokenized beside
@@ -266,11 +275,16 @@ def tokenize_ahead(settings: ContamSettings, shards: list[str], log: Callable[[s
     if isinstance(engine, RayScanEngine) or cache_root is None or cfg.prefilter or engine.processes(len(shards)) < 2:
         return None  # Ray workers tokenize on their nodes; the prefilter tokenizes only what it must
     states = {}
-    with (store.connect(settings.db_path, read_only=True) if settings.db_path.exists() else nullcontext()) as con:
-        if mode == "auto" and not build_ahead_pays(settings, con):
-            return None
-        if con is not None and scan_state.has_state(con):
-            states = scan_state.load_states(con, shards)
+    try:  # a database another process holds, or one that cannot be read: the run goes on without tokenizing ahead
+        with (store.connect(settings.db_path, read_only=True, timeout_s=AHEAD_DB_WAIT_S) if settings.db_path.exists()
+              else nullcontext()) as con:
+            if mode == "auto" and not build_ahead_pays(settings, con):
+                return None
+            if con is not None and scan_state.has_state(con):
+                states = scan_state.load_states(con, shards)
+    except (duckdb.Error, OSError) as exc:
+        log(f"  not tokenizing ahead: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return None
     todo = shards_to_tokenize(settings.pool_path, shards, cfg, settings.content_key, cache_root, states,
                               settings.follow_symlinks)
     workers = min(engine.processes(len(shards)) - 1, len(todo))

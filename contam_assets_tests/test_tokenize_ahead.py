@@ -281,28 +281,37 @@ def test_auto_tokenizes_ahead_only_beside_a_long_reference_build(tmp_path, share
     pool.mkdir()
     for s in range(3):
         write_shard(pool / f"s{s}.jsonl", host_docs(30, s), bad=False)
-    r = subprocess.run([sys.executable, "-m", "contam_assets.cli", "detect", "--pool", str(pool), "--out", str(tmp_path / "bad")], text=True,
-                       capture_output=True, env={**os.environ, "CONTAM_TOKENIZE_AHEAD": "sometimes"}, timeout=300)
-    assert r.returncode == 2 and "CONTAM_TOKENIZE_AHEAD must be auto, on or off, got 'sometimes'" in r.stderr
-    assert not (tmp_path / "bad").exists()  # refused before anything ran
+    for cmd in (["detect", "--pool", str(pool)], ["demo"]):  # refused before anything ran
+        r = subprocess.run([sys.executable, "-m", "contam_assets.cli", *cmd, "--out", str(tmp_path / "bad")], text=True,
+                           capture_output=True, env={**os.environ, "CONTAM_TOKENIZE_AHEAD": "sometimes"}, timeout=300)
+        assert r.returncode == 2 and "CONTAM_TOKENIZE_AHEAD must be auto, on or off, got 'sometimes'" in r.stderr, r.stderr
+        assert not (tmp_path / "bad").exists()
     every = ContamSettings(out_dir=str(tmp_path / "out"), pool_dir=str(pool), benchmarks_dir=str(shared_data))
     gsm8k = ContamSettings(out_dir=str(tmp_path / "out"), pool_dir=str(pool), benchmarks_dir=str(shared_data), tasks="gsm8k")
     specs = load_task_specs(every)
     assert source_bytes(specs, every.benchmarks_path) >= AHEAD_MIN_SOURCE_BYTES > source_bytes(load_task_specs(gsm8k), shared_data)
     assert build_ahead_pays(every, None) and not build_ahead_pays(gsm8k, None)  # no database yet: a build is due
     digest = inputs_digest(specs, every.benchmarks_path, every.detect_config()[0].reference_key(), DETECTOR_VERSION)
-    con = duckdb.connect(str(tmp_path / "state.duckdb"))
+    every.db_path.parent.mkdir(parents=True)
+    every.db_path.write_bytes(b"")  # not a database: tokenizing ahead is left out, the run goes on
+    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "2")  # the scan engine's processes: one builds, one tokenizes
+    shards, said = sorted(p.name for p in pool.iterdir()), []
+    assert tokenize_ahead(every, shards, said.append, env={}) is None
+    assert said and said[0].startswith("  not tokenizing ahead: IOException")
+    every.db_path.unlink()
+    con = duckdb.connect(str(every.db_path))
     con.execute("create table instances (record_id bigint)")
     con.execute("""create table reference_state (inputs varchar, records bigint, bad_rows bigint, bad_row_examples varchar,
                    same_answer_suites varchar, seconds double, built_at timestamp)""")
     con.execute("insert into reference_state values (?, 0, 0, '[]', '', 12.5, now())", [digest])
     assert not build_ahead_pays(every, con)  # kept: reference_set's own rule
-    con.execute("update reference_state set inputs = 'built from other files'")
-    assert build_ahead_pays(every, con)
     con.close()
-    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "2")  # the scan engine's processes: one builds, one tokenizes
     env = {}
-    shards = sorted(p.name for p in pool.iterdir())
+    assert tokenize_ahead(every, shards, print, env=env) is None  # auto, read from the output folder's database
+    with duckdb.connect(str(every.db_path)) as con:
+        con.execute("update reference_state set inputs = 'built from other files'")
+        assert build_ahead_pays(every, con)
+    every.db_path.unlink()
     ahead = tokenize_ahead(every, shards, print, env=env)  # auto, a fresh output folder: on
     assert ahead is not None and len(ahead.futures) == 3
     ahead.stop()

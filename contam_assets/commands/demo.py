@@ -33,6 +33,10 @@ def run(args) -> int:
     bench = Path(args.benchmarks).resolve() if args.benchmarks else None
     if bench is not None and not bench.is_dir():
         raise CliError(f"benchmark folder not found: {bench}")
+    try:
+        runner.check_environment()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     cfg = preset(args.preset)
     print(f"building the demo pool ({args.docs} documents, benchmarks: {bench or 'embedded HumanEval'})")
     records, _ = build_reference_set(load_registry(DEFAULT_TASKS_DIR), bench, cfg)

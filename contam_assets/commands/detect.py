@@ -187,7 +187,7 @@ def run(args) -> int:
     from contam_assets import runner
 
     try:
-        runner.ahead_mode(), runner.detect_runs(1)  # the run knobs read from the environment, before anything runs
+        runner.check_environment()
     except ValueError as exc:
         raise CliError(str(exc)) from None
     instance = runner.instance_for(settings.out_path, args.dagster_home)
