@@ -43,10 +43,10 @@ from contam_assets.store.pool import list_pool
 LOG_LEVEL = os.environ.get("CONTAM_LOG_LEVEL", "CRITICAL")
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
-# The instance config written into a new (or empty) DAGSTER_HOME: no telemetry, no banner.
 # auto: a reference build from fewer bytes of benchmark files is over in a few seconds, before a shard is tokenized
 AHEAD_MIN_SOURCE_BYTES = 8 << 20
 AHEAD_DB_WAIT_S = 5.0  # how long tokenizing ahead waits for the database before the run goes on without it
+# The instance config written into a new (or empty) DAGSTER_HOME: no telemetry, no banner.
 INSTANCE_YAML = "# written by contam-assets (runner.instance_for); deploy/dagster.yaml has a full example\ntelemetry:\n  enabled: false\n"
 DATA_ASSETS = [data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index, data_assets.shard_matches,
                data_assets.removals, data_outputs.removal_report, data_outputs.decontaminated_mix]
