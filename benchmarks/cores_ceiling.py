@@ -8,8 +8,9 @@ The same pure-CPU work -- tiktoken cl100k `encode_ordinary` on the raw text of a
   N cores    N processes, free to use every core, encode it once each
 
 one core / N cores is the machine's ceiling for N cores: a run with nothing serial in it, no shared state and
-no communication.  A pipeline's own ratio (scale_run.py's `speedup_cores`) can at best reach it; the repeats
-alternate the order and the median is reported, since a busy neighbour on a shared VM moves single runs.
+no communication.  A pipeline's own ratio (scale_run.py's `speedup_cores`) can at best reach it, by the medians
+of many pairs (a busy neighbour on a shared VM moves single runs either way); the repeats alternate the order
+and the median is reported.
 scale_run.py measures it beside its pinned and N-core runs; on its own:
 
     python benchmarks/cores_ceiling.py --pool /tmp/contam-scale/pool-v2-1000000000-17-62 --mb 30
@@ -67,16 +68,17 @@ def _timed(ctx, jobs: list[tuple]) -> float:
         p.start()
     for p in procs:
         p.join()
-        if p.exitcode:
-            raise RuntimeError(f"an encoding process exited with {p.exitcode}")
+    failed = [p.exitcode for p in procs if p.exitcode]
+    if failed:
+        raise RuntimeError(f"{len(failed)} encoding process(es) exited with {failed}")
     return time.perf_counter() - t0
 
 
 def cores_ceiling(texts: list[str], size: int, workers: int, repeats: int = 3) -> dict:
     """one core (``workers`` passes in one pinned process) against ``workers`` processes (a pass each), ``repeats``
     times in alternating order; the median of the per-repeat ratios is ``speedup``."""
-    if workers < 2:
-        raise ValueError("the ceiling compares one core with at least two")
+    if workers < 2 or repeats < 1:
+        raise ValueError(f"the ceiling compares one core with at least two, at least once (workers {workers}, repeats {repeats})")
     _encoding()  # loaded before the fork: the processes start with the ranks in memory
     ctx = multiprocessing.get_context("fork")
     one_core = [min(os.sched_getaffinity(0))]
@@ -94,13 +96,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pool", type=Path, required=True, help="a pool folder with plain .jsonl shards (scale_pool.py's)")
     ap.add_argument("--mb", type=float, default=30.0, help="MB of the pool's raw lines each pass encodes")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="cores compared with one")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="cores compared with one")
+    ap.add_argument("--repeats", type=int, default=5, help="pairs, the order alternating (scale_run.py takes 3)")
     args = ap.parse_args(argv)
     texts, size = pool_texts(args.pool, args.mb)
     if not texts:
         raise SystemExit(f"no plain .jsonl shard with documents in {args.pool}")
-    res = cores_ceiling(texts, size, args.workers, args.repeats)
+    try:
+        res = cores_ceiling(texts, size, args.workers, args.repeats)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     print(json.dumps(res))
     return res
 

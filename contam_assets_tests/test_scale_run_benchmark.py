@@ -27,7 +27,7 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tmp_path, shared_data):
     cmd = re.sub(r"--size \S+", "--size 2MB", cmd)
     cmd = re.sub(r"--work \S+", f"--work {tmp_path / 'work'}", cmd)
     cmd = re.sub(r"--json \S+", f"--json {tmp_path / 'scale.json'}", cmd)
-    cmd += f" --tasks gsm8k,humaneval,mbpp --workers 2 --tiktoken-mb 1 --benchmarks {shared_data}"
+    cmd += f" --tasks gsm8k,humaneval,mbpp --workers 2 --tiktoken-mb 1 --ceiling-mb 1 --benchmarks {shared_data}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
     env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "WANDB_MODE": "offline",
             "HF_HUB_OFFLINE": "1"}
@@ -105,14 +105,17 @@ def test_cores_ceiling_as_docs_show_it(tmp_path):
     (pool / "a.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     cmd = command("docs/scale.md", "python benchmarks/cores_ceiling.py")
     cmd = re.sub(r"--pool \S+", f"--pool {pool}", cmd)
-    r = subprocess.run(["bash", "-c", cmd.replace("python ", f"{sys.executable} ", 1) + " --repeats 2 --workers 2"],
+    r = subprocess.run(["bash", "-c", cmd.replace("python ", f"{sys.executable} ", 1) + " --repeats 3 --workers 2"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     size = (pool / "a.jsonl").stat().st_size  # every line: the pool is smaller than --mb
-    assert res["mb"] == round(size / 1e6, 2) and res["workers"] == 2 and len(res["one_core_s"]) == len(res["n_cores_s"]) == 2
+    assert res["mb"] == round(size / 1e6, 2) and res["workers"] == 2 and len(res["one_core_s"]) == len(res["n_cores_s"]) == 3
     assert res["speedups"] == [round(a / b, 3) for a, b in zip(res["one_core_s"], res["n_cores_s"])]
-    assert res["speedup"] == round(sum(res["speedups"]) / 2, 3)  # the median of two
+    assert res["speedup"] == sorted(res["speedups"])[1]  # the median
+    r = subprocess.run([sys.executable, "benchmarks/cores_ceiling.py", "--pool", str(pool), "--repeats", "0"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "at least once (workers" in r.stderr and "Traceback" not in r.stderr
     (pool / "a.jsonl").rename(pool / "a.jsonl.gz")
     r = subprocess.run([sys.executable, "benchmarks/cores_ceiling.py", "--pool", str(pool)], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
@@ -133,21 +136,21 @@ def test_idle_cores_as_docs_show_it(tmp_path, shared_data):
     cmd = re.sub(r"--pool \S+", f"--pool {pool}", cmd)
     cmd = re.sub(r"--out \S+", f"--out {tmp_path / 'out'}", cmd)
     cmd = re.sub(r"--benchmarks \S+", f"--benchmarks {shared_data}", cmd) + " --tasks gsm8k"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_")) and k != "PYTHONUNBUFFERED"}
     env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "WANDB_MODE": "offline",
             "HF_HUB_OFFLINE": "1", "DAGSTER_HOME": str(tmp_path / "dagster_home")}
     r = subprocess.run(["bash", "-c", cmd.replace("python ", f"{sys.executable} ", 1)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads((tmp_path / "idle.json").read_text())
-    lines = [s["line"] for s in res["stretches"]]
-    assert lines[0] == "(start)" and any(x.startswith("reference set and index") for x in lines)
-    assert any(x.startswith("scan ") or x.startswith("scan [") for x in lines) and "removals and report" in lines
-    assert any(x.startswith("shards 1 ") and "removed 1 " in x for x in lines)  # the planted copy, removed
+    at = {s["line"].split(" (")[0]: s["start_s"] for s in res["stretches"]}
+    assert res["stretches"][0]["line"] == "(start)" and any(x.startswith("shards 1 ") and "removed 1 " in x for x in at)
+    scan = next(t for x, t in at.items() if x.startswith("scan "))
+    # each stage's line arrived as it began, not all at the exit (the command's Python writes to a pipe)
+    assert at["reference set and index"] + 0.1 < scan < at["removals and report"] - 0.1 < res["wall_s"] - 0.2
     assert abs(sum(s["seconds"] for s in res["stretches"]) - res["wall_s"]) < 0.05
     for s in res["stretches"]:
-        assert -0.05 <= s["idle_core_s"] <= res["cores"] * s["seconds"] + 0.25, s
-    assert res["idle_core_s"] == round(sum(s["idle_core_s"] for s in res["stretches"]), 2)
+        assert s["idle_core_s"] <= res["cores"] * s["seconds"] + 0.02, s
     assert f"idle core-seconds {res['idle_core_s']}, exit 0" in r.stdout
 
 
@@ -156,7 +159,8 @@ def test_idle_cores_counts_a_sleeping_stretch_as_idle(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from idle_cores import run_sampled, stretches
 
-    run = run_sampled([sys.executable, "-c", "import time; print('a', flush=True); time.sleep(1.0); print('b', flush=True)"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # the tool unbuffers the child itself
+    run = run_sampled([sys.executable, "-c", "import time; print('a'); time.sleep(1.0); print('b')"], env)
     by = {s["line"]: s for s in stretches(run)}
     assert run["returncode"] == 0 and list(by) == ["(start)", "a", "b"]
     assert 0.95 <= by["a"]["seconds"] <= 1.5 and by["a"]["idle_core_s"] >= 0.5 * by["a"]["seconds"]
