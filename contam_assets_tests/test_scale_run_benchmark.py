@@ -164,3 +164,29 @@ def test_idle_cores_counts_a_sleeping_stretch_as_idle(tmp_path):
     by = {s["line"]: s for s in stretches(run)}
     assert run["returncode"] == 0 and list(by) == ["(start)", "a", "b"]
     assert 0.95 <= by["a"]["seconds"] <= 1.5 and by["a"]["idle_core_s"] >= 0.5 * by["a"]["seconds"]
+
+
+def test_the_ceiling_and_idle_cores_refuse_bad_input_with_their_reason(tmp_path):
+    """cores_ceiling: one core against one, and an encoding process that fails (counted, after every process
+    ended); idle_cores: no command, a command that does not exist, and a command's own exit code passed on."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from cores_ceiling import cores_ceiling
+
+    try:
+        cores_ceiling(["text"], 4, 1)
+        raise AssertionError("one worker accepted")
+    except ValueError as exc:
+        assert "(workers 1, repeats 3)" in str(exc)
+    try:
+        cores_ceiling([None], 0, 2, repeats=1)  # not a str: the pinned process (first of the repeat) fails
+        raise AssertionError("a failed encoding process went unreported")
+    except RuntimeError as exc:
+        assert str(exc) == "1 encoding process(es) exited with [1]"
+    tool = [sys.executable, "benchmarks/idle_cores.py"]
+    r = subprocess.run(tool, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "no command given (put it after --)" in r.stderr
+    r = subprocess.run(tool + ["--", str(tmp_path / "no-such-command")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.strip() == f"cannot run {tmp_path / 'no-such-command'}: No such file or directory"
+    r = subprocess.run(tool + ["--", sys.executable, "-c", "print('half done'); raise SystemExit(3)"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and "half done" in r.stdout and r.stdout.rstrip().endswith("exit 3")
