@@ -435,7 +435,9 @@ def summary(settings: ContamSettings, extra: dict | None = None, retired: list[d
         for e in shards_db.errors(con):
             failed.setdefault(e["shard"], f"{e['step']}: {e['message']}")
         cut = con.execute("select coalesce(sum(cut), 0) from mix_stats").fetchone()[0]
-    return dict(shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
+        reference = store.query_df(con, "select * from reference_summary order by task, split").to_dicts() \
+            if store.table_exists(con, "reference_summary") else []
+    return dict(reference=reference, shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
                 flagged_matches=flagged, stored_matches=stored, cut=int(cut), db=str(settings.db_path),
                 report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"),
                 skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path, settings.follow_symlinks).skipped],

@@ -154,6 +154,12 @@ def settings_from_args(args, pool: Path | None = None):
 
 
 def print_summary(s: dict) -> None:
+    from contam_assets.detector.skips import summary_lines
+
+    if s.get("reference"):
+        print("\nreference set (per task and split: instances indexed, skipped by reason)")
+        for line in summary_lines(s["reference"]):
+            print(line)
     print(f"\nshards {s['shards']}  documents read {s['read']:,}  removed {s['removed']:,}  kept {s['kept']:,}  "
           f"rejected {s['rejected']:,}  pending review {s['pending_review']:,}")
     print(f"matches stored {s['stored_matches']:,} (flagged {s['flagged_matches']:,})")

@@ -28,7 +28,8 @@ from pathlib import Path
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.registry import TaskSpec, iter_split, locate
+from contam_assets.detector.fields import FieldError, Missing, as_text, as_text_list, get_path
+from contam_assets.detector.registry import TaskSpec, TaskSpecError, iter_split, locate
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
 
@@ -65,6 +66,14 @@ class ReferenceStats:
     same_answer_suites: list[str] = field(default_factory=list)
     answer_suites: list[str] = field(default_factory=list)
     overlap: pl.DataFrame | None = None  # reference_overlap pairs (overlap.OVERLAP_SCHEMA), when the part is on
+    # rows that never became records, per (task, split, reason): unreadable, no_question; and notes that are not
+    # skips (no_answer: indexed on the question alone), kept apart in `notes`
+    row_skips: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    notes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+    def skip(self, task: str, split: str, reason: str, counted_as_instance: bool = True) -> None:
+        into = self.row_skips if counted_as_instance else self.notes
+        into[(task, split, reason)] = into.get((task, split, reason), 0) + 1
 
 
 def fingerprint(passage: str | None, question: str | None, answer: str | None) -> str:
@@ -107,21 +116,25 @@ def _gold_index(value, n_choices: int) -> int | None:
     return idx if 0 <= idx < n_choices else None
 
 
-def _choices(row: dict, spec: TaskSpec) -> list[str] | None:
+def _choices(row: dict, spec: TaskSpec) -> list[str]:
     fields = spec.fields.choices
-    if len(fields) == 1:
-        value = row.get(fields[0])
-        if isinstance(value, dict) and "text" in value:  # HF style {"text": [...], "label": [...]}
-            value = value["text"]
-        if not isinstance(value, list):
-            return None
-        return [_text(v) or "" for v in value]
-    out = []
-    for f in fields:
-        if f not in row:
-            return None
-        out.append(_text(row[f]) or "")
-    return out
+    if len(fields) == 1:  # one list-valued field (HF's {"text": [...], "label": [...]} reads as its text)
+        return as_text_list(get_path(row, fields[0]), fields[0])
+    return [as_text(get_path(row, f), f) or "" for f in fields]
+
+
+def _field(row: dict, path: str | None, required: bool = True):
+    """The text at ``path`` (None when there is no path, or a null value); a missing path is an error when
+    ``required``, else None."""
+    if not path:
+        return None
+    try:
+        value = get_path(row, path)
+    except Missing:
+        if required:
+            raise
+        return None
+    return as_text(value, path)
 
 
 UNSPECIFIED_SPLIT = "unspecified"  # a decon reference record without a split
@@ -159,40 +172,46 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
         for src, err in iter_split(spec, split, avail):
             if src is None:
                 stats.bad_rows.append(f"{spec.name}/{split.name}: {err}")
+                stats.skip(spec.name, split.name, "unreadable")
                 continue
             if spec.format == "decon":
                 records.append(_decon_record(src, spec))
                 n_rows += 1
                 continue
             row = src.row
-            question = _text(row.get(f.question))
-            if question is None:
-                stats.bad_rows.append(f"{spec.name}/{split.name}:{src.instance_index}: no field {f.question!r}")
+            where = f"{spec.name}/{split.name} row {src.instance_index} ({Path(src.source_file).name}:{src.source_line})"
+            try:
+                question = _field(row, f.question)
+                passage = _field(row, f.passage)
+                choices = _choices(row, spec) if spec.kind == "multiple-choice" else None
+                gold_raw = get_path(row, f.gold) if choices is not None and f.gold else None
+                answer = _field(row, f.answer) if choices is None else None
+                solution = _field(row, f.solution, required=False) if spec.derived_suite and derived_suites else None
+            except FieldError as exc:  # the spec does not fit the rows: one line naming task, split, row, field
+                raise TaskSpecError(f"{where}: {exc}") from None
+            if question is None or not question.strip():
+                stats.skip(spec.name, split.name, "no_question")
                 continue
             n_rows += 1
             if f.strip_prefix and question.startswith(f.strip_prefix):
                 question = question[len(f.strip_prefix):]
-            passage = _text(row.get(f.passage)) if f.passage else None
             base = dict(
                 task=spec.name, split=split.name, instance_index=src.instance_index, subject=src.subject,
                 kind=spec.kind, language=spec.language, passage=passage, source_file=Path(src.source_file).name,
                 source_line=src.source_line, fingerprint=None, eval_doc_id=None,
             )
-            if spec.kind == "multiple-choice":
-                choices = _choices(row, spec)
-                if choices is None:
-                    stats.bad_rows.append(f"{spec.name}/{split.name}:{src.instance_index}: choices missing")
-                    continue
-                gold = _gold_index(row.get(f.gold), len(choices)) if f.gold else None
+            if choices is not None:
+                gold = _gold_index(gold_raw, len(choices)) if f.gold else None
                 for ci, choice in enumerate(choices):
                     records.append(dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
                                         answer=choice, choice_index=ci, is_correct=(None if gold is None else ci == gold)))
             else:
-                answer = _format_answer(row.get(f.answer), f.answer_format) if f.answer else None
+                if f.answer and answer is None:
+                    stats.skip(spec.name, split.name, "no_answer", counted_as_instance=False)
+                answer = _format_answer(answer, f.answer_format)
                 records.append(dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
                                     answer=answer, choice_index=None, is_correct=None))
             if spec.derived_suite and derived_suites:
-                solution = _text(row.get(f.solution))
                 if solution and solution.strip():
                     # seed 003: derived suite whose question is the reference solution alone
                     records.append(dict(base, suite=spec.derived_suite, eval_key=spec.derived_suite, derived=True,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from contam_assets.detector.compression import COMPRESSIONS, STREAM_ERRORS, compression_of, open_text
+from contam_assets.detector.hf_files import expand_folder, is_hf_file, iter_hf_rows, json_array_rows
 
 KINDS = ("qa", "multiple-choice", "code")
 FORMATS = ("contam", "decon")
@@ -254,8 +255,8 @@ def locate(spec: TaskSpec, split: SplitSpec, benchmarks_dir: Path | None) -> Spl
         avail.files = decon_reference_files(split.file, benchmarks_dir)
         avail.origin = "benchmarks" if avail.files else "missing"
         return avail
-    if benchmarks_dir is not None:
-        files = sorted(glob.glob(str(Path(benchmarks_dir) / split.file)))
+    if benchmarks_dir is not None or Path(split.file).is_absolute():
+        files = split_files(Path(benchmarks_dir or "/") / split.file)
         if files:
             avail.files, avail.origin = files, "benchmarks"
             return avail
@@ -264,6 +265,19 @@ def locate(spec: TaskSpec, split: SplitSpec, benchmarks_dir: Path | None) -> Spl
         if p is not None:
             avail.files, avail.origin = [str(p)], "embedded"
     return avail
+
+
+def split_files(pattern: Path) -> list[str]:
+    """The files a split's ``file`` names: a path or glob; a folder stands for its data files (hf_files:
+    ``save_to_disk``, Hub cache, any folder of data files), or for itself when it holds none (the build then
+    reports it as unreadable)."""
+    out: list[str] = []
+    for match in sorted(glob.glob(str(pattern))):
+        if os.path.isdir(match):
+            out += expand_folder(Path(match)) or [match]
+        else:
+            out.append(match)
+    return out
 
 
 def decon_reference_files(pattern: str, benchmarks_dir: Path | None) -> list[str]:
@@ -299,13 +313,19 @@ def iter_rows(path: str, comments: bool = False) -> Iterator[tuple[int, dict | N
 
     ``comments``: lines starting with ``#`` are skipped (decon reference files); they still count as lines.
     """
+    if is_hf_file(path):
+        yield from iter_hf_rows(path)
+        return
     name = path[: -len(compression_of(path))] if compression_of(path) else path
     with open_text(path) as fh:
         if name.endswith(".csv"):
             for i, row in enumerate(csv.DictReader(fh)):
                 yield i, dict(row), None
             return
-        for i, line in enumerate(fh):
+        array, lines = json_array_rows(fh) if name.endswith(".json") else (None, fh)
+        for i, obj in enumerate(array or ()):
+            yield (i, obj, None) if isinstance(obj, dict) else (i, None, "row is not a JSON object")
+        for i, line in enumerate(lines):
             if comments and line.startswith("#"):
                 continue  # decon rule: comment lines are skipped
             if not line.strip():

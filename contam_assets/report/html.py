@@ -232,6 +232,17 @@ def _matrix_html(con) -> str:
             f'<img alt="heat map: removed documents per source and task" src="data:image/png;base64,{img}">')
 
 
+def _reference_html(con) -> str:
+    """Per task and split: instances, indexed, skipped by reason (detector/skips.py; no silent drops)."""
+    if not _exists(con, "reference_summary"):
+        return "<p class='muted'>not recorded</p>"
+    rows = _q(con, "select * from reference_summary order by task, split")
+    return ("<p class='muted'>Reasons: min_tokens (too short), min_unique_words, duplicate, unreadable, no_question. "
+            "No preset indexes a skipped instance; short_covered counts indexed questions the thorough "
+            "short_questions part looks up at every position.</p>"
+            + _table(rows, ["task", "split", "instances", "indexed", "skipped", "reasons", "notes", "short_covered"]))
+
+
 def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets removal report", top: int = 50,
                   settings: dict | None = None, pool_dir: Path | None = None, content_key: str = "text",
                   tokenizer: str = "cl100k", unescape: bool = True, histogram: bytes | None = None) -> str:
@@ -280,6 +291,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
 {_section('Score distribution', img or "<p class='muted'>no matches</p>", anchor='scores')}
 {_section('Removed documents and tokens: source x benchmark', _matrix_html(con), anchor='matrix')}
 {_section('Counts', counts, anchor='counts')}
+{_section('Reference set: instances indexed and skipped', _reference_html(con), anchor='reference')}
 {_section('Per shard', _table(by_shard, ['shard','read','removed','kept','rejected','pending_review','flagged','too_short']), open_=False, anchor='shards')}
 {_section('Rejected input', _table(rejects, ['shard','reject_reasons']), open_=False, anchor='rejects')}
 {_section(f'Pending review: {len(pending):,} documents, {pending_matches:,} matches', pending_body, anchor='pending')}

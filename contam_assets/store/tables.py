@@ -73,6 +73,11 @@ SCHEMA = {
         inputs VARCHAR, records BIGINT, bad_rows BIGINT, bad_row_examples VARCHAR, same_answer_suites VARCHAR,
         seconds DOUBLE, built_at TIMESTAMP
     """,
+    # per task and split: instances indexed and skipped by reason (detector/skips.py; no silent drops)
+    "reference_summary": """
+        task VARCHAR, split VARCHAR, instances BIGINT, indexed BIGINT, skipped BIGINT, reasons VARCHAR, notes VARCHAR,
+        short_covered BIGINT
+    """,
     # `--removal span` (issue 13): every cut made in a kept document (store/cuts.py)
     "cuts": """
         shard VARCHAR, line INTEGER, doc_id VARCHAR, cut_start BIGINT, cut_end BIGINT,

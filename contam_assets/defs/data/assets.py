@@ -24,7 +24,8 @@ from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import inputs_digest, locate, looks_like_decon_references, spec_digest
+from contam_assets.detector.registry import TaskSpecError, inputs_digest, locate, looks_like_decon_references, spec_digest
+from contam_assets.detector.skips import instance_summary
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan import watch
@@ -115,10 +116,21 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
         if state is not None and state["inputs"] == inputs:
             tables.replace_table(con, "detect_settings", cfg_rows)  # scan-only knobs may have changed
             return _reference_kept(context, con, state, time.perf_counter() - t0)
-    records, stats = build_reference_set(specs, contam_settings.benchmarks_path, cfg)
+    try:
+        records, stats = build_reference_set(specs, contam_settings.benchmarks_path, cfg)
+    except TaskSpecError as exc:  # a field the rows do not have, or a mapping where text is expected
+        raise dg.Failure(str(exc)) from None
+    summary = instance_summary(records, stats.row_skips, stats.notes, cfg)
+    empty = empty_tasks(summary, stats)
     if records.filter(pl.col("indexed")).height == 0:
         raise dg.Failure("no indexable benchmark instance: check the benchmark folder "
-                         f"({contam_settings.benchmarks_path or 'embedded default'}) and the task filter")
+                         f"({contam_settings.benchmarks_path or 'embedded default'}) and the task filter"
+                         + (f" ({'; '.join(empty)})" if empty else ""))
+    if empty and not contam_settings.allow_missing:
+        raise dg.Failure(f"{len(empty)} task(s) contributed no indexed instance: " + "; ".join(empty)
+                         + " — fix the files or the spec, or pass --allow-missing (CONTAM_ALLOW_MISSING=1) to run without them")
+    for line in empty:
+        context.log.warning(f"contributed nothing: {line}")
     fault_point("reference_build")
     seconds = time.perf_counter() - t0
     state = pl.DataFrame([dict(inputs=inputs, records=records.height, bad_rows=len(stats.bad_rows),
@@ -127,7 +139,8 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
                                built_at=datetime.now())])
     with contam_db.connect() as con:
         tables.replace_many(con, [("instances", "true", [], records), ("detect_settings", "true", [], cfg_rows),
-                                  ("reference_overlap", "true", [], stats.overlap), ("reference_state", "true", [], state)])
+                                  ("reference_overlap", "true", [], stats.overlap), ("reference_summary", "true", [], summary),
+                                  ("reference_state", "true", [], state)])
     per_suite = (records.group_by("task", "suite", "split").agg(records=pl.len(), indexed=pl.col("indexed").sum())
                  .sort("task", "suite", "split").to_dicts())
     skipped = records.group_by("skip_reason").len().sort("skip_reason").to_dicts()
@@ -139,7 +152,20 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
         "seconds": round(seconds, 2), "rebuilt": True, "inputs_digest": inputs,
         "per_suite": dg.MetadataValue.md(md_table(None, per_suite)),
         "skip_reasons": dg.MetadataValue.md(md_table(None, [{"reason": r["skip_reason"] or "(indexed)", "records": r["len"]} for r in skipped])),
+        "instances": dg.MetadataValue.md(md_table(None, summary.to_dicts())),
     })
+
+
+def empty_tasks(summary: pl.DataFrame, stats) -> list[str]:
+    """Tasks whose files were read but gave no indexed instance: one clause each, with the reasons and an
+    example of an unreadable row."""
+    out = []
+    for task, g in summary.group_by("task", maintain_order=True):
+        if g["indexed"].sum() == 0:
+            example = next((b for b in stats.bad_rows if b.startswith(f"{task[0]}/")), "")
+            out.append(f"{task[0]}: " + ", ".join(f"{r['split']} {r['instances']:,} instance(s) skipped ({r['reasons']})"
+                                                  for r in g.to_dicts()) + (f", e.g. {example}" if example else ""))
+    return out
 
 
 def _reference_kept(context: dg.AssetExecutionContext, con, state: dict, seconds: float) -> dg.MaterializeResult:

@@ -1,0 +1,185 @@
+"""Hugging Face dataset files in task specs (Parquet, Arrow, JSON, save_to_disk and Hub-cache folders), fields by
+dotted path, one-line errors naming task/split/row/field, and no silent drops in the run output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from contam_assets.detector.config import preset
+from contam_assets.detector.reference import build_reference_set
+from contam_assets.detector.registry import TaskSpecError, load_spec
+from contam_assets_tests.test_cli_data import contam
+
+TRIVIA = [
+    {"question": "Which Lloyd Webber musical premiered in the US on 10 December 1993 at the Shubert Theatre?",
+     "answer": {"value": "Sunset Boulevard", "aliases": ["Sunset Blvd", "Sunset Boulevard"]}},
+    {"question": "Who was the man behind The Chipmunks, the singing group of three cartoon rodents from 1958?",
+     "answer": {"value": "David Seville", "aliases": ["Ross Bagdasarian"]}},
+]
+
+
+def spec(tmp: Path, name: str, body: str, kind: str = "qa") -> Path:
+    p = tmp / "tasks" / f"{name}.toml"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(f'name = "{name}"\nkind = "{kind}"\n{body}')
+    return p
+
+
+def gsm_rows(shared: Path, n: int | None = None) -> list[dict]:
+    rows = [json.loads(line) for line in open(shared / "gsm8k_test.jsonl")]
+    return rows[:n] if n else rows
+
+
+def qa_pairs(df):
+    return df.filter(~df["derived"]).select("split", "instance_index", "question", "answer").rows()
+
+
+@pytest.fixture(scope="module")
+def jsonl_reference(shared_data):
+    s = load_spec(Path(__file__).resolve().parents[1] / "data" / "tasks" / "gsm8k.toml")
+    s = type(s)(**{**s.__dict__, "splits": tuple(x for x in s.splits if x.name == "test")})
+    recs, _ = build_reference_set([s], shared_data, preset("default"))
+    return qa_pairs(recs)
+
+
+@pytest.mark.parametrize("layout", ["parquet", "arrow_stream", "json_array", "save_to_disk", "hub_cache"])
+def test_hub_layouts_give_the_same_instances_as_the_jsonl_spec(tmp_path, shared_data, jsonl_reference, layout):
+    rows = gsm_rows(shared_data)
+    table = pa.Table.from_pylist(rows)
+    bench = tmp_path / "bench"
+    if layout == "parquet":
+        (bench / "gsm8k" / "main").mkdir(parents=True)
+        pq.write_table(table, bench / "gsm8k" / "main" / "test-00000-of-00001.parquet")
+        file = "gsm8k/main/test-*.parquet"
+    elif layout == "arrow_stream":
+        bench.mkdir()
+        with pa.OSFile(str(bench / "test.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table, max_chunksize=500)
+        file = "test.arrow"
+    elif layout == "json_array":
+        bench.mkdir()
+        (bench / "test.json").write_text(json.dumps(rows))
+        file = "test.json"
+    elif layout == "save_to_disk":
+        import datasets
+
+        datasets.Dataset.from_list(rows).save_to_disk(str(bench / "gsm8k_test"))
+        file = "gsm8k_test"
+    else:  # a Hub-cache repository folder: refs/main names the snapshot
+        snap = bench / "datasets--openai--gsm8k" / "snapshots" / "abc123"
+        (snap / "main").mkdir(parents=True)
+        (bench / "datasets--openai--gsm8k" / "snapshots" / "old999").mkdir()
+        (bench / "datasets--openai--gsm8k" / "refs").mkdir()
+        (bench / "datasets--openai--gsm8k" / "refs" / "main").write_text("abc123")
+        pq.write_table(table.slice(0, 700), snap / "main" / "test-00000-of-00002.parquet")
+        pq.write_table(table.slice(700), snap / "main" / "test-00001-of-00002.parquet")
+        file = "datasets--openai--gsm8k"
+    s = load_spec(spec(tmp_path, "gsm8k", f'[fields]\nquestion = "question"\nanswer = "answer"\n'
+                                          f'[[splits]]\nname = "test"\nfile = "{file}"\n'))
+    recs, stats = build_reference_set([s], bench, preset("default"))
+    assert not stats.bad_rows
+    assert qa_pairs(recs) == jsonl_reference and len(jsonl_reference) == 1319
+
+
+def test_nested_fields_by_dotted_path_and_index(tmp_path):
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    pq.write_table(pa.Table.from_pylist(TRIVIA), bench / "validation.parquet")
+    body = '[[splits]]\nname = "validation"\nfile = "validation.parquet"\n[fields]\nquestion = "question"\n'
+    recs, _ = build_reference_set([load_spec(spec(tmp_path, "triviaqa", body + 'answer = "answer.value"\n'))], bench,
+                                  preset("default"))
+    assert recs["answer"].to_list() == ["Sunset Boulevard", "David Seville"]
+    recs, _ = build_reference_set([load_spec(spec(tmp_path, "triviaqa", body + 'answer = "answer.aliases[-1]"\n'))],
+                                  bench, preset("default"))
+    assert recs["answer"].to_list() == ["Sunset Boulevard", "Ross Bagdasarian"]
+    # a mapping where text is expected, a missing part, an index past the end: one line naming task/split/row/field
+    for path, needle in (("answer", "field 'answer' holds a mapping, not text (name a part of it: answer.value"),
+                         ("answer.valu", "no field 'answer.valu' (it has: value, aliases)"),
+                         ("answer.aliases[1]", "has no [1]")):
+        with pytest.raises(TaskSpecError) as exc:
+            build_reference_set([load_spec(spec(tmp_path, "triviaqa", body + f'answer = "{path}"\n'))], bench,
+                                preset("default"))
+        msg = str(exc.value)
+        assert "\n" not in msg and needle in msg, msg
+        assert msg.startswith("triviaqa/validation row ") and "(validation.parquet:" in msg
+
+
+def test_choices_by_path_hf_style(tmp_path):
+    rows = [{"question": {"stem": "Which gas do plants take in from the air to make their food by photosynthesis?"},
+             "choices": {"text": ["carbon dioxide", "oxygen", "nitrogen", "helium"], "label": ["A", "B", "C", "D"]},
+             "answerKey": "A"}]
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), bench / "test.parquet")
+    body = ('[[splits]]\nname = "test"\nfile = "test.parquet"\n[fields]\nquestion = "question.stem"\n'
+            'choices = "choices.text"\ngold = "answerKey"\n')
+    recs, _ = build_reference_set([load_spec(spec(tmp_path, "obqa", body, "multiple-choice"))], bench, preset("default"))
+    assert recs["answer"].to_list() == ["carbon dioxide", "oxygen", "nitrogen", "helium"]
+    assert recs["is_correct"].to_list() == [True, False, False, False]
+    assert set(recs["question"].to_list()) == {rows[0]["question"]["stem"]}
+
+
+TEN_WORDS = ["Which planet in our solar system has the most moons today?",
+             "What is the boiling point of water at sea level?",
+             "Who wrote the famous play about the prince of Denmark?",
+             "Pneumonoultramicroscopicsilicovolcanoconiosis hippopotomonstrosesquippedaliophobia floccinaucinihilipilification "
+             "antidisestablishmentarianism supercalifragilisticexpialidocious sesquipedalianism otorhinolaryngological "
+             "psychophysicotherapeutics spectrophotofluorometrically thyroparathyroidectomized?"]
+
+
+@pytest.fixture(scope="module")
+def cli_bench(tmp_path_factory, shared_data):
+    tmp = tmp_path_factory.mktemp("cli")
+    bench = tmp / "bench"
+    (bench / "gsm8k" / "main").mkdir(parents=True)
+    rows = gsm_rows(shared_data, 60)
+    pq.write_table(pa.Table.from_pylist(rows), bench / "gsm8k" / "main" / "test-00000-of-00001.parquet")
+    (bench / "tiny.jsonl").write_text("".join(json.dumps({"q": q}) + "\n" for q in TEN_WORDS))
+    # Python reprs instead of JSON: every row unreadable
+    (bench / "broken.jsonl").write_text("".join(repr(r) + "\n" for r in rows))
+    spec(tmp, "gsm8k_hub", '[fields]\nquestion = "question"\nanswer = "answer"\n'
+                           '[[splits]]\nname = "test"\nfile = "gsm8k/main/test-*.parquet"\n')
+    spec(tmp, "tiny", '[fields]\nquestion = "q"\n[[splits]]\nname = "test"\nfile = "tiny.jsonl"\n')
+    spec(tmp, "broken", '[fields]\nquestion = "question"\n[[splits]]\nname = "test"\nfile = "broken.jsonl"\n')
+    pool = tmp / "pool"
+    pool.mkdir()
+    host = "Notes from the weekend market and a long walk along the river bank. "
+    pool.joinpath("a.jsonl").write_text(json.dumps({"id": "d0", "text": host + rows[3]["question"] + " " + rows[3]["answer"]})
+                                        + "\n" + json.dumps({"id": "d1", "text": host * 3}) + "\n")
+    return tmp, bench, pool
+
+
+def test_parquet_task_runs_and_short_questions_are_reported(cli_bench):
+    tmp, bench, pool = cli_bench
+    out = tmp / "o1"
+    r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", bench, "--tasks-dir", tmp / "tasks",
+               "--tasks", "gsm8k_hub,tiny", env_extra={"DAGSTER_HOME": str(tmp / "h1")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "removed 1" in r.stdout
+    assert "  gsm8k_hub/test: 60 instance(s), 60 indexed\n" in r.stdout
+    assert "  tiny/test: 4 instance(s), 1 indexed, 3 skipped: too short (min_tokens) 3 (not indexed" in r.stdout
+    con = duckdb.connect(str(out / "contam.duckdb"), read_only=True)
+    assert con.execute("select count(*) from instances where task = 'tiny' and skip_reason = 'min_tokens'").fetchone() == (3,)
+    assert con.execute("select instances, indexed, reasons from reference_summary where task = 'tiny'").fetchall() == \
+        [(4, 1, "min_tokens=3")]
+    con.close()
+    assert "tiny" in (out / "report.html").read_text() and "min_tokens=3" in (out / "report.html").read_text()
+
+
+def test_a_task_that_contributes_nothing_fails_with_its_reason(cli_bench):
+    tmp, bench, pool = cli_bench
+    args = ("detect", "--pool", pool, "--benchmarks", bench, "--tasks-dir", tmp / "tasks", "--tasks", "gsm8k_hub,broken")
+    r = contam(*args, "--out", tmp / "o2", env_extra={"DAGSTER_HOME": str(tmp / "h2")})
+    assert r.returncode == 2, r.stdout[-2000:]
+    err = r.stderr.strip().splitlines()[-1]
+    assert "1 task(s) contributed no indexed instance: broken: test 60 instance(s) skipped (unreadable=60)" in err
+    assert "malformed JSON" in err and "--allow-missing" in err
+    r = contam(*args, "--out", tmp / "o3", "--allow-missing", env_extra={"DAGSTER_HOME": str(tmp / "h3")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "  broken/test: 60 instance(s), 0 indexed, 60 skipped: unreadable (unreadable) 60" in r.stdout
