@@ -24,7 +24,13 @@ from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import TaskSpecError, inputs_digest, locate, looks_like_decon_references, spec_digest
+from contam_assets.detector.registry import (
+    TaskSpecError,
+    inputs_digest,
+    locate,
+    looks_like_decon_references,
+    spec_digest,
+)
 from contam_assets.detector.skips import instance_summary
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
