@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +90,69 @@ def test_no_source_file_over_500_lines():
             if n > 500:
                 long.append(f"{p.relative_to(ROOT)}: {n}")
     assert not long, long
+
+
+_NAME = re.compile(r"[A-Za-z_][\w]*(/|\.py)")
+
+
+def layout_names() -> tuple[dict[str, int], str]:
+    """The paths under contam_assets/ that docs/ARCHITECTURE.md's layout block names ("model/arms/", "cli.py",
+    "defs/resources.py"), each with its line number, and the block's text.  A line's leading names (several
+    on one line, separated by single spaces) sit under the last folder named one indentation step (two
+    spaces) above them."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = re.search(r"^## Layout\n.*?^```\n(.*?)^```", text, re.S | re.M)
+    assert block, "docs/ARCHITECTURE.md has no ``` block under '## Layout'"
+    start = text[: block.start(1)].count("\n") + 1
+    names: dict[str, int] = {}
+    parents: list[str] = []  # the folders named on the lines above, one per depth under contam_assets/
+    inside = False
+    for n, line in enumerate(block.group(1).splitlines(), start):
+        indent = len(line) - len(line.lstrip(" "))
+        if indent == 0:
+            inside = line.startswith("contam_assets/")
+            continue
+        if not inside or not line.strip():
+            continue
+        depth = indent // 2 - 1
+        parents = parents[:depth]
+        tokens = []
+        for token in line.split(" ")[indent:]:
+            if not _NAME.fullmatch(token):
+                break
+            tokens.append(token)
+        for token in tokens:
+            names["/".join(parents + [token.rstrip("/")])] = n
+        if len(tokens) == 1 and tokens[0].endswith("/"):
+            parents.append(tokens[0].rstrip("/"))
+    return names, block.group(1)
+
+
+def test_architecture_layout_names_every_package_and_module_and_only_those_that_exist():
+    """Every package under contam_assets/ (a folder with __init__.py) and every top-level module is named in
+    docs/ARCHITECTURE.md's layout block, and every folder or module the block names exists."""
+    names, _ = layout_names()
+    packages = sorted(str(p.parent.relative_to(PKG)) for p in PKG.rglob("__init__.py") if p.parent != PKG)
+    modules = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
+    missing = []
+    for rel in packages + modules:
+        if rel not in names:
+            parent, _, leaf = rel.rpartition("/")
+            shown = leaf + ("/" if not leaf.endswith(".py") else "")
+            where = f"under its parent's line `{parent.split('/')[-1]}/`" if parent else "directly under `contam_assets/`"
+            indent = "  " * (rel.count("/") + 1)
+            missing.append(f"contam_assets/{rel}: add the line '{indent}{shown:<14} <what it holds>' {where} "
+                           f"in the ``` block of '## Layout' in docs/ARCHITECTURE.md")
+    assert not missing, "\n".join(missing)
+    gone = []
+    for rel, line in sorted(names.items()):
+        path = PKG / rel
+        ok = path.is_file() if rel.endswith(".py") else (path / "__init__.py").is_file()
+        if not ok:
+            what = "module" if rel.endswith(".py") else "package (a folder with __init__.py)"
+            gone.append(f"docs/ARCHITECTURE.md line {line} names contam_assets/{rel}, which is no {what}: "
+                        f"remove or rename that line")
+    assert not gone, "\n".join(gone)
 
 
 def test_core_is_gone():
