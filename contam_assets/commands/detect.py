@@ -30,6 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cleaned-output-dir", help="decon mode: where purified training files go (with --purify)")
     p.add_argument("--purify", action="store_true", default=None, help="decon mode: write purified training files")
     p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
+    p.add_argument("--lm-eval-tasks", default=os.environ.get("CONTAM_LM_EVAL_TASKS", ""),
+                   help="comma-separated lm-evaluation-harness tasks or groups (groups expand to their leaves), read "
+                        "through lm_eval offline: datasets from the local HF cache or the task's local files")
+    p.add_argument("--lm-eval-include", default=os.environ.get("CONTAM_LM_EVAL_INCLUDE", ""),
+                   help="a folder of your own lm-eval task YAMLs (lm_eval's include_path)")
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
                    help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks)")
     p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth | thorough")
@@ -103,6 +108,8 @@ def settings_from_args(args, pool: Path | None = None):
         raise CliError(f"unknown preset {args.preset!r}; choose one of {', '.join(sorted(PRESETS))}")
     if args.tasks_dir and not Path(args.tasks_dir).is_dir():
         raise CliError(f"task folder not found: {args.tasks_dir}")
+    if args.lm_eval_include and not Path(args.lm_eval_include).is_dir():
+        raise CliError(f"lm-eval include folder not found: {args.lm_eval_include}")
     if args.benchmarks and not Path(args.benchmarks).is_dir():
         raise CliError(f"benchmark folder not found: {args.benchmarks}")
     decon = None
@@ -144,7 +151,8 @@ def settings_from_args(args, pool: Path | None = None):
             decon_config=str(Path(args.decon_config).resolve()) if args.decon_config else "",
             decon_report_dir=str(Path(report_dir).resolve()) if report_dir else "",
             decon_cleaned_dir=str(Path(cleaned).resolve()) if cleaned else "", purify=bool(purify),
-            allow_missing=args.allow_missing, knobs=knobs, removal=args.removal,
+            allow_missing=args.allow_missing, knobs=knobs, lm_eval_tasks=args.lm_eval_tasks,
+            lm_eval_include=str(Path(args.lm_eval_include).resolve()) if args.lm_eval_include else "", removal=args.removal,
             parts=",".join(name for name in PART_FLAGS if getattr(args, f"part_{name}", False)),
         )
         settings.detect_config()  # every knob checked before anything runs
@@ -156,6 +164,10 @@ def settings_from_args(args, pool: Path | None = None):
 def print_summary(s: dict) -> None:
     from contam_assets.detector.skips import summary_lines
 
+    if s.get("lm_eval"):
+        print("\nlm-eval tasks (per leaf: docs per split, or why it failed)")
+        for line in s["lm_eval"]:
+            print(line)
     if s.get("reference"):
         print("\nreference set (per task and split: instances indexed, skipped by reason)")
         for line in summary_lines(s["reference"]):

@@ -57,6 +57,8 @@ class ContamSettings(dg.ConfigurableResource):
     decon_cleaned_dir: str = ""  # decon mode: purified training files (cleaned_output_dir; default the report dir)
     purify: bool = False  # decon mode: write purified training files
     follow_symlinks: bool = False  # CONTAM_FOLLOW_SYMLINKS=1: read symlinks that lead outside the pool
+    lm_eval_tasks: str = ""  # CONTAM_LM_EVAL_TASKS: lm-evaluation-harness tasks or groups (docs/benchmarks.md)
+    lm_eval_include: str = ""  # CONTAM_LM_EVAL_INCLUDE: a folder of the user's own lm-eval task YAMLs
     allow_missing: bool = False  # CONTAM_ALLOW_MISSING=1: a task with no source files is a warning, not an error
     knobs: DetectorKnobs = Field(default_factory=DetectorKnobs,  # CONTAM_KNOBS='{"threshold": 0.9}'
                                  description="detector knobs over the preset (and the decon config)")
@@ -95,7 +97,11 @@ class ContamSettings(dg.ConfigurableResource):
     @property
     def uses_registry(self) -> bool:
         """The task registry is used unless only a decon reference folder was given."""
-        return not self.evals_path or bool(self.benchmarks_dir or self.tasks_dir or self.tasks)
+        return not (self.evals_path or self.lm_eval_list) or bool(self.benchmarks_dir or self.tasks_dir or self.tasks)
+
+    @property
+    def lm_eval_list(self) -> list[str]:
+        return [t.strip() for t in self.lm_eval_tasks.split(",") if t.strip()]
 
     def decon(self):
         """The decon config file, parsed (ConfigError with the key and the fix)."""
@@ -153,6 +159,8 @@ class ContamSettings(dg.ConfigurableResource):
             experiments_dir=env.get("CONTAM_EXPERIMENTS", ""),
             evals_dir=env.get("CONTAM_EVALS_DIR", ""),
             decon_config=env.get("CONTAM_DECON_CONFIG", ""),
+            lm_eval_tasks=env.get("CONTAM_LM_EVAL_TASKS", ""),
+            lm_eval_include=env.get("CONTAM_LM_EVAL_INCLUDE", ""),
             allow_missing=env.get("CONTAM_ALLOW_MISSING", "").lower() in ("1", "true", "yes"),
             follow_symlinks=env.get("CONTAM_FOLLOW_SYMLINKS", "").lower() in ("1", "true", "yes"),
             knobs=DetectorKnobs(**json.loads(env["CONTAM_KNOBS"])) if env.get("CONTAM_KNOBS") else DetectorKnobs(),
@@ -184,15 +192,33 @@ def evals_spec(settings: ContamSettings):
     return decon_spec(str(settings.evals_path), name="decon_evals", description="decon reference folder")
 
 
-def load_task_specs(settings: ContamSettings):
-    """The task specs the settings select (the registry, a decon reference folder, or both);
-    a bad spec or unknown task fails the asset with its message."""
+def load_task_specs(settings: ContamSettings, refresh_lm_eval: bool = False):
+    """The task specs the settings select (the registry, a decon reference folder, lm-eval tasks);
+    a bad spec or unknown task fails the asset with its message.  lm-eval tasks are read through lm_eval when
+    ``refresh_lm_eval`` (the task_registry asset) or when no earlier read of the same names is on disk."""
     from contam_assets.detector.registry import TaskSpecError, load_registry
 
     try:
         specs = load_registry(settings.tasks_path, settings.task_filter or None) if settings.uses_registry else []
-        return specs + ([evals_spec(settings)] if settings.evals_path else [])
+        specs += [evals_spec(settings)] if settings.evals_path else []
+        return specs + (lm_eval_specs(settings, refresh_lm_eval)[0] if settings.lm_eval_list else [])
     except (TaskSpecError, ConfigError) as exc:
+        raise dg.Failure(str(exc)) from exc
+
+
+def lm_eval_specs(settings: ContamSettings, refresh: bool = False):
+    """(specs, leaf reports) of the settings' lm-eval tasks, rows under <out>/lm_eval/ (sources/lm_eval_tasks.py)."""
+    from contam_assets.sources.lm_eval_tasks import LmEvalError, load_manifest, materialize
+
+    folder = settings.out_path / "lm_eval"
+    include = str(Path(settings.lm_eval_include).resolve()) if settings.lm_eval_include else None
+    if not refresh:
+        kept = load_manifest(folder, settings.lm_eval_list, include)
+        if kept is not None:
+            return kept
+    try:
+        return materialize(settings.lm_eval_list, folder, include)
+    except LmEvalError as exc:
         raise dg.Failure(str(exc)) from exc
 
 

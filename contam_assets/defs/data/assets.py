@@ -18,7 +18,7 @@ from contam_assets.defs.data.scan_jobs import ShardScanConfig, plan_jobs
 from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
 from contam_assets.defs.meta import DATA_OWNERS, DETECTOR_VERSION, SCAN_VERSION, check_metadata, tags
 from contam_assets.defs.partitions import shards_partitions
-from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, load_task_specs
+from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, lm_eval_specs, load_task_specs
 from contam_assets.detector.config import settings_rows
 from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
@@ -50,6 +50,21 @@ _DATA = dict(group_name=GROUP, owners=DATA_OWNERS, tags=tags("data", "decontamin
 SCAN_STATE_CRON = "30 2 * * *"
 
 
+def lm_eval_check(context: dg.AssetExecutionContext, settings: ContamSettings) -> None:
+    """Every lm-eval leaf reported; a requested task that yields nothing fails the asset with its reason."""
+    from contam_assets.sources.lm_eval_tasks import report_lines
+
+    _, reports = lm_eval_specs(settings)
+    for line in report_lines(reports):
+        context.log.info(line.strip())
+    bad = [r for r in reports if not r.ok]
+    if bad and not settings.allow_missing:
+        raise dg.Failure(f"{len(bad)} lm-eval task(s) yielded nothing: " + "; ".join(f"{r.task}: {r.error}" for r in bad)
+                         + " — fix the task or its data, or pass --allow-missing (CONTAM_ALLOW_MISSING=1) to run without them")
+    for r in bad:
+        context.log.warning(f"lm-eval {r.task} yielded nothing: {r.error}")
+
+
 def missing_tasks(specs, availability: pl.DataFrame, settings: ContamSettings) -> dict[str, list[str]]:
     """Tasks the user asked for whose every split has no source file: task -> the paths looked for.
 
@@ -70,8 +85,10 @@ def missing_tasks(specs, availability: pl.DataFrame, settings: ContamSettings) -
 
 @dg.asset(**_DATA, kinds={"python", "duckdb"}, code_version=DETECTOR_VERSION)
 def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
-    """Benchmark tasks from data/tasks/*.toml and where each split's rows come from."""
-    specs = load_task_specs(contam_settings)
+    """Benchmark tasks from data/tasks/*.toml (and lm-eval tasks, read through lm_eval) and where each split's rows come from."""
+    specs = load_task_specs(contam_settings, refresh_lm_eval=True)
+    if contam_settings.lm_eval_list:
+        lm_eval_check(context, contam_settings)
     rows = []
     for spec in specs:
         spec_hash = spec_digest(spec)

@@ -1,0 +1,211 @@
+"""lm-evaluation-harness tasks as a benchmark source (`contam detect --lm-eval-tasks gsm8k,arc_easy,mmlu`).
+
+lm_eval is used as a library: its TaskManager indexes the task YAMLs (the installed ones and an
+``--lm-eval-include`` folder), ``load_task_or_group`` builds the task objects (groups and tags expand to their
+leaves), and each split's docs come from the task's own ``test_docs`` / ``validation_docs`` / ``training_docs``,
+so ``process_docs`` hooks run.  Each doc is mapped through the task:
+
+- question: the raw field the rendered prompt quotes whole (``doc_to_decontamination_query`` where the task
+  sets ``should_decontaminate``, else ``doc_to_text``), because templates add words (``Question:``,
+  ``Answer:``, lettered choices) that no training copy of the item carries and decon indexes the raw question;
+  the rendered prompt itself where no single field is quoted (a prompt built from several fields);
+- qa answer: ``doc_to_target`` (GSM8K's target is the raw worked solution);
+- multiple choice: ``doc_to_choice`` as the choices, ``doc_to_target`` (an index, or the gold choice's text) as
+  the gold.
+
+Every leaf's rows go to ``<folder>/<task>/<split>.jsonl`` with a task spec over them (``kind`` from the task's
+output type), so the reference set, its digest and the skip report treat them as any spec's files.  Offline
+unless ``allow_download``: HF_DATASETS_OFFLINE / HF_HUB_OFFLINE are set before ``datasets`` is imported, so a
+task resolves from the local Hugging Face cache or its own local ``dataset_path`` / ``data_files``.
+Every leaf is reported: its instances per split, or the exact reason it failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contam_assets.detector.registry import Fields, SplitSpec, TaskSpec
+
+MANIFEST = "manifest.json"
+SPLIT_ROLES = ("test_split", "validation_split", "training_split", "fewshot_split")
+
+
+class LmEvalError(ValueError):
+    pass
+
+
+@dataclass
+class LeafReport:
+    task: str
+    splits: dict[str, int] = field(default_factory=dict)  # split -> docs written
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and sum(self.splits.values()) > 0
+
+
+def _offline(allow_download: bool) -> None:
+    if not allow_download:
+        for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+            os.environ.setdefault(k, "1")
+
+
+def task_manager(names: list[str], include: str | None):
+    """A TaskManager over the include folder alone when it defines every name asked for (indexing the ~14,000
+    installed YAMLs takes a minute), else over the installed tasks and the include folder."""
+    from lm_eval.tasks import TaskManager
+
+    if include:
+        tm = TaskManager(include_path=include, include_defaults=False)
+        if all(n in tm.all_tasks for n in names):
+            return tm
+    return TaskManager(include_path=include) if include else TaskManager()
+
+
+def _question(task, doc) -> str:
+    cfg = task.config
+    rendered = None
+    if cfg.should_decontaminate and cfg.doc_to_decontamination_query:
+        try:
+            rendered = task.doc_to_decontamination_query(doc)
+        except (SyntaxError, ValueError):  # lm_eval 0.4.13 literal_evals the rendered query (arc_easy's fails)
+            rendered = None
+    if rendered is None:
+        rendered = task.doc_to_text(doc)
+    if not isinstance(rendered, str):
+        rendered = str(rendered)
+    raw = [v.strip() for v in doc.values() if isinstance(v, str) and v.strip() and v.strip() in rendered]
+    return max(raw, key=len) if raw else rendered
+
+
+def _row(task, doc, multiple_choice: bool) -> dict:
+    row = {"question": _question(task, doc)}
+    target = task.doc_to_target(doc)
+    if multiple_choice:
+        choices = [str(c) for c in task.doc_to_choice(doc)]
+        if isinstance(target, list):
+            target = target[0] if target else None
+        gold = target if isinstance(target, int) else (choices.index(target) if target in choices else None)
+        row.update(choices=choices, gold=gold)
+    else:
+        if isinstance(target, list):
+            target = target[0] if target else None
+        row["answer"] = None if target is None else str(target)
+    return row
+
+
+def _splits(task) -> list[tuple[str, object]]:
+    """(split name, docs) of every split the task defines, the evaluated one first; docs through the task's
+    own methods, so process_docs runs."""
+    cfg, out, seen = task.config, [], set()
+    methods = {"test_split": "test_docs", "validation_split": "validation_docs", "training_split": "training_docs",
+               "fewshot_split": None}
+    for role in SPLIT_ROLES:
+        name = getattr(cfg, role, None)
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        method = methods[role]
+        if method is None:  # a fewshot split named nowhere else: the dataset's split, through process_docs
+            docs = task.dataset[name]
+            docs = cfg.process_docs(docs) if cfg.process_docs else docs
+        else:
+            docs = getattr(task, method)()
+        out.append((name, docs))
+    return out
+
+
+def materialize(names: list[str], folder: Path, include: str | None = None,
+                allow_download: bool = False) -> tuple[list[TaskSpec], list[LeafReport]]:
+    """Task specs over every leaf of the named lm-eval tasks, their rows written under ``folder``; a leaf that
+    fails is reported, not raised.  LmEvalError when lm_eval cannot start or a name is unknown."""
+    _offline(allow_download)
+    if include and not Path(include).is_dir():
+        raise LmEvalError(f"lm-eval include folder not found: {include}")
+    try:
+        tm = task_manager(names, include)
+    except ImportError as exc:
+        raise LmEvalError(f"lm_eval is not installed ({exc}); pip install lm-eval") from None
+    unknown = [n for n in names if n not in tm.all_tasks]
+    if unknown:
+        raise LmEvalError(f"unknown lm-eval task(s) {unknown}" + (f" (include folder {include})" if include else ""))
+    specs, reports = [], []
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        try:
+            leaves = dict(tm.load([name])["tasks"])
+        except Exception as exc:  # noqa: BLE001 - lm_eval raises anything from a task's config or dataset
+            reports.append(LeafReport(task=name, error=_reason(exc)))
+            continue
+        for leaf, task in leaves.items():
+            spec, report = _write_leaf(leaf, task, folder)
+            reports.append(report)
+            if spec is not None:
+                specs.append(spec)
+    (folder / MANIFEST).write_text(json.dumps({"names": names, "include": include or "",
+                                               "reports": [r.__dict__ for r in reports],
+                                               "specs": [dict(name=s.name, kind=s.kind, splits=[[x.name, x.file] for x in s.splits])
+                                                         for s in specs]}, indent=1))
+    return specs, reports
+
+
+def load_manifest(folder: Path, names: list[str], include: str | None) -> tuple[list[TaskSpec], list[LeafReport]] | None:
+    """The specs and reports of the last read of the same names and include folder, or None."""
+    try:
+        m = json.loads((folder / MANIFEST).read_text())
+        if m["names"] != names or m["include"] != (include or ""):
+            return None
+        specs = [_spec(d["name"], d["kind"] == "multiple-choice", [SplitSpec(name=n, file=f) for n, f in d["splits"]])
+                 for d in m["specs"]]
+        return specs, [LeafReport(**r) for r in m["reports"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _spec(leaf: str, mc: bool, splits: list[SplitSpec]) -> TaskSpec:
+    fields = Fields(question="question", choices=("choices",), gold="gold") if mc else Fields(question="question", answer="answer")
+    return TaskSpec(name=leaf, kind="multiple-choice" if mc else "qa", language="en", fields=fields,
+                    splits=tuple(splits), description=f"lm-evaluation-harness task {leaf}", solution_suite=False,
+                    spec_path="")
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+def _write_leaf(leaf: str, task, folder: Path) -> tuple[TaskSpec | None, LeafReport]:
+    report = LeafReport(task=leaf)
+    mc = task.OUTPUT_TYPE == "multiple_choice" if hasattr(task, "OUTPUT_TYPE") else task.config.output_type == "multiple_choice"
+    splits = []
+    try:
+        for split, docs in _splits(task):
+            path = folder / _safe(leaf) / f"{_safe(split)}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            n = 0
+            with open(path, "w", encoding="utf-8") as fh:
+                for doc in docs:
+                    fh.write(json.dumps(_row(task, doc, mc), ensure_ascii=False) + "\n")
+                    n += 1
+            report.splits[split] = n
+            splits.append(SplitSpec(name=split, file=str(path)))
+    except Exception as exc:  # noqa: BLE001 - a doc the task's own templates cannot render
+        report.error = _reason(exc)
+        return None, report
+    if not report.ok:
+        report.error = report.error or "no docs in any split"
+        return None, report
+    return _spec(leaf, mc, splits), report
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "_"
+
+
+def report_lines(reports: list[LeafReport]) -> list[str]:
+    return [f"  lm-eval {r.task}: " + (", ".join(f"{s} {n:,}" for s, n in r.splits.items()) if r.ok else f"FAILED {r.error}")
+            for r in reports]
