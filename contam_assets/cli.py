@@ -17,6 +17,7 @@ import sys
 import threading
 
 from contam_assets import commands as _commands_pkg
+from contam_assets.report.inert import term_text
 
 
 class CliError(Exception):
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = args.func(args)
     except CliError as exc:
-        print(f"contam {args.command}: error: {exc}", file=sys.stderr)
+        print(f"contam {args.command}: error: {term_text(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     from contam_assets import runner
     from contam_assets.cli import CliError
-    from contam_assets.commands.detect import exit_code, print_summary
+    from contam_assets.commands.detect import exit_code, print_summary, say
     from contam_assets.commands.review import db_path
 
     out = Path(args.out).resolve()
@@ -33,7 +33,7 @@ def run(args) -> int:
         raise CliError(f"pool folder not found: {settings.pool_path} (pass --pool)")
     instance = runner.instance_for(out, args.dagster_home)
     try:
-        s = runner.run_apply(settings, instance)
+        s = runner.run_apply(settings, instance, log=say)
     except (FileNotFoundError, RuntimeError) as exc:
         raise CliError(str(exc)) from exc
     print_summary(s)

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     from contam_assets import runner
     from contam_assets.cli import CliError
-    from contam_assets.commands.detect import print_summary
+    from contam_assets.commands.detect import print_summary, say
     from contam_assets.defs.resources import DEFAULT_TASKS_DIR, ContamSettings
     from contam_assets.demo import build_demo_pool
     from contam_assets.detector.config import preset
@@ -46,7 +46,7 @@ def run(args) -> int:
     settings = ContamSettings(out_dir=str(out), pool_dir=str(pool), benchmarks_dir=str(bench) if bench else "", preset=args.preset)
     instance = runner.instance_for(out, args.dagster_home)
     try:
-        s = runner.run_detect(settings, instance)
+        s = runner.run_detect(settings, instance, log=say)
     except (FileNotFoundError, RuntimeError) as exc:
         raise CliError(str(exc)) from exc
     print(f"\nplanted {len(planted)} benchmark copies (truth: {out / 'demo_truth.jsonl'})")

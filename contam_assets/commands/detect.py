@@ -161,6 +161,13 @@ def settings_from_args(args, pool: Path | None = None):
     return settings
 
 
+def say(line: str) -> None:
+    """Print one line that holds shard names or other pool text (control characters removed: report.inert)."""
+    from contam_assets.report.inert import term_text
+
+    print(term_text(line))
+
+
 def print_summary(s: dict) -> None:
     from contam_assets.detector.skips import summary_lines
 
@@ -178,14 +185,14 @@ def print_summary(s: dict) -> None:
     if s.get("cut"):
         print(f"span removal: {s['cut']:,} removed document(s) kept with their matched spans cut out (table cuts, report)")
     for name, reason in s.get("skipped_files", []):
-        print(f"skipped {name}: {reason}")
+        say(f"skipped {name}: {reason}")
     for shard in s.get("retired", []):
-        print(f"retired {shard} (no longer in the pool: its rows and files were removed)")
+        say(f"retired {shard} (no longer in the pool: its rows and files were removed)")
     for shard, why in s.get("incomplete", {}).items():
-        print(f"INCOMPLETE {shard}: {why} — its readable documents were scanned; no mix file until it is replaced "
-              f"or accepted (contam review OUT --accept-shard {shard})")
+        say(f"INCOMPLETE {shard}: {why} — its readable documents were scanned; no mix file until it is replaced "
+            f"or accepted (contam review OUT --accept-shard {shard})")
     for shard, why in s.get("failed", {}).items():
-        print(f"FAILED {shard}: {why}")
+        say(f"FAILED {shard}: {why}")
     if s.get("seconds"):
         print("seconds " + "  ".join(f"{k} {v:.2f}" for k, v in s["seconds"].items()))
     print(f"tables  {s['db']}\nreport  {s['report']}\nmix     {s['mix']}/")
@@ -210,7 +217,7 @@ def run(args) -> int:
         raise CliError(str(exc)) from None
     instance = runner.instance_for(settings.out_path, args.dagster_home)
     try:
-        s = runner.run_detect(settings, instance)
+        s = runner.run_detect(settings, instance, log=say)
     except (FileNotFoundError, RuntimeError) as exc:
         raise CliError(str(exc)) from exc
     print_summary(s)

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from contam_assets.report.inert import term_text
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("review", help="review matches in the terminal; accept or reject matches of derived suites")
@@ -58,7 +60,7 @@ def _color(enabled: bool):
 def _segments(seg_json: str, c) -> str:
     parts = []
     for s in json.loads(seg_json or "[]"):
-        t = s["text"]
+        t = term_text(s["text"])
         if s["kind"] == "question":
             parts.append(c("1;33", f"[Q: {t}]"))
         elif s["kind"] == "answer":
@@ -71,7 +73,7 @@ def _segments(seg_json: str, c) -> str:
 
 
 def _twins(twins_json: str) -> str:
-    return ", ".join(f"{t['instance']} ({t['relation']})" for t in json.loads(twins_json))
+    return term_text(", ".join(f"{t['instance']} ({t['relation']})" for t in json.loads(twins_json)))
 
 
 def _record_decisions(con, args) -> int:
@@ -83,6 +85,7 @@ def _record_decisions(con, args) -> int:
         decisions = [*reviews.for_matches(con, args.accept or [], "accept"), *reviews.for_matches(con, args.reject or [], "reject"),
                      *reviews.for_instances(args.accept_instance or [], "accept"),
                      *reviews.for_instances(args.reject_instance or [], "reject")]
+        reviews.check_instances(con, decisions)
     except reviews.DecisionError as exc:
         raise CliError(str(exc)) from exc
     return reviews.record(con, decisions, args.reviewer, args.note)
@@ -97,16 +100,23 @@ def _print_stats(con) -> None:
         widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(str(c)) for i, c in enumerate(cols)]
         print("  " + "  ".join(str(c).ljust(w) for c, w in zip(cols, widths)))
         for r in rows:
-            print("  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+            print("  " + "  ".join(term_text(v).ljust(w) for v, w in zip(r, widths)))
+    # every count names its unit: documents (lines of the pool) or matches (rows of the matches table; a document
+    # can hold several, of several instances)
     table("""select count(*) shards, sum(read) read, sum(removed) removed, sum(kept) kept, sum(rejected) rejected,
-             sum(pending_review) pending_review from shard_stats""", "totals")
-    table("""select task, split, count(*) filter (where flagged) flagged, count(*) filter (where not flagged) near_misses,
-             count(distinct case when flagged then shard||':'||line end) documents from matches group by 1,2 order by 3 desc""",
-          "per task and split")
-    table("""select coalesce(reason, 'question+answer') reason, count(*) matches, count(*) filter (where flagged) flagged,
-             count(*) filter (where flagged and needs_review) held from matches group by 1 order by 2 desc""", "per reason")
-    table("select coalesce(source,'(none)') source, count(*) removed from removals group by 1 order by 2 desc", "removed per source")
-    table("select shard, read, removed, kept, rejected, pending_review, seconds from shard_stats order by shard", "per shard")
+             sum(pending_review) pending_review from shard_stats""",
+          "totals, in documents (pending_review: documents with a match held for a review decision)")
+    table("""select task, split, count(*) filter (where flagged) flagged_matches,
+             count(*) filter (where not flagged) near_miss_matches,
+             count(distinct case when flagged then shard||':'||line end) flagged_documents from matches
+             group by 1,2 order by 3 desc""", "per task and split")
+    table("""select coalesce(reason, 'question+answer') reason, count(*) matches, count(*) filter (where flagged) flagged_matches,
+             count(*) filter (where flagged and needs_review) held_matches from matches group by 1 order by 2 desc""",
+          "per reason, in matches")
+    table("select coalesce(source,'(none)') source, count(*) removed_documents from removals group by 1 order by 2 desc",
+          "removed per source")
+    table("select shard, read, removed, kept, rejected, pending_review, seconds from shard_stats order by shard",
+          "per shard, in documents")
     from contam_assets.store import table_exists
 
     if table_exists(con, "detect_settings"):
@@ -137,7 +147,7 @@ def run(args) -> int:
                     try:
                         shards_db.decide(con, shard, decision, args.reviewer, args.note)
                     except KeyError:
-                        raise CliError(f"no scanned shard {shard!r}") from None
+                        raise CliError(f"no scanned shard {term_text(repr(shard))}") from None
         print(f"recorded {len(args.accept_shard or []) + len(args.reject_shard or [])} shard decision(s). "
               f"Apply them with: contam apply {args.out}")
         return 0
@@ -168,22 +178,24 @@ def run(args) -> int:
             params.append(args.reason)
         rows = store.query_df(con, f"""select * from matches where {' and '.join(where)}
                                order by flagged desc, score desc, shard, line limit ?""", params + [args.top]).to_dicts()
-        total = con.execute(f"select count(*) from matches where {' and '.join(where)}", params).fetchone()[0]
-    print(f"{total} match(es); showing {len(rows)}\n")
+        total, docs = con.execute(f"select count(*), count(distinct shard || ':' || line) from matches "
+                                  f"where {' and '.join(where)}", params).fetchone()
+    what = " pending review" if args.pending else ""
+    print(f"{total} match(es){what} in {docs} document(s); showing {len(rows)} match(es)\n")
     for i, m in enumerate(rows, 1):
         status = c("1;31", "FLAGGED") if m["flagged"] else c("2", "near miss")
         if m["needs_review"]:
             status += " " + c("1;35", "NEEDS REVIEW")
         subj = f" [{m['subject']}]" if m["subject"] else ""
-        print(c("1", f"#{i} {m['suite']} / {m['split']} / {m['instance_index']}{subj}") +
+        print(c("1", term_text(f"#{i} {m['suite']} / {m['split']} / {m['instance_index']}{subj}")) +
               f"  score {m['score']:.3f} (needs {m['required_score']:.3f})  {status}")
         fmt = lambda v: "-" if v is None else f"{v:.3f}"
         print(f"   overlaps: question {fmt(m['question_overlap'])}  answer {fmt(m['answer_overlap'])}  passage {fmt(m['passage_overlap'])}"
               f"   match {m['match_id']}")
         print(f"   why: {m.get('reason') or 'question+answer'}" + (f"   twins: {_twins(m['twins'])}" if m.get("twins") else ""))
-        print(c("36", "   EVAL QUESTION: ") + (m["eval_question"] or "")[:600].replace("\n", " "))
+        print(c("36", "   EVAL QUESTION: ") + term_text((m["eval_question"] or "")[:600]))
         if m["eval_answer"]:
-            print(c("36", "   EVAL ANSWER:   ") + m["eval_answer"][:300].replace("\n", " "))
-        print(c("36", f"   TRAINING {m['shard']}:{m['line']} ({m['doc_id']}): ") + _segments(m["training_segments"], c))
+            print(c("36", "   EVAL ANSWER:   ") + term_text(m["eval_answer"][:300]))
+        print(c("36", term_text(f"   TRAINING {m['shard']}:{m['line']} ({m['doc_id']}): ")) + _segments(m["training_segments"], c))
         print()
     return 0

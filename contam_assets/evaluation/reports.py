@@ -13,6 +13,7 @@ from typing import Callable
 
 from contam_assets.evaluation.report_files import Found, read_report, walk
 from contam_assets.evaluation.safeio import Refused
+from contam_assets.report.inert import md_text
 
 
 def headline_contamination(c: dict | None) -> dict | None:
@@ -90,7 +91,7 @@ def markdown_table(rows: list[dict], columns=COLUMNS) -> str:
             return "–"
         if isinstance(v, float):
             return f"{v:.4f}"
-        return str(v)
+        return md_text(v)  # names and paths come from report files on disk
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]

@@ -1,10 +1,15 @@
-"""Small renderers for asset metadata: markdown tables and inline PNG images."""
+"""Small renderers for asset metadata: markdown tables and inline PNG images.
+
+Every cell and header goes through ``inert.md_text``: text from a pool or a benchmark file is
+shown as the characters it is, never as a link, an image or HTML."""
 
 from __future__ import annotations
 
 import base64
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from contam_assets.report.inert import md_text
 
 
 def fmt(value) -> str:
@@ -22,8 +27,8 @@ def md_table(headers: Sequence[str] | None, rows: Sequence[Mapping | Sequence]) 
         return "_none_"
     if headers is None:
         headers = list(rows[0]) if isinstance(rows[0], Mapping) else [str(i) for i in range(len(rows[0]))]
-    cell = lambda v: fmt(v).replace("|", "\\|").replace("\n", " ")[:120]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    cell = lambda v: md_text(fmt(v), limit=120)
+    lines = ["| " + " | ".join(md_text(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     for r in rows:
         values = [r.get(h) for h in headers] if isinstance(r, Mapping) else list(r)
         lines.append("| " + " | ".join(cell(v) for v in values) + " |")

@@ -55,6 +55,33 @@ def for_instances(specs: list[str], decision: str) -> list[Decision]:
     return out
 
 
+def check_instances(con: duckdb.DuckDBPyConnection, decisions: list[Decision]) -> None:
+    """DecisionError naming the first instance decision whose instance is not in the reference set (``instances``),
+    with the suites and splits it holds and the nearest name: a typo must not be recorded as a decision on nothing."""
+    import difflib
+
+    known = {(s, p) for s, p in con.execute("select distinct suite, split from instances").fetchall()}
+    for d in decisions:
+        if d.match_id is not None:
+            continue
+        hit = con.execute("""select 1 from instances where suite = ? and split = ? and instance_index = ?
+                             and (? is null or subject = ?) limit 1""",
+                          [d.suite, d.split, d.instance_index, d.subject, d.subject]).fetchone()
+        if hit is not None:
+            continue
+        name = "/".join([d.suite, d.split, str(d.instance_index)] + ([d.subject] if d.subject else []))
+        if (d.suite, d.split) in known:
+            n = con.execute("select max(instance_index) from instances where suite = ? and split = ?",
+                            [d.suite, d.split]).fetchone()[0]
+            raise DecisionError(f"no instance {name} in the reference set ({d.suite}/{d.split} has indexes 0..{n}"
+                                + (", with that subject" if d.subject else "") + ")")
+        pairs = sorted(f"{s}/{p}" for s, p in known)
+        near = difflib.get_close_matches(f"{d.suite}/{d.split}", pairs, n=1)
+        raise DecisionError(f"no instance {name} in the reference set: no suite/split {d.suite}/{d.split}"
+                            + (f" (did you mean {near[0]}?)" if near else "")
+                            + f"; it holds {', '.join(pairs[:20]) or 'nothing'}" + (" …" if len(pairs) > 20 else ""))
+
+
 def record(con: duckdb.DuckDBPyConnection, decisions: list[Decision], reviewer: str, note: str = "",
            now: datetime | None = None) -> int:
     """Append the decisions (one transaction); returns how many were written."""

@@ -15,6 +15,7 @@ from contam_assets.defs.arms.resources import ArmsSettings
 from contam_assets.defs.meta import MODEL_OWNERS, tags
 from contam_assets.defs.partitions import arms_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.report.render import md_table
 
 GROUP = "arms"
 _ARMS = dict(group_name=GROUP, owners=MODEL_OWNERS, tags=tags("model", "arms"))
@@ -23,12 +24,8 @@ MIX = dg.AssetKey("decontaminated_mix")
 
 
 def _md_table(rows: list[dict]) -> str:
-    if not rows:
-        return "_none_"
-    cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
+    """Per-source rows (sources come from the pool: md_table makes every cell inert)."""
+    return md_table(None, [{c: f"{v:.4g}" if isinstance(v, float) else v for c, v in r.items()} for r in rows])
 
 
 def _experiment(arm: str, arms_settings: ArmsSettings) -> str:

@@ -14,6 +14,7 @@ from contam_assets.defs.automation import on_new_probe_results
 from contam_assets.defs.meta import MODEL_OWNERS, check_metadata, tags
 from contam_assets.defs.partitions import checkpoints_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.report.inert import md_text
 from contam_assets.store.files import atomic_write_text
 
 # Model-side probe assets (contam_assets/defs/model); named, not imported.
@@ -33,8 +34,8 @@ def _benchmarks_md(report: dict) -> str:
     lines = ["| benchmark | items | exact | near | share_mean | value (metric) |", "|---|---|---|---|---|---|"]
     for name, b in report["benchmarks"].items():
         p = per.get(name) or {}
-        value = "–" if b["value"] is None else f"{b['value']:.4g} ({b['metric']})"
-        lines.append(f"| {name} | {b['items']} | {p.get('exact', '–')} | {p.get('near', '–')} | "
+        value = "–" if b["value"] is None else f"{b['value']:.4g} ({md_text(b['metric'])})"
+        lines.append(f"| {md_text(name)} | {b['items']} | {p.get('exact', '–')} | {p.get('near', '–')} | "
                      f"{p.get('share_mean', '–')} | {value} |")
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ from contam_assets.defs.model.resources import CheckpointLoader
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.model.checkpoint import CheckpointError, CheckpointInfo, discover, newest_mtime, read_info
 from contam_assets.model.loader import describe
+from contam_assets.report.inert import md_text
 from contam_assets.store import table_exists
 
 _CACHE: dict = {}  # the last loaded model, reused by the probes of one in-process run
@@ -65,4 +66,4 @@ def write_rows(db: ContamDB, checkpoint: str, probe: str, metrics: dict, items=(
 
 
 def skipped_md(skipped: dict[str, str]) -> str:
-    return "\n".join(f"- **{k}**: {v}" for k, v in skipped.items()) or "none"
+    return "\n".join(f"- **{md_text(k)}**: {md_text(v)}" for k, v in skipped.items()) or "none"

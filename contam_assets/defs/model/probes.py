@@ -23,6 +23,7 @@ from contam_assets.model import probe_inputs as pin
 from contam_assets.model.report import histogram_png, metrics_md
 from contam_assets.model.sandbox import sandbox_status
 from contam_assets.model.sequences import ScoredSets
+from contam_assets.report.inert import md_text
 from contam_assets.report.render import md_table, png_markdown
 
 _COMMON = dict(partitions_def=checkpoints_partitions, group_name="model", kinds={"pytorch", "duckdb"}, owners=MODEL_OWNERS,
@@ -171,7 +172,7 @@ def recitation_rate(
     rows += [(r.benchmark, r.task_id, "passed", float(r.status == "passed")) for r in results if r.status is not None]
     recited = [r.task_id for r in results if r.exact]
     extra = {
-        "recited": dg.MetadataValue.md(", ".join(recited[:50]) + (" …" if len(recited) > 50 else "") or "none"),
+        "recited": dg.MetadataValue.md(", ".join(md_text(t) for t in recited[:50]) + (" …" if len(recited) > 50 else "") or "none"),
         "execution": "on" if opts.execute else "off (set probe_settings.execute_code for pass@1)",
         "skipped": dg.MetadataValue.md(skipped_md(inputs.skipped)),
     }

@@ -41,6 +41,7 @@ from contam_assets.model.arms.train import (
     train_arm,
     write_train_jsonl,
 )
+from contam_assets.report.inert import md_text
 from contam_assets.store import pool as pool_io
 
 Log = Callable[[str], None]
@@ -146,7 +147,7 @@ class ExposureReport:
     def markdown(self) -> str:
         head = "| source | pool docs | removed docs | removed tokens | proxy exposure | target weight | target exposure |\n|---|---:|---:|---:|---:|---:|---:|\n"
         body = "".join(
-            f"| {r.source} | {r.pool_docs} | {r.removed_docs} | {r.removed_tokens} | {r.proxy_exposure:.4f} "
+            f"| {md_text(r.source)} | {r.pool_docs} | {r.removed_docs} | {r.removed_tokens} | {r.proxy_exposure:.4f} "
             f"| {r.target_weight:g} | {r.target_exposure:.3f} |\n"
             for r in self.rows
         )
