@@ -77,8 +77,17 @@ def _run(tmp_path, shared_data, pool, tasks, name: str, workers: int, monkeypatc
     assert dg.materialize([A.removals], instance=inst, resources=_resources(s, workers)).success
     r = _ranged([O.decontaminated_mix], s, inst, workers)
     assert r.success
-    md = r.asset_materializations_for_node("decontaminated_mix")[0].metadata
-    return s, inst, {k: md[k].value for k in ("shards_quarantined", "shards_unchanged", "documents_cut", "documents_dropped")}
+    mats = r.asset_materializations_for_node("decontaminated_mix")
+    run = mats[0].metadata["run_totals"].value
+    # each partition shows its own shard's mix_stats row; the run's sums are under run_totals
+    rows = {r["shard"]: r for r in table(s, "select * from mix_stats").to_dicts()}
+    assert sorted(m.partition for m in mats) == sorted(SHARDS)
+    for m in mats:
+        own = rows[m.partition]
+        assert {k: m.metadata[f"documents_{k}"].value for k in ("written", "dropped", "cut")} == \
+            {k: own[k] or 0 for k in ("written", "dropped", "cut")}, m.partition
+        assert m.metadata["status"].value == (own["status"] or "ok")
+    return s, inst, {k: run[k] for k in ("shards_quarantined", "shards_unchanged", "documents_cut", "documents_dropped")}
 
 
 def test_two_workers_write_the_mix_of_the_serial_loop_and_a_failed_shard_stays_alone(tmp_path, shared_data, monkeypatch):

@@ -17,11 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     from contam_assets import runner
     from contam_assets.cli import CliError
-    from contam_assets.commands.detect import exit_code, print_summary, say
+    from contam_assets.commands.detect import exit_code, precheck, print_summary, say
     from contam_assets.commands.review import db_path
 
     out = Path(args.out).resolve()
     db_path(out)  # validates the folder
+    precheck(args)  # a folder it cannot write in, a Dagster home it cannot write: one line, before any work
     settings = runner.recorded_settings(out)
     if settings is None:
         raise CliError(f"{out}/run.json missing: run `contam detect` first")

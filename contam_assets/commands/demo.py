@@ -19,9 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args) -> int:
+    from contam_assets.commands.detect import precheck, print_summary, say
+
+    precheck(args)  # --out and --dagster-home: one line, before any work (and before Dagster is imported)
     from contam_assets import runner
     from contam_assets.cli import CliError
-    from contam_assets.commands.detect import print_summary, say
     from contam_assets.defs.resources import DEFAULT_TASKS_DIR, ContamSettings
     from contam_assets.demo import build_demo_pool
     from contam_assets.detector.config import preset

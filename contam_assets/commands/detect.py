@@ -98,10 +98,61 @@ def knob_args(args) -> dict:
     return out
 
 
+def check_out(out: str | Path | None, flag: str = "--out") -> None:
+    """One line (CliError) where an output folder cannot be used, before any work: a file, a folder that cannot be
+    created (under a file, under /proc) or one this user cannot write in (read-only).  Creates the folder."""
+    import tempfile
+
+    from contam_assets.cli import CliError
+
+    if out is None or "://" in str(out):  # not a local folder: its storage says so itself
+        return
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"{flag} {out}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"{flag} {out}: cannot create the folder ({exc.strerror or exc})") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".contam-write-check-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise CliError(f"{flag} {out}: cannot write in the folder ({exc.strerror or exc})") from None
+
+
+def check_tasks(tasks: str | None, tasks_dir: str | None) -> None:
+    """One line (CliError) for a task name the registry does not hold, with the nearest one and the known names."""
+    from contam_assets.cli import CliError
+    from contam_assets.detector.registry import TaskSpecError, load_registry
+
+    only = [t.strip() for t in (tasks or "").split(",") if t.strip()]
+    if not only:
+        return
+    try:
+        load_registry(Path(tasks_dir) if tasks_dir else DEFAULT_TASKS_DIR, only)
+    except TaskSpecError as exc:
+        raise CliError(str(exc)) from None
+
+
+# the project's task specs (defs/resources.py names the same folder; not imported here: that imports Dagster)
+DEFAULT_TASKS_DIR = Path(__file__).resolve().parents[2] / "data" / "tasks"
+
+
+def precheck(args) -> None:
+    """The mistakes that can be found before Dagster is imported: --out, --dagster-home, --tasks."""
+    check_out(getattr(args, "out", None))
+    home = getattr(args, "dagster_home", None)
+    check_out(home or os.environ.get("DAGSTER_HOME") or None, "--dagster-home" if home else "DAGSTER_HOME")
+    if getattr(args, "tasks_dir", None) and not Path(args.tasks_dir).is_dir():
+        return  # settings_from_args says so
+    check_tasks(getattr(args, "tasks", None), getattr(args, "tasks_dir", None))
+
+
 def settings_from_args(args, pool: Path | None = None):
     from contam_assets.cli import CliError
     from contam_assets.decon.config import load_decon_config
-    from contam_assets.defs.resources import ContamSettings, DetectorKnobs
     from contam_assets.detector.config import PRESETS, ConfigError
 
     if args.preset not in PRESETS:
@@ -133,6 +184,8 @@ def settings_from_args(args, pool: Path | None = None):
             raise CliError("no output folder: pass --out (or a decon config with report_output_dir)")
         r = Path(report_dir).resolve()
         out = str(r.with_name(r.name + "-contam"))  # beside the decon report
+    check_out(out)
+    from contam_assets.defs.resources import ContamSettings, DetectorKnobs
     evals = args.evals_dir or paths.get("evals_dir")
     if args.evals_dir and not Path(args.evals_dir).exists() and not any(c in args.evals_dir for c in "*?["):
         raise CliError(f"decon reference folder not found: {args.evals_dir}")
@@ -207,6 +260,7 @@ def run(args) -> int:
     from contam_assets.cli import CliError
     from contam_assets.rescan.processes import warm_forkserver
 
+    precheck(args)  # one line for a mistake, before any work
     warm_forkserver()  # the workers' modules imported on another core while this process imports Dagster
     settings = settings_from_args(args)
     from contam_assets import runner

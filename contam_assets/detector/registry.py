@@ -221,6 +221,18 @@ def source_bytes(specs: list[TaskSpec], benchmarks_dir: Path | None) -> int:
     return total
 
 
+def unknown_tasks_message(unknown: list[str], names: list[str]) -> str:
+    """One line: the unknown names, each with its nearest known name where one is close, and the known names."""
+    import difflib
+
+    def one(name: str) -> str:
+        near = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        return f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+
+    return (f"unknown task{'s' if len(unknown) > 1 else ''} {', '.join(one(u) for u in unknown)}; "
+            f"known: {', '.join(sorted(names)) or 'none'}")
+
+
 def load_registry(tasks_dir: Path, only: list[str] | None = None) -> list[TaskSpec]:
     tasks_dir = Path(tasks_dir)
     if not tasks_dir.is_dir():
@@ -233,7 +245,7 @@ def load_registry(tasks_dir: Path, only: list[str] | None = None) -> list[TaskSp
     if only:
         unknown = sorted(set(only) - set(names))
         if unknown:
-            raise TaskSpecError(f"unknown task(s) {unknown}; known: {names}")
+            raise TaskSpecError(unknown_tasks_message(unknown, names))
         specs = [s for s in specs if s.name in only]
     return specs
 

@@ -79,6 +79,7 @@ class MixRun:
     totals: dict = field(default_factory=lambda: {"written": 0, "dropped": 0, "rejected": 0, "cut": 0, "quarantined": 0})
     unchanged: int = 0
     failed: dict[str, str] = field(default_factory=dict)
+    shards: dict[str, dict] = field(default_factory=dict)  # shard -> its own mix_stats row, as recorded
 
 
 def _plan(con, out: Path, pool_dir: Path, shard: str, removal: str, cfg: DetectConfig, content_key: str,
@@ -185,6 +186,7 @@ def write_mix(connect, out: Path, pool_dir: Path, shards: list[str], removal: st
         if not pending:
             since[0] = time.monotonic()
         pending.append(p)
+        run.shards[p.shard] = {**p.res, "unchanged": p.job is None and p.res.get("status") != "quarantined"}
         for k in ("written", "dropped", "rejected", "cut"):
             run.totals[k] += p.res.get(k) or 0
         flush_if_due()

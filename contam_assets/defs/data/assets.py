@@ -274,18 +274,18 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     jobs, sigs, failed = plan_jobs(contam_settings, shards, cfg, digest, tasks_now, cache_root, config.mode, states)
     context.log.info(f"{len(jobs)} shard(s) on {contam_scan_engine.describe(len(jobs))}: "
                      + ", ".join(f"{j.shard}: {j.plan.describe()}" for j in jobs[:20]) + (" …" if len(jobs) > 20 else ""))
-    totals = {"read": 0, "removed": 0, "rejected": 0, "pending_review": 0, "candidates": 0, "kept": 0, "bytes": 0}
+    totals = dict.fromkeys(SHARD_FIGURES, 0)
     modes = {"full": 0, "incremental": 0, "current": 0}
     workers: set[str] = set()
     nodes: dict[str, list[str]] = {}  # Ray node -> the shards it scanned
     retries = 0
-    top: list[dict] = []
     incomplete: dict[str, str] = {}
     scan_seconds = 0.0
+    per_shard: dict[str, dict] = {}  # each partition's own figures (its shard_stats row), never the run's
 
     def finish(job, out, stats: list[dict]) -> None:
         """One outcome, once its rows are committed (OutcomeWriter, in the jobs' order)."""
-        nonlocal retries, scan_seconds, top
+        nonlocal retries, scan_seconds
         if isinstance(out, Exception):
             failed[job.shard] = f"{type(out).__name__}: {out}" if not isinstance(out, RuntimeError) else str(out)
             context.log.error(f"{job.shard}: {failed[job.shard]}")
@@ -301,16 +301,12 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
         if stats:
             for k in totals:
                 totals[k] += int(stats[0][k] or 0)
+            per_shard[job.shard] = shard_figures(stats[0], out)
         if out.mode != "current":
             scan_seconds += float(out.stats.get("seconds", 0.0) or 0.0)
             context.log.info(f"{job.shard}: {job.plan.describe()} -> {out.mode}, {out.n_matches or (out.matches.height if out.matches is not None else 0)} row(s) "
                              f"({out.docs_scanned} document(s) scanned" + (f" on node {out.node[:12]}" if out.node else "")
                              + (f", attempt {out.attempts}" if out.attempts > 1 else "") + ")")
-        if out.matches is not None and out.matches.height:
-            top += out.matches.sort(["flagged", "score"], descending=True).head(10).select(
-                "shard", "line", "task", "suite", "split", "instance_index", "score", "flagged", "needs_review").to_dicts()
-        else:
-            top += out.top
 
     # several outcomes per connection and transaction (rescan/outcomes.py); the rows are one write per shard's
     writer = OutcomeWriter(contam_db.connect, sigs, finish, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
@@ -333,16 +329,55 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
         raise dg.Failure(description=f"{len(failed)} of {len(shards)} shard(s) failed (the others were written): "
                          + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
                          metadata={"failed": dg.MetadataValue.json(failed)})
-    top = sorted(top, key=lambda r: (r["flagged"], r["score"]), reverse=True)[:10]
+    with contam_db.connect(read_only=True) as con:
+        tops = top_matches(con, list(per_shard))
+    # each partition's materialization carries its own shard's figures and matches (whether the run held one
+    # partition or a range: add_asset_metadata per partition key); the rest describes the run the partition was
+    # materialized in (the same on each of its partitions), its document counts under run_totals
+    for shard, figures in per_shard.items():
+        context.add_asset_metadata({**figures, "top_matches": dg.MetadataValue.md(md_table(None, tops.get(shard, [])))},
+                                   partition_key=shard)
+    run_totals = {"shards": len(shards), **{_figure_name(k): v for k, v in totals.items()},
+                  "scan_seconds": round(scan_seconds, 2)}
+    context.log.info("run totals: " + ", ".join(f"{k} {v}" for k, v in run_totals.items()))
     return dg.MaterializeResult(metadata={
-        **{f"documents_{k}" if k in ("read", "removed", "rejected", "kept") else k: v for k, v in totals.items()},
-        **{f"shards_{k}": v for k, v in modes.items()},
-        "scan_seconds": round(scan_seconds, 2), "write_seconds": round(write_seconds, 2), "write_batches": writer.flushes,
+        "run_totals": dg.MetadataValue.json(run_totals), **{f"shards_{k}": v for k, v in modes.items()},
+        "write_seconds": round(write_seconds, 2), "write_batches": writer.flushes,
         "engine": contam_scan_engine.describe(len(jobs)), "workers": len(workers),
         "shard_retries": retries, **({"ray_nodes": dg.MetadataValue.json(nodes)} if nodes else {}),
         "index_digest": digest,
-        "top_matches": dg.MetadataValue.md(md_table(None, top)),
     })
+
+
+# the counts of a shard_stats row that a shard_matches materialization shows (documents_* are documents, candidates
+# and pending_review as in shard_stats)
+SHARD_FIGURES = ("read", "removed", "rejected", "kept", "pending_review", "candidates", "bytes")
+
+
+def _figure_name(k: str) -> str:
+    return f"documents_{k}" if k in ("read", "removed", "rejected", "kept") else k
+
+
+def shard_figures(stats: dict, out) -> dict:
+    """One partition's metadata: its shard_stats row's counts, and how this run scanned it."""
+    return {**{_figure_name(k): int(stats[k] or 0) for k in SHARD_FIGURES},
+            "status": stats.get("status") or "ok", "scan_mode": out.mode,
+            "scan_seconds": round(float(out.stats.get("seconds", 0.0) or 0.0), 3) if out.mode != "current" else 0.0,
+            "attempts": out.attempts, **({"ray_node": out.node} if out.node else {})}
+
+
+def top_matches(con, shards: list[str], n: int = 10) -> dict[str, list[dict]]:
+    """Each shard's ``n`` best stored match rows (flagged first, then by score), as they are in ``matches``."""
+    if not shards:
+        return {}
+    rows = store.query_df(con, """select shard, line, doc_id, task, suite, split, instance_index, score, flagged, needs_review
+        from matches where shard in (select unnest(?::varchar[]))
+        qualify row_number() over (partition by shard order by flagged desc, score desc, line) <= ?
+        order by shard, flagged desc, score desc, line""", [shards, n]).to_dicts()
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["shard"], []).append(r)
+    return out
 
 
 @dg.asset_check(asset=shard_matches, blocking=True,

@@ -85,8 +85,16 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
         raise dg.Failure(description=f"mix of {len(failed)} shard(s) not written: "
                          + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
                          metadata={"failed": dg.MetadataValue.json(failed)})
-    return dg.MaterializeResult(metadata={f"documents_{k}": v for k, v in totals.items() if k != "quarantined"} | {
-        "shards_quarantined": totals["quarantined"], "shards_unchanged": unchanged,
+    # each partition's own figures (a ranged run holds many); the run's sums under run_totals
+    for shard, res in run.shards.items():
+        context.add_asset_metadata({**{f"documents_{k}": int(res.get(k) or 0) for k in ("written", "dropped", "rejected", "cut")},
+                                    "status": res.get("status") or "ok", "unchanged": bool(res["unchanged"]),
+                                    **({"path": dg.MetadataValue.path(res["path"])} if res.get("path") else {})},
+                                   partition_key=shard)
+    return dg.MaterializeResult(metadata={
+        "run_totals": dg.MetadataValue.json({"shards": len(shards), **{f"documents_{k}": v for k, v in totals.items()
+                                                                        if k != "quarantined"},
+                                             "shards_quarantined": totals["quarantined"], "shards_unchanged": unchanged}),
         "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
 
 
