@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import html
 from datetime import datetime, timezone
 
 import polars as pl
 
 from contam_assets.quality.leaks import LEAK_TYPES
+from contam_assets.report.inert import html_text
 
 PRESET_ORDER = ("default", "thorough", "olmo-web", "olmo-synth")
 LEAK_NOTES = {
@@ -87,7 +87,7 @@ pre{white-space:pre-wrap;background:#f7f8fb;border:1px solid #e3e7ee;padding:.5e
 
 
 def _e(x) -> str:
-    return html.escape("" if x is None else str(x))
+    return html_text("" if x is None else str(x))
 
 
 def _pct(v) -> str:

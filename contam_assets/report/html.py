@@ -11,7 +11,6 @@ opens short; documents and matches are counted separately and labelled as such.
 from __future__ import annotations
 
 import base64
-import html
 import io
 import json
 import re
@@ -21,6 +20,7 @@ from pathlib import Path
 import duckdb
 
 from contam_assets.detector.text import clean_text
+from contam_assets.report.inert import html_text
 from contam_assets.report.matrix import heatmap_png, source_task_matrix
 from contam_assets.report.raw_text import RawDocument, raw_documents
 from contam_assets.report.thorough import card_note, thorough_sections
@@ -71,7 +71,7 @@ def marked_eval_text(eval_text: str, train_text: str) -> str:
             marked.update(pi for pi, _ in flat[i : i + SHARED_WINDOW])
     out = []
     for i, p in enumerate(parts):
-        esc = html.escape(p)
+        esc = html_text(p)
         out.append(f"<mark>{esc}</mark>" if i in marked else esc)
     return "".join(out)
 
@@ -79,7 +79,7 @@ def marked_eval_text(eval_text: str, train_text: str) -> str:
 def _segments_html(segments_json: str) -> str:
     parts = []
     for s in json.loads(segments_json or "[]"):
-        t = html.escape(s["text"])
+        t = html_text(s["text"])
         if s["kind"] == "question" or s["kind"] == "passage":
             parts.append(f'<mark class="{s["kind"]}">{t}</mark>')
         elif s["kind"] == "answer":
@@ -92,8 +92,8 @@ def _segments_html(segments_json: str) -> str:
 def _table(rows: list[dict], cols: list[str]) -> str:
     if not rows:
         return "<p class='muted'>none</p>"
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape('' if r.get(c) is None else str(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
+    head = "".join(f"<th>{html_text(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html_text('' if r.get(c) is None else str(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -103,36 +103,36 @@ def _match_card(m: dict, rank: int, raw: RawDocument | None = None, open_: bool 
     answer_html = ""
     if m["eval_answer"]:
         cls = "answer-found" if (m["answer_overlap"] or 0) > 0 else "answer-missing"
-        answer_html = f'<div class="label">answer</div><div class="{cls}">{html.escape(m["eval_answer"])}</div>'
+        answer_html = f'<div class="label">answer</div><div class="{cls}">{html_text(m["eval_answer"])}</div>'
     passage_html = ""
     if m["eval_passage"]:
-        passage_html = f'<div class="label">passage</div><div>{html.escape(m["eval_passage"][:1500])}</div>'
+        passage_html = f'<div class="label">passage</div><div>{html_text(m["eval_passage"][:1500])}</div>'
     status = "flagged" if m["flagged"] else "near miss"
     if m["needs_review"]:
         status += " · needs review"
     status += card_note(m)  # issue 13: reason and twins
-    subj = f" · {html.escape(m['subject'])}" if m["subject"] else ""
+    subj = f" · {html_text(m['subject'])}" if m["subject"] else ""
     if raw is not None and raw.text is not None:
         doc_html, doc_label = raw.html(), "raw text"
         if raw.note:
-            doc_label += f" ({html.escape(raw.note)})"
+            doc_label += f" ({html_text(raw.note)})"
     else:
         doc_html = _segments_html(m["training_segments"])
-        doc_label = "normalised text" + (f" — {html.escape(raw.note)}" if raw is not None and raw.note else "")
+        doc_label = "normalised text" + (f" — {html_text(raw.note)}" if raw is not None and raw.note else "")
     choice = ""
     if m["choice_index"] is not None:
         choice = f" · choice {m['choice_index']}" + (" (correct)" if m["is_correct"] else "")
     fmt = lambda v: "–" if v is None else f"{v:.3f}"
     return f"""
-<details class="card {'flag' if m['flagged'] else 'near'}" id="m-{html.escape(m['match_id'])}"{' open' if open_ else ''}>
-  <summary><span class="rank">#{rank}</span> <b>{html.escape(m['suite'])}</b> · {html.escape(m['split'])} · instance {m['instance_index']}{subj}{choice}
+<details class="card {'flag' if m['flagged'] else 'near'}" id="m-{html_text(m['match_id'])}"{' open' if open_ else ''}>
+  <summary><span class="rank">#{rank}</span> <b>{html_text(m['suite'])}</b> · {html_text(m['split'])} · instance {m['instance_index']}{subj}{choice}
   <span class="score">score {m['score']:.3f} (needs {m['required_score']:.3f}) · {status}</span></summary>
   <div class="pair">
     <div class="side"><div class="label">evaluation instance</div><div class="q">{eval_q}</div>{answer_html}{passage_html}</div>
-    <div class="side"><div class="label">training document · {html.escape(m['shard'])} line {m['line']} · {html.escape(str(m['doc_id']))}{' · ' + html.escape(m['source']) if m['source'] else ''} · {doc_label}</div>
+    <div class="side"><div class="label">training document · {html_text(m['shard'])} line {m['line']} · {html_text(str(m['doc_id']))}{' · ' + html_text(m['source']) if m['source'] else ''} · {doc_label}</div>
       <div class="doc">{doc_html}</div></div>
   </div>
-  <footer>overlap: question {fmt(m['question_overlap'])} · answer {fmt(m['answer_overlap'])} · passage {fmt(m['passage_overlap'])} · match id <code>{html.escape(m['match_id'])}</code></footer>
+  <footer>overlap: question {fmt(m['question_overlap'])} · answer {fmt(m['answer_overlap'])} · passage {fmt(m['passage_overlap'])} · match id <code>{html_text(m['match_id'])}</code></footer>
 </details>"""
 
 
@@ -205,7 +205,7 @@ RAW_TEXT_SHARDS = 10  # the report reads raw text from at most this many shards 
 
 def _section(title: str, body: str, open_: bool = True, anchor: str = "") -> str:
     ident = f' id="{anchor}"' if anchor else ""
-    return f'<details class="section"{ident}{" open" if open_ else ""}><summary>{html.escape(title)}</summary>{body}</details>'
+    return f'<details class="section"{ident}{" open" if open_ else ""}><summary>{html_text(title)}</summary>{body}</details>'
 
 
 def _matrix_html(con) -> str:
@@ -213,7 +213,7 @@ def _matrix_html(con) -> str:
     if m.empty:
         return "<p class='muted'>no removed document</p>"
     peak = max(m.documents.values())
-    head = "<tr><th rowspan=2>source</th>" + "".join(f"<th colspan=2>{html.escape(t)}</th>" for t in m.tasks)
+    head = "<tr><th rowspan=2>source</th>" + "".join(f"<th colspan=2>{html_text(t)}</th>" for t in m.tasks)
     head += "<th colspan=2>all tasks (each document once)</th></tr><tr>" + "<th>documents</th><th>tokens</th>" * (len(m.tasks) + 1) + "</tr>"
     body = []
     for s in m.sources:
@@ -221,10 +221,10 @@ def _matrix_html(con) -> str:
         for t in m.tasks:
             d, k = m.documents.get((s, t), 0), m.tokens.get((s, t), 0)
             alpha = 0.08 + 0.6 * d / peak if d else 0
-            cells.append(f'<td class="heat" style="background:rgba(192,57,43,{alpha:.2f})" data-task="{html.escape(t)}">{d:,}</td>'
+            cells.append(f'<td class="heat" style="background:rgba(192,57,43,{alpha:.2f})" data-task="{html_text(t)}">{d:,}</td>'
                          f'<td class="heat">{k:,}</td>')
         d, k = m.source_totals.get(s, (0, 0))
-        body.append(f"<tr><th>{html.escape(s)}</th>{''.join(cells)}<td class='heat'><b>{d:,}</b></td><td class='heat'><b>{k:,}</b></td></tr>")
+        body.append(f"<tr><th>{html_text(s)}</th>{''.join(cells)}<td class='heat'><b>{d:,}</b></td><td class='heat'><b>{k:,}</b></td></tr>")
     img = base64.b64encode(heatmap_png(m)).decode()
     return (f'<table class="matrix"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
             "<p class='muted'>A document with matches of several tasks is counted under each; the last columns count it once. "
@@ -267,7 +267,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
     if scores:
         png = histogram or histogram_png([r["score"] for r in scores], [r["flagged"] for r in scores])
         img = f'<img alt="score histogram" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-    kpi = lambda label, v: f'<div class="kpi"><b>{v:,}</b>{html.escape(label)}</div>'
+    kpi = lambda label, v: f'<div class="kpi"><b>{v:,}</b>{html_text(label)}</div>'
     settings = settings or {}
     settings_html = _table([{"setting": k, "value": v} for k, v in settings.items()], ["setting", "value"])
     raws = raw_documents(pool_dir, top_rows, content_key, tokenizer, unescape, max_shards=RAW_TEXT_SHARDS) if top_rows else {}
@@ -281,9 +281,9 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
 <code>contam review OUT --serve</code>, or <code>contam review OUT --accept MATCH_ID</code> (or <code>--reject</code>), then
 <code>contam apply OUT</code>.</p>
 {_table(pending[:200], ['shard','line','doc_id','source','suites','matches','best_score','match_ids'])}"""
-    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html_text(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head><body>
-<h1>{html.escape(title)}</h1><p class="muted">generated {now}</p>
+<h1>{html_text(title)}</h1><p class="muted">generated {now}</p>
 <div class="kpis">{kpi('documents read', totals['read'])}{kpi('documents removed', totals['removed'])}{kpi('documents kept', totals['kept'])}
 {kpi('documents rejected (bad input)', totals['rejected'])}{kpi('documents pending review', totals['pending'])}{kpi('matches stored', n_matches['n'])}{kpi('flagged matches', n_matches['f'])}{kpi('documents with a flagged match', n_matches['fd'])}</div>
 {_section('Shards that need attention', shard_health_html(con), anchor='health')}

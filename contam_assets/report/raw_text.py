@@ -18,7 +18,6 @@ Marks are therefore whole chunks: ``foo(bar)`` is marked entirely when ``bar`` m
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 
 from contam_assets.detector.text import CleanOptions, clean_words
 from contam_assets.detector.tokenize import get_tokenizer
+from contam_assets.report.inert import html_text
 from contam_assets.store.pool import Document, open_binary, parse_line
 
 _CHUNK = re.compile(r"\S+")
@@ -44,7 +44,7 @@ class RawDocument:
     def html(self, max_chars: int = 20_000) -> str:
         """The raw text, HTML-escaped, spans in <mark class="question|answer|passage">; long texts cut around the marks."""
         if self.text is None:
-            return f'<span class="muted">{html.escape(self.note)}</span>'
+            return f'<span class="muted">{html_text(self.note)}</span>'
         text, spans, offset = self.text, sorted(self.spans), 0
         if len(text) > max_chars:
             first = spans[0][0] if spans else 0
@@ -55,10 +55,10 @@ class RawDocument:
             s, e = max(s - offset, pos), min(e - offset, len(text))
             if e <= s:
                 continue
-            out.append(html.escape(text[pos:s]))
-            out.append(f'<mark class="{kind}">{html.escape(text[s:e])}</mark>')
+            out.append(html_text(text[pos:s]))
+            out.append(f'<mark class="{kind}">{html_text(text[s:e])}</mark>')
             pos = e
-        out.append(html.escape(text[pos:]))
+        out.append(html_text(text[pos:]))
         head = "… " if offset else ""
         tail = " …" if offset + len(text) < len(self.text) else ""
         return head + "".join(out) + tail

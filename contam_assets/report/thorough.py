@@ -7,10 +7,11 @@ report of decon's presets shows decon's reasons only.
 
 from __future__ import annotations
 
-import html
 import json
 
 import duckdb
+
+from contam_assets.report.inert import html_text
 
 REASONS = {
     "question+answer": "decon's score: the question, and the answer near it",
@@ -32,8 +33,8 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
 def _table(rows: list[dict], cols: list[str]) -> str:
     if not rows:
         return "<p class='muted'>none</p>"
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape('' if r.get(c) is None else str(r.get(c)))}</td>" for c in cols)
+    head = "".join(f"<th>{html_text(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html_text('' if r.get(c) is None else str(r.get(c)))}</td>" for c in cols)
                    + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -78,8 +79,8 @@ def card_note(m: dict) -> str:
     """The reason and twins of one match card (empty for decon's reason without twins)."""
     out = []
     if m.get("reason") and m["reason"] != "question+answer":
-        out.append(f" · <b>{html.escape(m['reason'])}</b>")
+        out.append(f" · <b>{html_text(m['reason'])}</b>")
     if m.get("twins"):
         names = ", ".join(t["instance"] + f" ({t['relation']})" for t in json.loads(m["twins"]))
-        out.append(f" · twins: {html.escape(names)}")
+        out.append(f" · twins: {html_text(names)}")
     return "".join(out)
