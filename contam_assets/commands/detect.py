@@ -257,10 +257,10 @@ def print_summary(s: dict) -> None:
 
 
 def run(args) -> int:
+    precheck(args)  # one line for a mistake, before any work (and before the heavy imports)
     from contam_assets.cli import CliError
     from contam_assets.rescan.processes import warm_forkserver
 
-    precheck(args)  # one line for a mistake, before any work
     warm_forkserver()  # the workers' modules imported on another core while this process imports Dagster
     settings = settings_from_args(args)
     from contam_assets import runner
