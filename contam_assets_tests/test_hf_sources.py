@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -209,8 +210,27 @@ def lm_eval_include(tmp_path_factory, shared_data):
     arc = tmp / "allenai--ai2_arc" / "ARC-Easy"
     arc.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(arc_rows), arc / "test-00000-of-00001.parquet")
+    mmlu = tmp / "cais--mmlu" / "abstract_algebra"  # the Hub's layout: question, subject, choices, answer
+    mmlu.mkdir(parents=True)
+    import csv
+
+    with open(shared_data / "mmlu_test" / "abstract_algebra_test.csv", newline="") as fh:
+        mrows = [{"question": r["question"], "subject": "abstract_algebra",
+                  "choices": [r[f"choice{c}"] for c in range(4)], "answer": int(r["answer"])} for r in csv.DictReader(fh)]
+    pq.write_table(pa.Table.from_pylist(mrows), mmlu / "test-00000-of-00001.parquet")
     inc = tmp / "include"
     inc.mkdir()
+    (inc / "mmlu_abstract_algebra.yaml").write_text(
+        f"task: mmlu_abstract_algebra\ninclude: {LM_EVAL_TASKS / 'mmlu' / 'default' / 'mmlu_abstract_algebra.yaml'}\n"
+        f"dataset_path: parquet\ndataset_name: null\nfewshot_split: null\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {mmlu / 'test-00000-of-00001.parquet'}\n")
+    # the same without fewshot_split: null, so lm_eval looks for the 'dev' split the local files lack
+    (inc / "mmlu_nodev.yaml").write_text(
+        f"task: mmlu_nodev\ninclude: {LM_EVAL_TASKS / 'mmlu' / 'default' / 'mmlu_abstract_algebra.yaml'}\n"
+        f"dataset_path: parquet\ndataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {mmlu / 'test-00000-of-00001.parquet'}\n")
+    (inc / "contam_group.yaml").write_text(
+        "group: contam_group\ntask:\n  - gsm8k\n  - arc_easy\n  - mmlu_abstract_algebra\n  - mmlu_nodev\n")
     (inc / "gsm8k.yaml").write_text(
         f"task: gsm8k\ninclude: {LM_EVAL_TASKS / 'gsm8k' / 'gsm8k.yaml'}\ndataset_path: parquet\ndataset_name: null\n"
         f"dataset_kwargs:\n  data_files:\n    train: {gsm / 'train-00000-of-00001.parquet'}\n"
@@ -231,13 +251,18 @@ def test_lm_eval_gsm8k_and_arc_easy_give_the_toml_instances(lm_eval_include, sha
     from contam_assets.sources.lm_eval_tasks import materialize
 
     tmp, inc = lm_eval_include
-    specs, reports = materialize(["gsm8k", "arc_easy"], tmp / "out", str(inc))
-    assert [(r.task, r.splits, r.error) for r in reports] == [("gsm8k", {"test": 1319, "train": 200}, ""),
-                                                             ("arc_easy", {"test": 2376}, "")]
+    specs, reports = materialize(["contam_group"], tmp / "out", str(inc))  # a group expands to its leaves
+    assert sorted((r.task, r.splits, r.error) for r in reports) == [
+        ("arc_easy", {"test": 2376}, ""), ("gsm8k", {"test": 1319, "train": 200}, ""),
+        ("mmlu_abstract_algebra", {"test": 100}, ""),
+        ("mmlu_nodev", {}, "KeyError: 'dev' (a split the task names is not in its dataset)")]
+    assert [s.name for s in specs] == ["gsm8k", "arc_easy", "mmlu_abstract_algebra"]
     cfg = preset("default")
     ours, _ = build_reference_set(specs, None, cfg)
-    toml = [s for s in load_registry(Path(__file__).resolve().parents[1] / "data" / "tasks", ["gsm8k", "arc_easy"])]
+    toml = [s for s in load_registry(Path(__file__).resolve().parents[1] / "data" / "tasks", ["gsm8k", "arc_easy", "mmlu"])]
     theirs, _ = build_reference_set(toml, shared_data, cfg)
+    theirs = theirs.with_columns(task=pl.when(pl.col("subject") == "abstract_algebra")
+                                 .then(pl.lit("mmlu_abstract_algebra")).otherwise(pl.col("task")))
     opts = cfg.clean_options
 
     def items(df, task, split):
@@ -245,7 +270,7 @@ def test_lm_eval_gsm8k_and_arc_easy_give_the_toml_instances(lm_eval_include, sha
         return [(i, clean_text(q, opts), clean_text(a or "", opts), c)
                 for i, q, a, c in d.select("instance_index", "question", "answer", "is_correct").rows()]
 
-    for task, split in (("gsm8k", "test"), ("arc_easy", "test")):
+    for task, split in (("gsm8k", "test"), ("arc_easy", "test"), ("mmlu_abstract_algebra", "test")):
         a, b = items(ours, task, split), items(theirs, task, split)
         assert len(a) == len(b) and a == b, (task, next((x, y) for x, y in zip(a, b) if x != y))
 

@@ -42,6 +42,7 @@ class LeafReport:
     task: str
     splits: dict[str, int] = field(default_factory=dict)  # split -> docs written
     error: str = ""
+    absent: list[str] = field(default_factory=list)  # splits the task names that its dataset does not hold
 
     @property
     def ok(self) -> bool:
@@ -86,7 +87,7 @@ def _row(task, doc, multiple_choice: bool) -> dict:
     row = {"question": _question(task, doc)}
     target = task.doc_to_target(doc)
     if multiple_choice:
-        choices = [str(c) for c in task.doc_to_choice(doc)]
+        choices = _choice_texts([str(c) for c in task.doc_to_choice(doc)], doc)
         if isinstance(target, list):
             target = target[0] if target else None
         gold = target if isinstance(target, int) else (choices.index(target) if target in choices else None)
@@ -98,10 +99,25 @@ def _row(task, doc, multiple_choice: bool) -> dict:
     return row
 
 
-def _splits(task) -> list[tuple[str, object]]:
-    """(split name, docs) of every split the task defines, the evaluated one first; docs through the task's
-    own methods, so process_docs runs."""
+def _choice_texts(choices: list[str], doc: dict) -> list[str]:
+    """The choices as text: where the task scores letters (MMLU's ``doc_to_choice: [A, B, C, D]``), the doc's
+    own list of as many texts, which is what a training copy of the item carries."""
+    if not choices or any(len(c.strip()) > 2 for c in choices):
+        return choices
+    for value in doc.values():
+        if isinstance(value, dict):
+            value = value.get("text")
+        if (isinstance(value, list) and len(value) == len(choices) and all(isinstance(v, str) for v in value)
+                and [v.strip() for v in value] != [c.strip() for c in choices]):
+            return value
+    return choices
+
+
+def _splits(task, report: LeafReport) -> list[tuple[str, object]]:
+    """(split name, docs) of every split the task defines and its dataset holds, the evaluated one first; docs
+    through the task's own methods, so process_docs runs.  A split the dataset lacks goes to ``report.absent``."""
     cfg, out, seen = task.config, [], set()
+    have = set(task.dataset.keys()) if hasattr(task.dataset, "keys") else None
     methods = {"test_split": "test_docs", "validation_split": "validation_docs", "training_split": "training_docs",
                "fewshot_split": None}
     for role in SPLIT_ROLES:
@@ -109,6 +125,9 @@ def _splits(task) -> list[tuple[str, object]]:
         if not name or name in seen:
             continue
         seen.add(name)
+        if have is not None and name not in have:
+            report.absent.append(name)
+            continue
         method = methods[role]
         if method is None:  # a fewshot split named nowhere else: the dataset's split, through process_docs
             docs = task.dataset[name]
@@ -136,12 +155,7 @@ def materialize(names: list[str], folder: Path, include: str | None = None,
     specs, reports = [], []
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
-        try:
-            leaves = dict(tm.load([name])["tasks"])
-        except Exception as exc:  # noqa: BLE001 - lm_eval raises anything from a task's config or dataset
-            reports.append(LeafReport(task=name, error=_reason(exc)))
-            continue
-        for leaf, task in leaves.items():
+        for leaf, task in _load(tm, name, reports).items():
             spec, report = _write_leaf(leaf, task, folder)
             reports.append(report)
             if spec is not None:
@@ -173,9 +187,37 @@ def _spec(leaf: str, mc: bool, splits: list[SplitSpec]) -> TaskSpec:
                     spec_path="")
 
 
+def children(tm, name: str) -> list[str]:
+    """The names a group lists, or the tasks a tag marks (empty for a task), from lm_eval's own index."""
+    entry = tm.task_index.get(name)
+    kind = getattr(getattr(entry, "kind", None), "name", "")
+    if kind == "GROUP":
+        return [t for t in (entry.cfg or {}).get("task", []) if isinstance(t, str)]
+    if kind == "TAG":
+        return sorted(n for n, e in tm.task_index.items() if name in (e.tags or ()))
+    return []
+
+
+def _load(tm, name: str, reports: list[LeafReport], depth: int = 0) -> dict:
+    """{leaf name: Task} of a task, group or tag.  lm_eval builds a group whole and fails it for one bad leaf,
+    so a group that fails is loaded leaf by leaf: every leaf is reported, the ones that load are kept."""
+    try:
+        return dict(tm.load([name])["tasks"])
+    except Exception as exc:  # noqa: BLE001 - lm_eval raises anything from a task's config or dataset
+        subs = children(tm, name) if depth < 8 else []
+        if not subs:
+            reports.append(LeafReport(task=name, error=_reason(exc)))
+            return {}
+    out: dict = {}
+    for sub in subs:
+        out.update(_load(tm, sub, reports, depth + 1))
+    return out
+
+
 def _reason(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text[:300]}"
+    hint = " (a split the task names is not in its dataset)" if isinstance(exc, KeyError) else ""
+    return f"{type(exc).__name__}: {text[:300]}{hint}"
 
 
 def _write_leaf(leaf: str, task, folder: Path) -> tuple[TaskSpec | None, LeafReport]:
@@ -183,7 +225,7 @@ def _write_leaf(leaf: str, task, folder: Path) -> tuple[TaskSpec | None, LeafRep
     mc = task.OUTPUT_TYPE == "multiple_choice" if hasattr(task, "OUTPUT_TYPE") else task.config.output_type == "multiple_choice"
     splits = []
     try:
-        for split, docs in _splits(task):
+        for split, docs in _splits(task, report):
             path = folder / _safe(leaf) / f"{_safe(split)}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)
             n = 0
@@ -208,4 +250,4 @@ def _safe(name: str) -> str:
 
 def report_lines(reports: list[LeafReport]) -> list[str]:
     return [f"  lm-eval {r.task}: " + (", ".join(f"{s} {n:,}" for s, n in r.splits.items()) if r.ok else f"FAILED {r.error}")
-            for r in reports]
+            + (f" (not in its dataset: {', '.join(r.absent)})" if r.absent else "") for r in reports]
