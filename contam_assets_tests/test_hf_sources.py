@@ -308,3 +308,37 @@ def test_detect_with_lm_eval_tasks_finds_the_planted_copies_of_tasks(lm_eval_inc
     c = contam("detect", "--pool", pool, "--out", tmp / "d3", "--lm-eval-tasks", "gsm8k,broken_task",
                "--lm-eval-include", inc, env_extra={"DAGSTER_HOME": str(tmp / "h3")})
     assert c.returncode == 2 and "1 lm-eval task(s) yielded nothing: broken_task: " in c.stderr.strip().splitlines()[-1]
+
+
+def test_contam_tasks_lists_splits_counts_and_unused_files(tmp_path, shared_data):
+    r = contam("tasks", "--benchmarks", shared_data)
+    assert r.returncode == 0, r.stderr
+    lines = [" ".join(x.split()) for x in r.stdout.splitlines()]
+    assert "gsm8k qa test benchmarks 1 1,319 0" in lines and "mmlu multiple-choice test benchmarks 57 14,042 0" in lines
+    assert "7 of 7 task(s) have instances" in lines and "skywork_mock_gsm8k_eval_1419.jsonl" in lines
+    bench = tmp_path / "bench"
+    (bench / "gsm8k" / "main").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(gsm_rows(shared_data, 7)), bench / "gsm8k" / "main" / "test-00000-of-00001.parquet")
+    (bench / "bad.jsonl").write_text('{"question": "q"}\nnot json\n')
+    spec(tmp_path, "gsm8k_hub", '[fields]\nquestion = "question"\n[[splits]]\nname = "test"\nfile = "gsm8k/main/*.parquet"\n')
+    spec(tmp_path, "bad", '[fields]\nquestion = "question"\n[[splits]]\nname = "test"\nfile = "bad.jsonl"\n')
+    spec(tmp_path, "absent", '[fields]\nquestion = "question"\n[[splits]]\nname = "dev"\nfile = "absent/*.parquet"\n')
+    r = contam("tasks", "--benchmarks", bench, "--tasks-dir", tmp_path / "tasks")
+    lines = [" ".join(x.split()) for x in r.stdout.splitlines()]
+    assert r.returncode == 0 and "gsm8k_hub qa test benchmarks 1 7 0" in lines and "bad qa test benchmarks 1 1 1" in lines
+    assert "absent qa dev missing 0 - (looks for absent/*.parquet)" in lines and "2 of 3 task(s) have instances" in lines
+    r = contam("tasks", "--benchmarks", tmp_path / "nope")
+    assert r.returncode == 2 and r.stderr.strip() == f"contam tasks: error: benchmark folder not found: {tmp_path / 'nope'}"
+
+
+def test_the_docs_contam_tasks_command_runs_as_written():
+    import subprocess
+    import sys
+
+    from contam_assets_tests.doc_commands import command
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = command("docs/benchmarks.md", "contam tasks")
+    r = subprocess.run(["bash", "-c", cmd.replace("contam ", f"{sys.executable} -m contam_assets.cli ", 1)], cwd=root,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "7 of 7 task(s) have instances" in r.stdout, r.stderr
