@@ -338,7 +338,27 @@ def test_the_docs_contam_tasks_command_runs_as_written():
     from contam_assets_tests.doc_commands import command
 
     root = Path(__file__).resolve().parents[1]
-    cmd = command("docs/benchmarks.md", "contam tasks")
+    cmd = command("docs/benchmarks.md", "contam tasks --benchmarks")
     r = subprocess.run(["bash", "-c", cmd.replace("contam ", f"{sys.executable} -m contam_assets.cli ", 1)], cwd=root,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "7 of 7 task(s) have instances" in r.stdout, r.stderr
+    cmd = command("docs/benchmarks.md", "contam tasks --tasks-dir catalogue")
+    r = subprocess.run(["bash", "-c", cmd.replace("contam ", f"{sys.executable} -m contam_assets.cli ", 1)], cwd=root,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "0 of 35 task(s) have instances" in r.stdout, r.stderr
+
+
+def test_lm_eval_yaml_in_tasks_dir_is_named_with_the_fix(tmp_path, shared_data):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "gsm8k.yaml").write_text("task: gsm8k\ndataset_path: openai/gsm8k\n")
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "a.jsonl").write_text('{"text": "hello"}\n')
+    for extra in (("--tasks", "gsm8k"), ()):
+        r = contam("detect", "--pool", pool, "--out", tmp_path / "o", "--benchmarks", shared_data, "--tasks-dir", tasks,
+                   *extra, env_extra={"DAGSTER_HOME": str(tmp_path / "h")})
+        err = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(err) == 1, r.stderr[-2000:]
+        assert f"holds YAML file(s) (gsm8k.yaml), which task specs are not: for lm-evaluation-harness task YAMLs pass " \
+               f"--lm-eval-include {tasks} --lm-eval-tasks NAMES" in err[0]

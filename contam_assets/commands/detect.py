@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from contam_assets.detector.config import KNOBS
+from contam_assets.sources.catalogue import resolve_tasks_dir
 
 # decon's own flag for a knob, where it differs from ours (src/detect/common_args.rs)
 DECON_FLAG_ALIASES = {k.field: "--" + k.decon.replace("_", "-") for k in KNOBS
@@ -36,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lm-eval-include", default=os.environ.get("CONTAM_LM_EVAL_INCLUDE", ""),
                    help="a folder of your own lm-eval task YAMLs (lm_eval's include_path)")
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
-                   help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks)")
+                   help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks; "
+                        "'catalogue': the shipped catalogue over the Hub's layouts)")
     p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth | thorough")
     parts = p.add_argument_group("thorough parts", "beyond decon, each on its own (--preset thorough has them all)")
     for name, flag in PART_FLAGS.items():
@@ -131,13 +133,11 @@ def check_tasks(tasks: str | None, tasks_dir: str | None) -> None:
     if not only:
         return
     try:
-        load_registry(Path(tasks_dir) if tasks_dir else DEFAULT_TASKS_DIR, only)
+        load_registry(resolve_tasks_dir(tasks_dir), only)
     except TaskSpecError as exc:
         raise CliError(str(exc)) from None
 
 
-# the project's task specs (defs/resources.py names the same folder; not imported here: that imports Dagster)
-DEFAULT_TASKS_DIR = Path(__file__).resolve().parents[2] / "data" / "tasks"
 
 
 def precheck(args) -> None:
@@ -145,7 +145,7 @@ def precheck(args) -> None:
     check_out(getattr(args, "out", None))
     home = getattr(args, "dagster_home", None)
     check_out(home or os.environ.get("DAGSTER_HOME") or None, "--dagster-home" if home else "DAGSTER_HOME")
-    if getattr(args, "tasks_dir", None) and not Path(args.tasks_dir).is_dir():
+    if getattr(args, "tasks_dir", None) and not resolve_tasks_dir(args.tasks_dir).is_dir():
         return  # settings_from_args says so
     check_tasks(getattr(args, "tasks", None), getattr(args, "tasks_dir", None))
 
@@ -157,7 +157,7 @@ def settings_from_args(args, pool: Path | None = None):
 
     if args.preset not in PRESETS:
         raise CliError(f"unknown preset {args.preset!r}; choose one of {', '.join(sorted(PRESETS))}")
-    if args.tasks_dir and not Path(args.tasks_dir).is_dir():
+    if args.tasks_dir and not resolve_tasks_dir(args.tasks_dir).is_dir():
         raise CliError(f"task folder not found: {args.tasks_dir}")
     if args.lm_eval_include and not Path(args.lm_eval_include).is_dir():
         raise CliError(f"lm-eval include folder not found: {args.lm_eval_include}")
@@ -198,7 +198,7 @@ def settings_from_args(args, pool: Path | None = None):
         settings = ContamSettings(
             out_dir=str(Path(out).resolve()), pool_dir=str(pool.resolve()),
             benchmarks_dir=str(Path(args.benchmarks).resolve()) if args.benchmarks else "",
-            tasks=args.tasks or "", tasks_dir=str(Path(args.tasks_dir).resolve()) if args.tasks_dir else "",
+            tasks=args.tasks or "", tasks_dir=str(resolve_tasks_dir(args.tasks_dir)) if args.tasks_dir else "",
             preset=args.preset, content_key=content_key,
             evals_dir=str(Path(evals).resolve()) if evals and not any(c in evals for c in "*?[") else (evals or ""),
             decon_config=str(Path(args.decon_config).resolve()) if args.decon_config else "",

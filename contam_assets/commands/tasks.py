@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "data files of the folder that no spec reads.")
     p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval only)")
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
-                   help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks)")
+                   help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks; 'catalogue': "
+                        "the shipped catalogue over the Hub's layouts)")
     p.add_argument("--tasks", help="comma-separated task names (default: every spec)")
     p.set_defaults(func=run)
 
@@ -40,14 +41,14 @@ def unused_files(folder: Path, used: set[str]) -> list[str]:
 
 def run(args) -> int:
     from contam_assets.cli import CliError
-    from contam_assets.defs.resources import DEFAULT_TASKS_DIR
     from contam_assets.detector.registry import TaskSpecError, load_registry, locate
     from contam_assets.detector.skips import inert
+    from contam_assets.sources.catalogue import resolve_tasks_dir
 
     bench = Path(args.benchmarks) if args.benchmarks else None
     if bench is not None and not bench.is_dir():
         raise CliError(f"benchmark folder not found: {args.benchmarks}")
-    tasks_dir = Path(args.tasks_dir) if args.tasks_dir else DEFAULT_TASKS_DIR
+    tasks_dir = resolve_tasks_dir(args.tasks_dir)
     only = [t.strip() for t in (args.tasks or "").split(",") if t.strip()] or None
     try:
         specs = load_registry(tasks_dir, only)

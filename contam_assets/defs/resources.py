@@ -12,6 +12,7 @@ from pydantic import Field
 
 from contam_assets import store
 from contam_assets.detector.config import KNOBS, ConfigError, DetectConfig, parse_knob, preset, with_parts
+from contam_assets.sources.catalogue import resolve_tasks_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TASKS_DIR = PROJECT_ROOT / "data" / "tasks"
@@ -81,7 +82,7 @@ class ContamSettings(dg.ConfigurableResource):
 
     @property
     def tasks_path(self) -> Path:
-        return Path(self.tasks_dir).resolve() if self.tasks_dir else DEFAULT_TASKS_DIR
+        return resolve_tasks_dir(self.tasks_dir)
 
     @property
     def task_filter(self) -> list[str]:

@@ -92,6 +92,25 @@ def json_array_rows(fh) -> tuple[list | None, Iterator[str]]:
     return rows, iter(())
 
 
+def hub_roots(benchmarks_dir: Path, repo: str) -> list[Path]:
+    """Where a Hub dataset repository ``org/name`` may sit in a benchmark folder, in the order looked at: a Hub
+    cache (``datasets--org--name``, the snapshot ``refs/main`` names, else the only one), a
+    ``snapshot_download(local_dir=...)`` copy as ``org/name``, ``org--name`` or ``name``."""
+    org, _, name = repo.partition("/")
+    out = []
+    cache = benchmarks_dir / f"datasets--{org}--{name}"
+    if (cache / "snapshots").is_dir():
+        ref = cache / "refs" / "main"
+        rev = ref.read_text().strip() if ref.is_file() else ""
+        snaps = sorted(p for p in (cache / "snapshots").iterdir() if p.is_dir())
+        if rev and (cache / "snapshots" / rev).is_dir():
+            out.append(cache / "snapshots" / rev)
+        elif len(snaps) == 1:
+            out.append(snaps[0])
+    out += [benchmarks_dir / org / name, benchmarks_dir / f"{org}--{name}", benchmarks_dir / name]
+    return [p for p in out if p.is_dir()]
+
+
 def expand_folder(folder: Path) -> list[str]:
     """The data files a folder stands for, in reading order (see the module's docstring)."""
     snapshots = folder / "snapshots"

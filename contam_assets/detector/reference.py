@@ -104,13 +104,13 @@ def _format_answer(value, fmt: str) -> str | None:
     return _text(value)
 
 
-def _gold_index(value, n_choices: int) -> int | None:
-    if value is None or value == "":
+def _gold_index(value, n_choices: int, base: int = 0) -> int | None:
+    if value is None or value == "" or isinstance(value, bool):
         return None
     if isinstance(value, str) and len(value.strip()) == 1 and value.strip().isalpha():
         return ord(value.strip().upper()) - ord("A")
     try:
-        idx = int(value)
+        idx = int(value) - base
     except (TypeError, ValueError):
         return None
     return idx if 0 <= idx < n_choices else None
@@ -185,6 +185,7 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
                 passage = _field(row, f.passage)
                 choices = _choices(row, spec) if spec.kind == "multiple-choice" else None
                 gold_raw = get_path(row, f.gold) if choices is not None and f.gold else None
+                labels = as_text_list(get_path(row, f.gold_labels), f.gold_labels) if choices is not None and f.gold_labels else None
                 answer = _field(row, f.answer) if choices is None else None
                 solution = _field(row, f.solution, required=False) if spec.derived_suite and derived_suites else None
             except FieldError as exc:  # the spec does not fit the rows: one line naming task, split, row, field
@@ -201,7 +202,11 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
                 source_line=src.source_line, fingerprint=None, eval_doc_id=None,
             )
             if choices is not None:
-                gold = _gold_index(gold_raw, len(choices)) if f.gold else None
+                if labels is not None:  # the gold names a label (ARC: "A".."D", or "1".."4" on some rows)
+                    gold = labels.index(str(gold_raw).strip()) if str(gold_raw).strip() in labels else None
+                else:
+                    gold = (f.gold_index if f.gold_index is not None and f.gold_index < len(choices) else
+                            _gold_index(gold_raw, len(choices), f.gold_base) if f.gold else None)
                 for ci, choice in enumerate(choices):
                     records.append(dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
                                         answer=choice, choice_index=ci, is_correct=(None if gold is None else ci == gold)))

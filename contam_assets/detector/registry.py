@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from contam_assets.detector.compression import COMPRESSIONS, STREAM_ERRORS, compression_of, open_text
-from contam_assets.detector.hf_files import expand_folder, is_hf_file, iter_hf_rows, json_array_rows
+from contam_assets.detector.hf_files import expand_folder, hub_roots, is_hf_file, iter_hf_rows, json_array_rows
 
 KINDS = ("qa", "multiple-choice", "code")
 FORMATS = ("contam", "decon")
@@ -46,6 +46,7 @@ class SplitSpec:
     subject_from_file: bool = False  # MMLU: one file per subject, subject = file stem minus subject_suffix
     subject_suffix: str = ""
     embedded: str | None = None  # "module:ATTRIBUTE" naming a file shipped inside a Python package
+    alternatives: tuple[str, ...] = ()  # further paths or globs, tried in order when `file` matches nothing
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class Fields:
     solution: str | None = None  # code tasks: the reference solution (derived `<task>_solution` suite)
     strip_prefix: str = ""  # removed from the start of the question (e.g. "Question: ")
     answer_format: str = "text"  # text | number (floats that are integers print without ".0")
+    gold_base: int = 0  # the gold field counts choices from this (1: WinoGrande's "1"/"2", SIQA's "1".."3")
+    gold_index: int | None = None  # the gold choice's fixed position (SciQ's correct answer listed last)
+    gold_labels: str | None = None  # a list of choice labels the gold names (ARC's choices.label: "A".."D" or "1".."4")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class TaskSpec:
     solution_suite: bool = False
     spec_path: str = ""
     format: str = "contam"  # contam: fields mapped by the spec; decon: decon reference records
+    hub: str = ""  # "org/name": split files are relative to that Hub dataset's folder (hf_files.hub_roots)
 
     @property
     def derived_suite(self) -> str | None:
@@ -115,14 +120,19 @@ def load_spec(path: Path) -> TaskSpec:
             solution=f.get("solution"),
             strip_prefix=f.get("strip_prefix", ""),
             answer_format=f.get("answer_format", "text"),
+            gold_base=f.get("gold_base", 0),
+            gold_index=f.get("gold_index"),
+            gold_labels=f.get("gold_labels"),
         )
         splits = []
         for s in raw["splits"]:
             where = s.get("where", {})
+            files = [s["file"]] if isinstance(s["file"], str) else list(s["file"])
             splits.append(
                 SplitSpec(
                     name=s["name"],
-                    file=s["file"],
+                    file=files[0],
+                    alternatives=tuple(files[1:]),
                     where_field=where.get("field"),
                     where_min=where.get("min"),
                     where_max=where.get("max"),
@@ -140,6 +150,7 @@ def load_spec(path: Path) -> TaskSpec:
             splits=tuple(splits),
             solution_suite=raw.get("solution_suite", raw["kind"] == "code"),
             spec_path=str(path),
+            hub=raw.get("hub", ""),
         )
     except KeyError as exc:
         raise TaskSpecError(f"{path}: missing required key {exc}") from exc
@@ -242,10 +253,15 @@ def load_registry(tasks_dir: Path, only: list[str] | None = None) -> list[TaskSp
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise TaskSpecError(f"duplicate task names in {tasks_dir}: {sorted(dup)}")
+    yamls = sorted(p.name for p in tasks_dir.iterdir() if p.suffix in (".yaml", ".yml"))
+    hint = (f"; {tasks_dir} holds YAML file(s) ({', '.join(yamls[:5])}), which task specs are not: for "
+            f"lm-evaluation-harness task YAMLs pass --lm-eval-include {tasks_dir} --lm-eval-tasks NAMES") if yamls else ""
+    if not specs and yamls:
+        raise TaskSpecError(f"no task spec (*.toml) in {tasks_dir}" + hint)
     if only:
         unknown = sorted(set(only) - set(names))
         if unknown:
-            raise TaskSpecError(unknown_tasks_message(unknown, names))
+            raise TaskSpecError(unknown_tasks_message(unknown, names) + hint)
         specs = [s for s in specs if s.name in only]
     return specs
 
@@ -268,10 +284,13 @@ def locate(spec: TaskSpec, split: SplitSpec, benchmarks_dir: Path | None) -> Spl
         avail.origin = "benchmarks" if avail.files else "missing"
         return avail
     if benchmarks_dir is not None or Path(split.file).is_absolute():
-        files = split_files(Path(benchmarks_dir or "/") / split.file)
-        if files:
-            avail.files, avail.origin = files, "benchmarks"
-            return avail
+        roots = hub_roots(Path(benchmarks_dir), spec.hub) if spec.hub and benchmarks_dir is not None else []
+        for root in roots or [Path(benchmarks_dir or "/")]:
+            for pattern in (split.file, *split.alternatives):
+                files = split_files(root / pattern)
+                if files:
+                    avail.files, avail.origin = files, "benchmarks"
+                    return avail
     if split.embedded:
         p = _embedded_path(split.embedded)
         if p is not None:
