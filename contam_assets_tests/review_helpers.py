@@ -11,9 +11,13 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 from contam_assets.demo import HostText
@@ -58,3 +62,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for_review(proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> str:
+    """The URL (with its token) that a starting `contam review --serve` printed to ``log``, once /healthz answers."""
+    deadline = time.time() + timeout_s
+    while True:
+        found = re.search(r"review page: (http://\S+)", log.read_text() if log.exists() else "")
+        if found:
+            base = found.group(1).split("/?")[0]
+            try:
+                with urllib.request.urlopen(base + "/healthz", timeout=5) as r:
+                    assert json.loads(r.read())["exists"]
+                return found.group(1)
+            except OSError:
+                pass
+        assert proc.poll() is None and time.time() < deadline, (log.read_text() if log.exists() else "")[-3000:]
+        time.sleep(0.3)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGINT to the server's process group (it was started in a session of its own), as Ctrl-C."""
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=30)

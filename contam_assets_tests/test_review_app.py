@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from contam_assets import store
 from contam_assets.commands.review_serve import make_apply
 from contam_assets.report.review_app import ReviewConfig, create_app
+from contam_assets.report.review_guard import TOKEN_HEADER
 from contam_assets_tests.review_helpers import DERIVED, PRIMARY, detect
 
 
@@ -19,7 +20,9 @@ def out(tmp_path_factory, shared_data):
 
 
 def _client(out, apply=lambda: (True, "applied")):
-    return TestClient(create_app(ReviewConfig(out_dir=out, pool_dir=out.parent / "pool", reviewer="tester"), apply))
+    """A client as the API user is one: the server's own Host, its token in the header."""
+    app = create_app(ReviewConfig(out_dir=out, pool_dir=out.parent / "pool", reviewer="tester"), apply)
+    return TestClient(app, base_url="http://127.0.0.1:8300", headers={TOKEN_HEADER: app.state.token})
 
 
 def test_filters_and_raw_text(out):
@@ -67,7 +70,8 @@ def test_decisions_are_written_as_the_cli_writes_them_and_forms_need_the_token(o
     token = c.app.state.token
     r = c.post("/decisions", data={"match_id": mid, "decision": "accept", "token": token, "back": "/?suite=x"},
                follow_redirects=False)
-    assert r.status_code == 303 and r.headers["location"].startswith("/?suite=x&msg=recorded+1+decision")
+    assert r.status_code == 303 and r.headers["location"].startswith("/?suite=x&flash=")
+    assert f"recorded 1 decision: accept {mid}" in c.get(r.headers["location"]).text
     with store.connect(copy / "contam.duckdb", read_only=True) as con:
         rows = con.execute("select match_id, suite, split, instance_index, decision, reviewer from review_decisions").fetchall()
         hit = con.execute("select suite, split, instance_index from matches where match_id = ?", [mid]).fetchone()

@@ -7,17 +7,23 @@
 ``POST /apply``           apply the decisions: runs `contam apply OUT` (removals, report, mix)
 ``GET /api/matches``      the same selection as JSON;  ``GET /api/filters``  the values each filter offers
 ``POST /api/decisions``   ``{"match_ids": [...], "decision": "accept"|"reject", "note": ""}``
-``POST /api/apply``       ``{}``;  ``GET /healthz``
+``POST /api/apply``       ``{}`` (or no body);  ``GET /healthz``
 
-Forms carry a token of the running server (a page of another site cannot post decisions);
-the JSON endpoints accept ``application/json`` only, which a cross-site form cannot send.
-The DuckDB file is opened per request through store.connect (its lock), so the CLI and
-Dagster runs can write meanwhile.
+Who may call these, and from where, is review_guard's: the Host header, the origin of a
+state-changing request and the server's token (printed in the URL at start; the forms
+carry it as a hidden field, ``/api/*`` take it as ``X-Contam-Token``).  The JSON
+endpoints accept ``application/json`` only, which a cross-site form cannot send.  A status
+banner shows only what this server did: a redirect names a message it stored (``flash``),
+never the message's text.  The DuckDB file is opened per request through store.connect
+(its lock), so the CLI and Dagster runs can write meanwhile.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +47,7 @@ from contam_assets.report.review_data import (
     query_matches,
     totals,
 )
+from contam_assets.report.review_guard import Guard, new_token, safe_back, same_token, with_param
 from contam_assets.store import reviews
 
 _ENV = Environment(loader=PackageLoader("contam_assets.report", "templates"), autoescape=select_autoescape(["html"]))
@@ -59,6 +66,8 @@ class ReviewConfig:
     unescape: bool = True
     reviewer: str = "reviewer"
     page_size: int = PAGE_SIZE
+    host: str = "127.0.0.1"  # what --host bound: the Host header may name it (review_guard.trusted_hosts)
+    port: int = 8300
 
 
 class DecisionBody(BaseModel):
@@ -69,6 +78,27 @@ class DecisionBody(BaseModel):
 
 
 ApplyFn = Callable[[], tuple[bool, str]]
+FLASHES_KEPT = 64
+
+
+class Flashes:
+    """Messages of what this server did, each under a random id a redirect names (the newest FLASHES_KEPT kept)."""
+
+    def __init__(self, kept: int = FLASHES_KEPT):
+        self._items: OrderedDict[str, dict] = OrderedDict()
+        self._kept, self._lock = kept, threading.Lock()
+
+    def add(self, ok: bool, text: str) -> str:
+        key = secrets.token_urlsafe(12)
+        with self._lock:
+            self._items[key] = {"ok": ok, "text": text}
+            while len(self._items) > self._kept:
+                self._items.popitem(last=False)
+        return key
+
+    def get(self, key: str) -> dict | None:
+        with self._lock:
+            return self._items.get(key)
 
 
 def _filters(task="", suite="", reason="", source="", shard="", min_score="", max_score="", status="") -> Filters:
@@ -100,9 +130,12 @@ def _why(m: dict) -> list[str]:
 
 
 def create_app(config: ReviewConfig, apply: ApplyFn) -> FastAPI:
-    app = FastAPI(title="contam-assets review", version="1")
-    app.state.token = secrets.token_urlsafe(16)
+    app = FastAPI(title="contam-assets review", version="1", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.token = token = new_token()
     app.state.last_apply = None
+    app.state.flashes = flashes = Flashes()
+    app.add_middleware(Guard, token=token, bind_host=config.host, port=config.port)
+    applying = threading.Lock()  # one apply at a time: a second is refused, not queued
     db = Path(config.out_dir) / "contam.duckdb"
 
     def connect(read_only=True):
@@ -120,10 +153,22 @@ def create_app(config: ReviewConfig, apply: ApplyFn) -> FastAPI:
             except reviews.DecisionError as exc:
                 raise HTTPException(400, str(exc)) from exc
 
-    def run_apply() -> tuple[bool, str]:
-        ok, text = apply()
+    def run_apply() -> tuple[bool, str] | None:
+        if not applying.acquire(blocking=False):
+            return None
+        try:
+            ok, text = apply()
+        finally:
+            applying.release()
         app.state.last_apply = {"ok": ok, "output": text}
         return ok, text
+
+    def back_to(back: str, ok: bool, text: str) -> RedirectResponse:
+        return RedirectResponse(with_param(safe_back(back), "flash", flashes.add(ok, text)), status_code=303)
+
+    def check_form(token: str) -> None:
+        if not same_token(token, app.state.token):
+            raise HTTPException(403, "stale or foreign form: reload the review page")
 
     @app.get("/healthz")
     def healthz():
@@ -147,29 +192,41 @@ def create_app(config: ReviewConfig, apply: ApplyFn) -> FastAPI:
         return {"recorded": record(body.match_ids, body.decision, body.note, body.reviewer)}
 
     @app.post("/api/apply")
-    def api_apply():
-        ok, text = run_apply()
-        return JSONResponse({"ok": ok, "output": text}, status_code=200 if ok else 500)
+    async def api_apply(request: Request):
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise HTTPException(400, "the body must be a JSON object ({}) or empty")
+        from starlette.concurrency import run_in_threadpool
+
+        done = await run_in_threadpool(run_apply)
+        if done is None:
+            raise HTTPException(409, "an apply is running: wait for it")
+        return JSONResponse({"ok": done[0], "output": done[1]}, status_code=200 if done[0] else 500)
 
     @app.post("/decisions")
-    def form_decision(match_id: str = Form(...), decision: str = Form(...), token: str = Form(...), back: str = Form(""),
+    def form_decision(match_id: str = Form(...), decision: str = Form(...), token: str = Form(""), back: str = Form(""),
                       note: str = Form("")):
-        if not secrets.compare_digest(token, app.state.token):
-            raise HTTPException(403, "stale or foreign form: reload the review page")
+        check_form(token)
         n = record([match_id], decision, note, None)
-        return RedirectResponse(_back(back, f"recorded {n} decision: {decision} {match_id}"), status_code=303)
+        return back_to(back, True, f"recorded {n} decision: {decision} {match_id}")
 
     @app.post("/apply")
-    def form_apply(token: str = Form(...), back: str = Form("")):
-        if not secrets.compare_digest(token, app.state.token):
-            raise HTTPException(403, "stale or foreign form: reload the review page")
-        ok, text = run_apply()
+    def form_apply(token: str = Form(""), back: str = Form("")):
+        check_form(token)
+        done = run_apply()
+        if done is None:
+            return back_to(back, False, "apply failed: another apply is running; reload when it ends")
+        ok, text = done
         last = text.strip().splitlines()[-1] if text.strip() else ""
-        return RedirectResponse(_back(back, ("applied: " if ok else "apply failed: ") + last), status_code=303)
+        return back_to(back, ok, ("applied: " if ok else "apply failed: ") + last)
 
     @app.get("/", response_class=HTMLResponse)
     def page(request: Request, task: str = "", suite: str = "", reason: str = "", source: str = "", shard: str = "",
-             min_score: str = "", max_score: str = "", status: str = "", page: int = Query(1, ge=1), msg: str = ""):
+             min_score: str = "", max_score: str = "", status: str = "", page: int = Query(1, ge=1), flash: str = ""):
         f = _filters(task, suite, reason, source, shard, min_score, max_score, status)
         with connect() as con:
             rows, counts = query_matches(con, f, page, config.page_size)
@@ -188,20 +245,11 @@ def create_app(config: ReviewConfig, apply: ApplyFn) -> FastAPI:
         links = {p: "/?" + urlencode({**query, "page": p}) for p in range(1, counts["pages"] + 1)}
         return _ENV.get_template("review.html").render(
             cards=cards, counts=counts, totals=total, options=options, filters=f, statuses=STATUSES,
-            filter_columns=FILTER_COLUMNS, token=app.state.token, here=here, pages=links, msg=msg,
+            filter_columns=FILTER_COLUMNS, token=app.state.token, here=here, pages=links, flash=flashes.get(flash),
             last_apply=app.state.last_apply, out_dir=str(config.out_dir), pool_dir=str(config.pool_dir or ""))
 
     return app
 
 
 def _segments(m: dict) -> list[dict]:
-    import json
-
     return json.loads(m["training_segments"] or "[]")
-
-
-def _back(back: str, msg: str) -> str:
-    """Where a form returns to: the page it came from (same site only), with a message."""
-    target = back if back.startswith("/") and not back.startswith("//") else "/"
-    sep = "&" if "?" in target else "?"
-    return f"{target}{sep}{urlencode({'msg': msg})}"
