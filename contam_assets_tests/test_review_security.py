@@ -138,7 +138,7 @@ def test_reading_needs_the_printed_token_which_becomes_a_cookie(served):
         page = fresh.get("/?suite=humaneval")  # the cookie, now held
         assert page.status_code == 200 and "article" in page.text
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
-        assert page.headers["x-frame-options"] == "DENY" and page.headers["referrer-policy"] == "no-referrer"
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["referrer-policy"] == "same-origin"
         assert fresh.get("/api/matches").status_code == 200
 
 

@@ -16,7 +16,7 @@ that domain's own origin.  ``Guard`` (ASGI middleware, in front of every route) 
   ``application/json`` only (415 otherwise); the page's forms carry the token as a hidden
   field, which the form routes check (``same_token``);
 * every answer carries a content policy (no script, no frame, forms to this origin only),
-  ``nosniff``, ``no-referrer`` and ``no-store``.
+  ``nosniff``, ``Referrer-Policy: same-origin`` and ``no-store``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ SECURITY_HEADERS = {
                                "frame-ancestors 'none'; base-uri 'none'",
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # not no-referrer: with it a browser sends its forms' Origin as null
     "cache-control": "no-store",
 }
 NEEDS_TOKEN = ("<!doctype html><meta charset=utf-8><title>contam review: token needed</title>"
