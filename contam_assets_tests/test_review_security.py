@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from contam_assets import store
-from contam_assets.report.review_guard import TOKEN_HEADER, safe_back
+from contam_assets.report.review_guard import TOKEN_HEADER, safe_back, trusted_hosts
 from contam_assets_tests.review_helpers import detect, free_port, stop, wait_for_review
 
 
@@ -206,3 +206,11 @@ def test_serve_on_a_busy_port_is_one_line_before_any_url(served):
                                capture_output=True, text=True, timeout=120)
             assert r.returncode == 2 and r.stdout == "", (args, r.returncode, r.stdout, r.stderr)
             assert len(r.stderr.splitlines()) == 1 and words in r.stderr, r.stderr
+
+
+def test_the_trusted_hosts_are_loopback_and_the_host_served_with_the_port():
+    assert trusted_hosts("127.0.0.1", 8300) == {"127.0.0.1:8300", "localhost:8300", "[::1]:8300"}
+    assert trusted_hosts("::1", 9) == {"127.0.0.1:9", "localhost:9", "[::1]:9"}
+    assert trusted_hosts("Review.Lan", 8300) - trusted_hosts("127.0.0.1", 8300) == {"review.lan:8300"}
+    assert trusted_hosts("0.0.0.0", 8300) - trusted_hosts("127.0.0.1", 8300) == {"0.0.0.0:8300"}
+    assert trusted_hosts("fe80::1", 80) >= {"[fe80::1]:80", "[fe80::1]", "localhost"}  # port 80 may go unnamed

@@ -34,8 +34,9 @@ def listen(host: str, port: int) -> socket.socket:
 
     if not 0 < port < 65536:
         raise CliError(f"--port must be 1..65535, got {port}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn chooses: `localhost` is 127.0.0.1
     try:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)[0]
     except (socket.gaierror, UnicodeError) as exc:
         raise CliError(f"--host {host!r} is not an address to listen on: {getattr(exc, 'strerror', None) or exc}") from None
     sock = socket.socket(family, kind, proto)
