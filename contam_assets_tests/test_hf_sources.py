@@ -308,6 +308,10 @@ def test_detect_with_lm_eval_tasks_finds_the_planted_copies_of_tasks(lm_eval_inc
     c = contam("detect", "--pool", pool, "--out", tmp / "d3", "--lm-eval-tasks", "gsm8k,broken_task",
                "--lm-eval-include", inc, env_extra={"DAGSTER_HOME": str(tmp / "h3")})
     assert c.returncode == 2 and "1 lm-eval task(s) yielded nothing: broken_task: " in c.stderr.strip().splitlines()[-1]
+    d = contam("detect", "--pool", pool, "--out", tmp / "d4", "--lm-eval-tasks", "gsm8k,broken_task",
+               "--lm-eval-include", inc, "--allow-missing", env_extra={"DAGSTER_HOME": str(tmp / "h4")})
+    assert d.returncode == 0, d.stderr[-3000:]
+    assert "  lm-eval broken_task: FAILED " in d.stdout and "removed 1" in d.stdout
 
 
 def test_contam_tasks_lists_splits_counts_and_unused_files(tmp_path, shared_data):
