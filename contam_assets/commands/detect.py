@@ -223,15 +223,16 @@ def say(line: str) -> None:
 
 def print_summary(s: dict) -> None:
     from contam_assets.detector.skips import summary_lines
+    from contam_assets.report.inert import term_text
 
     if s.get("lm_eval"):
         print("\nlm-eval tasks (per leaf: docs per split, or why it failed)")
         for line in s["lm_eval"]:
-            print(line)
+            print(term_text(line))
     if s.get("reference"):
         print("\nreference set (per task and split: instances indexed, skipped by reason)")
         for line in summary_lines(s["reference"]):
-            print(line)
+            print(term_text(line))
     print(f"\nshards {s['shards']}  documents read {s['read']:,}  removed {s['removed']:,}  kept {s['kept']:,}  "
           f"rejected {s['rejected']:,}  pending review {s['pending_review']:,}")
     print(f"matches stored {s['stored_matches']:,} (flagged {s['flagged_matches']:,})")

@@ -42,7 +42,7 @@ def unused_files(folder: Path, used: set[str]) -> list[str]:
 def run(args) -> int:
     from contam_assets.cli import CliError
     from contam_assets.detector.registry import TaskSpecError, load_registry, locate
-    from contam_assets.detector.skips import inert
+    from contam_assets.report.inert import term_text as inert
     from contam_assets.sources.catalogue import resolve_tasks_dir
 
     bench = Path(args.benchmarks) if args.benchmarks else None

@@ -78,19 +78,12 @@ def covered_short(records: pl.DataFrame, cfg) -> dict[tuple[str, str], int]:
     return out
 
 
-_CONTROL = dict.fromkeys([*range(0x20), *range(0x7f, 0xa0)], " ")
-
-
-def inert(text) -> str:
-    """Task and split names come from spec and benchmark files: no control character reaches the terminal."""
-    return str(text).translate(_CONTROL)
-
-
 def summary_lines(summary: list[dict]) -> list[str]:
-    """The run output's lines: one per task and split."""
+    """The run output's lines: one per task and split (task and split names come from spec and benchmark files:
+    the caller makes each line inert for where it shows it, report/inert.term_text for the terminal)."""
     lines = []
     for r in summary:
-        line = f"  {inert(r['task'])}/{inert(r['split'])}: {r['instances']:,} instance(s), {r['indexed']:,} indexed"
+        line = f"  {r['task']}/{r['split']}: {r['instances']:,} instance(s), {r['indexed']:,} indexed"
         if r["skipped"]:
             parts = []
             for item in filter(None, (r["reasons"] or "").split(", ")):
