@@ -366,3 +366,29 @@ def test_lm_eval_yaml_in_tasks_dir_is_named_with_the_fix(tmp_path, shared_data):
         assert r.returncode == 2 and len(err) == 1, r.stderr[-2000:]
         assert f"holds YAML file(s) (gsm8k.yaml), which task specs are not: for lm-evaluation-harness task YAMLs pass " \
                f"--lm-eval-include {tasks} --lm-eval-tasks NAMES" in err[0]
+
+
+def test_the_task_registry_asset_reads_lm_eval_tasks_from_the_resource(lm_eval_include, tmp_path):
+    import dagster as dg
+
+    from contam_assets.defs.data.assets import task_registry
+    from contam_assets.defs.resources import ContamDB, ContamSettings
+
+    _, inc = lm_eval_include
+    settings = ContamSettings(out_dir=str(tmp_path / "out"), lm_eval_tasks="gsm8k,broken_task", lm_eval_include=str(inc),
+                              allow_missing=True)
+    res = dg.materialize([task_registry], resources={"contam_settings": settings,
+                                                     "contam_db": ContamDB(path=str(settings.db_path))})
+    meta = res.asset_materializations_for_node("task_registry")[0].metadata
+    table = meta["lm_eval_leaves"].value
+    assert "gsm8k" in table and "test 1319" in table and "broken" in table
+    con = duckdb.connect(str(settings.db_path), read_only=True)
+    assert con.execute("select split, files from tasks where task = 'gsm8k' order by split").fetchall() == \
+        [("test", 1), ("train", 1)]
+    con.close()
+    strict = ContamSettings(out_dir=str(tmp_path / "out"), lm_eval_tasks="gsm8k,broken_task", lm_eval_include=str(inc))
+    res = dg.materialize([task_registry], resources={"contam_settings": strict,
+                                                     "contam_db": ContamDB(path=str(settings.db_path))}, raise_on_error=False)
+    assert not res.success
+    failure = res.get_step_failure_events()[0].step_failure_data.error.message
+    assert "1 lm-eval task(s) yielded nothing: broken_task" in failure

@@ -50,8 +50,9 @@ _DATA = dict(group_name=GROUP, owners=DATA_OWNERS, tags=tags("data", "decontamin
 SCAN_STATE_CRON = "30 2 * * *"
 
 
-def lm_eval_check(context: dg.AssetExecutionContext, settings: ContamSettings) -> None:
-    """Every lm-eval leaf reported; a requested task that yields nothing fails the asset with its reason."""
+def lm_eval_check(context: dg.AssetExecutionContext, settings: ContamSettings) -> list[dict]:
+    """Every lm-eval leaf reported (logged, and returned as metadata rows); a requested task that yields nothing
+    fails the asset with its reason."""
     from contam_assets.sources.lm_eval_tasks import report_lines
 
     _, reports = lm_eval_specs(settings)
@@ -63,6 +64,8 @@ def lm_eval_check(context: dg.AssetExecutionContext, settings: ContamSettings) -
                          + " — fix the task or its data, or pass --allow-missing (CONTAM_ALLOW_MISSING=1) to run without them")
     for r in bad:
         context.log.warning(f"lm-eval {r.task} yielded nothing: {r.error}")
+    return [dict(task=r.task, splits=", ".join(f"{k} {v}" for k, v in r.splits.items()), error=r.error or "",
+                 absent=", ".join(r.absent)) for r in reports]
 
 
 def missing_tasks(specs, availability: pl.DataFrame, settings: ContamSettings) -> dict[str, list[str]]:
@@ -87,8 +90,7 @@ def missing_tasks(specs, availability: pl.DataFrame, settings: ContamSettings) -
 def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     """Benchmark tasks from data/tasks/*.toml (and lm-eval tasks, read through lm_eval) and where each split's rows come from."""
     specs = load_task_specs(contam_settings, refresh_lm_eval=True)
-    if contam_settings.lm_eval_list:
-        lm_eval_check(context, contam_settings)
+    lm_eval = lm_eval_check(context, contam_settings) if contam_settings.lm_eval_list else []
     rows = []
     for spec in specs:
         spec_hash = spec_digest(spec)
@@ -118,6 +120,7 @@ def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSett
         "tasks": len(specs), "splits_available": available.height, "splits_missing": missing.height,
         "benchmarks_dir": str(contam_settings.benchmarks_path or "(embedded default)"),
         "splits": dg.MetadataValue.md(md_table(None, df.select("task", "kind", "split", "origin", "files").to_dicts())),
+        **({"lm_eval_leaves": dg.MetadataValue.md(md_table(None, lm_eval))} if lm_eval else {}),
     })
 
 
