@@ -281,6 +281,10 @@ def test_lm_eval_unknown_and_failing_tasks_are_reported(lm_eval_include):
     tmp, inc = lm_eval_include
     with pytest.raises(LmEvalError, match=r"unknown lm-eval task\(s\) \['no_such_task'\]"):
         materialize(["no_such_task"], tmp / "o2", str(inc))
+    r = contam("tasks", "--tasks", "gsm8k", "--lm-eval-tasks", "contam_group", "--lm-eval-include", inc)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "lm-eval tasks contam_group: 3 of 4 leaf task(s) with docs" in r.stdout
+    assert "  lm-eval mmlu_nodev: FAILED KeyError: 'dev' (a split the task names is not in its dataset)" in r.stdout
     specs, reports = materialize(["broken_task"], tmp / "o3", str(inc))
     assert specs == [] and not reports[0].ok and reports[0].error, reports
 

@@ -17,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks; 'catalogue': "
                         "the shipped catalogue over the Hub's layouts)")
     p.add_argument("--tasks", help="comma-separated task names (default: every spec)")
+    p.add_argument("--lm-eval-tasks", help="also list these lm-evaluation-harness tasks or groups: every leaf with its "
+                                           "docs per split, or why it failed (read offline through lm_eval)")
+    p.add_argument("--lm-eval-include", help="a folder of your own lm-eval task YAMLs")
     p.set_defaults(func=run)
 
 
@@ -37,6 +40,24 @@ def unused_files(folder: Path, used: set[str]) -> list[str]:
     from contam_assets.detector.hf_files import expand_folder
 
     return [os.path.relpath(f, folder) for f in expand_folder(folder) if os.path.realpath(f) not in used]
+
+
+def list_lm_eval(args) -> None:
+    import tempfile
+
+    from contam_assets.cli import CliError
+    from contam_assets.report.inert import term_text
+    from contam_assets.sources.lm_eval_tasks import LmEvalError, materialize, report_lines
+
+    names = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
+    with tempfile.TemporaryDirectory(prefix="contam-tasks-") as tmp:
+        try:
+            _, reports = materialize(names, Path(tmp), args.lm_eval_include or None)
+        except LmEvalError as exc:
+            raise CliError(str(exc)) from None
+    print(f"\nlm-eval tasks {', '.join(names)}: {sum(r.ok for r in reports)} of {len(reports)} leaf task(s) with docs")
+    for line in report_lines(reports):
+        print(term_text(line))
 
 
 def run(args) -> int:
@@ -71,6 +92,8 @@ def run(args) -> int:
                   f"(looks for {inert(split.file)})")
         with_data += found
     print(f"\n{with_data} of {len(specs)} task(s) have instances")
+    if args.lm_eval_tasks:
+        list_lm_eval(args)
     if bench is not None:
         extra = unused_files(bench.resolve(), used)
         if extra:
