@@ -1,4 +1,4 @@
-"""Reference-set build time per instance: the 35 catalogue specs against today's 7-task registry.
+"""Reference-set build time per instance: the catalogue's specs against today's 7-task registry.
 
 Writes, for every spec of contam_assets/catalogue/, its evaluated (first) split as one Parquet file in the
 Hub layout the spec names, ``--rows`` rows of deterministic text of typical lengths (question 40 words,
@@ -66,7 +66,7 @@ def rows_for(spec, n: int, rng: random.Random, vocab: list[str]) -> list[dict]:
             else:
                 row.update(zip(f.choices, choices))
             if f.gold:
-                row[f.gold] = "ABCD"[i % k] if f.gold_labels or spec.name == "race" else i % k + f.gold_base
+                put(row, f.gold, "ABCD"[i % k] if f.gold_labels or spec.name == "race" else i % k + f.gold_base)
         out.append(row)
     return out
 

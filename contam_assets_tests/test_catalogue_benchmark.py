@@ -19,7 +19,7 @@ def test_catalogue_build_reports_per_instance_time_of_both_builds(tmp_path, shar
     r = run("--rows", 20, "--shared", shared_data, "--json", tmp_path / "o.json")
     assert r.returncode == 0, r.stderr
     out = json.loads((tmp_path / "o.json").read_text())
-    assert out["catalogue_specs"] == 35 and out["catalogue_instances"] == 700 and out["catalogue_records"] > 700
+    assert out["catalogue_specs"] == 44 and out["catalogue_instances"] == 880 and out["catalogue_records"] > 700
     assert out["registry_specs"] == 7 and out["registry_instances"] == 28839
     assert out["ratio"] == round(out["catalogue_us_per_instance"] / out["registry_us_per_instance"], 3)
     assert f"ratio {out['ratio']}" in r.stdout
@@ -38,4 +38,4 @@ def test_the_docs_command_runs_as_written():
     cmd = command("docs/benchmarks.md", "python benchmarks/catalogue_build.py")
     r = subprocess.run(["bash", "-c", cmd.replace("python ", f"{sys.executable} ", 1)], cwd=ROOT, capture_output=True,
                        text=True, timeout=600)
-    assert r.returncode == 0 and "catalogue 35 specs, 35,000 instances" in r.stdout, r.stderr
+    assert r.returncode == 0 and "catalogue 44 specs, 44,000 instances" in r.stdout, r.stderr

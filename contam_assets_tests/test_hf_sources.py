@@ -353,7 +353,7 @@ def test_the_docs_contam_tasks_command_runs_as_written():
     cmd = command("docs/benchmarks.md", "contam tasks --tasks-dir catalogue")
     r = subprocess.run(["bash", "-c", cmd.replace("contam ", f"{sys.executable} -m contam_assets.cli ", 1)], cwd=root,
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "0 of 35 task(s) have instances" in r.stdout, r.stderr
+    assert r.returncode == 0 and "0 of 44 task(s) have instances" in r.stdout, r.stderr
 
 
 def test_lm_eval_yaml_in_tasks_dir_is_named_with_the_fix(tmp_path, shared_data):
