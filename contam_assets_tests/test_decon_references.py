@@ -221,7 +221,7 @@ def test_training_files_of_every_decon_kind_and_nested_content_keys(tmp_path):
     r = contam("detect", "--pool", pool, "--out", tmp_path / "o", "--evals-dir", evals, "--content-key", "meta.body",
                env_extra={"DAGSTER_HOME": str(tmp_path / "home")})
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "skipped README.md: not a .json/.jsonl file" in r.stdout
+    assert "skipped README.md: not a pool file" in r.stdout
     con = duckdb.connect(str(tmp_path / "o" / "contam.duckdb"), read_only=True)
     stats = dict(con.execute("select shard, rejected from shard_stats").fetchall())
     assert set(stats) == {"a.json", "b.jsonl.zstd", "c.json.bz2", "d.jsonl.xz", "e.jsonl"}

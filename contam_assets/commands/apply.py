@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -19,6 +20,7 @@ def run(args) -> int:
     from contam_assets.cli import CliError
     from contam_assets.commands.detect import exit_code, precheck, print_summary, say
     from contam_assets.commands.review import db_path
+    from contam_assets.store.location import scheme_of
 
     out = Path(args.out).resolve()
     db_path(out)  # validates the folder
@@ -29,9 +31,10 @@ def run(args) -> int:
     # the folder named on the command line, even when it was moved or copied since the scan
     settings = settings.model_copy(update={"out_dir": str(out)})
     if args.pool:
-        settings = settings.model_copy(update={"pool_dir": str(Path(args.pool).resolve())})
+        spec = args.pool if scheme_of(args.pool) else os.path.abspath(os.path.expanduser(args.pool))  # a URL as given
+        settings = settings.model_copy(update={"pool_dir": spec})
     if not settings.pool_path.is_dir():
-        raise CliError(f"pool folder not found: {settings.pool_path} (pass --pool)")
+        raise CliError(f"pool not found: {settings.pool_location.display} (pass --pool)")
     instance = runner.instance_for(out, args.dagster_home)
     try:
         s = runner.run_apply(settings, instance, log=say)

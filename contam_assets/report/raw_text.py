@@ -27,7 +27,8 @@ import numpy as np
 from contam_assets.detector.text import CleanOptions, clean_words
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.report.inert import html_text
-from contam_assets.store.pool import Document, open_binary, parse_line
+from contam_assets.store.pool import Document, StreamFailure, open_binary, parse_line, read_shard
+from contam_assets.store.readers import is_jsonl
 
 _CHUNK = re.compile(r"\S+")
 KINDS = ("question", "answer", "passage")
@@ -131,6 +132,18 @@ def read_lines(pool_dir: Path, shard: str, lines: set[int], content_key: str = "
     found: dict[int, str | Exception] = {}
     path = Path(pool_dir) / shard
     want = set(lines)
+    if not is_jsonl(shard):  # a Parquet or Arrow unit: its rows through its reader
+        try:
+            for doc in read_shard(path, shard, content_key, 1 << 62):
+                if getattr(doc, "line", -1) in want and not isinstance(doc, StreamFailure):
+                    found[doc.line] = doc.text if isinstance(doc, Document) else ValueError(f"line {doc.line}: {doc.reason}")
+                    if len(found) == len(want):
+                        break
+        except OSError as exc:
+            found.update({i: exc for i in want - set(found)})
+        for i in want - set(found):
+            found[i] = LookupError(f"{shard} has no row {i} (the pool changed since the scan?)")
+        return found
     try:
         with open_binary(path) as fh:
             for i, raw in enumerate(fh):

@@ -27,6 +27,7 @@ from contam_assets.rescan.jobs import cache_stream
 from contam_assets.rescan.plan import ShardState, shard_identity
 from contam_assets.rescan.processes import start_pool
 from contam_assets.store.pool import check_shard
+from contam_assets.store.readers import is_jsonl
 
 
 @dataclass
@@ -53,6 +54,8 @@ def shards_to_tokenize(pool_dir: Path, shards: list[str], cfg: DetectConfig, con
     the scan state with this identity, and no cached stream for their key."""
     out = []
     for shard in shards:
+        if not is_jsonl(shard):
+            continue  # token streams are cached for JSON/JSONL units only (rescan/jobs.py)
         path, _ = check_shard(pool_dir, shard, follow_symlinks)
         if path is None:
             continue  # the scan reports it

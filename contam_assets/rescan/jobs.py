@@ -40,6 +40,7 @@ from contam_assets.rescan.shard import (
 )
 from contam_assets.store.faults import fault_point
 from contam_assets.store.pool import Reject, StreamFailure
+from contam_assets.store.readers import is_jsonl
 
 
 def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig, content_key: str,
@@ -173,7 +174,9 @@ def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutc
     """Carry out a plan; no database access (the caller writes the outcome)."""
     path = Path(job.path)
     plan = job.plan
-    root = Path(job.cache_root) if job.cache_root else None
+    # token streams are cached for JSON/JSONL units only (their rescans re-read lines by byte offset); a Parquet or
+    # Arrow unit takes the plain path: read and scanned in full whenever it is scanned
+    root = Path(job.cache_root) if job.cache_root and is_jsonl(job.shard) else None
     if plan.mode == "current":
         return ShardOutcome(job.shard, "current", match_frame([]), {}, None, plan.stream_key, [], [])
     stream = token_cache.load(root, job.shard, plan.stream_key) if (root and plan.stream_key) else None

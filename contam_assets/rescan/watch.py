@@ -43,9 +43,9 @@ def digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def pool_listing(pool_dir: Path, follow_symlinks: bool = False) -> dict[str, tuple[int, int]]:
+def pool_listing(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") -> dict[str, tuple[int, int]]:
     """shard -> (size, mtime_ns) for every shard file of the pool."""
-    listing = list_pool(Path(pool_dir), follow_symlinks)
+    listing = list_pool(Path(pool_dir), follow_symlinks, pattern)
     out = {}
     for s in listing.shards:
         try:

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
@@ -29,6 +30,7 @@ from contam_assets.store.pool import (
     open_writer,
     shard_path,
 )
+from contam_assets.store.readers import is_jsonl, reader_for
 
 
 def reference_digest(records: pl.DataFrame, cfg: DetectConfig) -> str:
@@ -122,6 +124,8 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
     dst = mix_path(out_dir, pool_dir, shard)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(dst)
+    if not is_jsonl(shard):
+        return _write_columnar_mix(src, dst, tmp, shard, drop, rejected, expected_read, cut)
     written = dropped = skipped = read = n_cut = 0
     status = "ok"
     try:
@@ -159,6 +163,23 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
             "status": status, "cut": n_cut}
 
 
+def _write_columnar_mix(src: Path, dst: Path, tmp: Path, shard: str, drop: set[int], rejected: set[int],
+                        expected_read: int | None, cut) -> dict:
+    """The mix of a Parquet or Arrow unit, in its own format (store/readers): rows instead of lines."""
+    reader = reader_for(shard)
+    try:
+        counts = reader.write_mix(src, tmp, getattr(cut, "content_key", "text"), drop, rejected, cut)
+        if expected_read is not None and counts["read"] != expected_read:
+            raise MixError(f"the unit has {counts['read']} rows, its scan read {expected_read}: it changed since; rescan it")
+        tmp.replace(dst)
+    except (OSError, EOFError, pa.ArrowException) as exc:
+        raise MixError(f"cannot read the unit to its end: {type(exc).__name__}: {exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"shard": shard, "written": counts["written"], "dropped": counts["dropped"], "rejected": counts["rejected"],
+            "path": display_path(dst), "status": "ok", "cut": counts["cut"]}
+
+
 def _lines_until_break(fin, max_doc_bytes: int, accept_broken: bool):
     """iter_lines; with accept_broken, a broken stream ends with (None, None) instead of raising."""
     try:
@@ -181,7 +202,10 @@ def remove_outputs(out_dir: Path, shard: str, rejected: bool = True) -> list[str
 
 
 def count_lines(path: Path) -> int:
-    """Lines of the decompressed file as a line-by-line read counts them: its newlines, plus a last line without one."""
+    """Lines of the decompressed file as a line-by-line read counts them: its newlines, plus a last line without one.
+    A Parquet or Arrow file: its rows."""
+    if not is_jsonl(Path(path).name):
+        return reader_for(Path(path).name).rows(path)
     n, last = 0, b"\n"
     with open_binary(path) as fh:
         while chunk := fh.read(1 << 20):

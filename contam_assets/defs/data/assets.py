@@ -431,7 +431,7 @@ def consistency(instance: dg.DagsterInstance, settings: ContamSettings) -> watch
     with store.connect(settings.db_path, read_only=True) as con:
         states = scan_state.load_states(con)
         sigs = scan_state.stat_signatures(con)
-    return watch.check_consistency(watch.pool_listing(settings.pool_path, settings.follow_symlinks), instance.get_dynamic_partitions(shards_partitions.name),
+    return watch.check_consistency(watch.pool_listing(settings.pool_path, settings.follow_links, settings.pool_pattern), instance.get_dynamic_partitions(shards_partitions.name),
                                    states, sigs, tasks_now, digest)
 
 

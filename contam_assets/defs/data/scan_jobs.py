@@ -30,7 +30,7 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
     scan_cfg = scan_config_digest(cfg, settings.content_key)
     jobs, sigs, failed = [], {}, {}
     for shard in shards:
-        path, why = check_shard(settings.pool_path, shard, settings.follow_symlinks)
+        path, why = check_shard(settings.pool_path, shard, settings.follow_links)
         if path is None:
             failed[shard] = why
             continue

@@ -37,6 +37,7 @@ from contam_assets.rescan import watch
 from contam_assets.rescan.plan import load_task_hashes
 from contam_assets.store import artifacts
 from contam_assets.store import shards as shards_db
+from contam_assets.store.location import LocationError, mirror
 
 DEFAULT_STATUS = sensor_default_status()
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED
@@ -68,7 +69,15 @@ def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: Cont
     the same tick, so they are requested once); changed shards are scanned shards whose
     (size, mtime) differs from what their last scan read (table shard_scans).
     """
-    listing = watch.pool_listing(contam_settings.pool_path, contam_settings.follow_symlinks)
+    loc = contam_settings.pool_location
+    try:
+        if not loc.is_local:  # a remote pool: its changed files fetched into the mirror the scans read
+            mirror(loc, contam_settings.pool_path, log=context.log.info)
+        elif not contam_settings.pool_path.is_dir():
+            return dg.SensorResult(skip_reason=f"pool not found: {loc.display}")
+    except LocationError as exc:
+        return dg.SensorResult(skip_reason=str(exc))
+    listing = watch.pool_listing(contam_settings.pool_path, contam_settings.follow_links, contam_settings.pool_pattern)
     cursor = watch.digest(sorted(listing.items()))
     if context.cursor == cursor:
         return dg.SensorResult(skip_reason="pool listing unchanged", cursor=cursor)
@@ -147,7 +156,7 @@ def stale_task_groups(instance: dg.DagsterInstance, settings: ContamSettings, di
         states = scan_state.load_states(con)
     stale = set(watch.tasks_needing_rescan(states, tasks_now))
     order = instance.get_dynamic_partitions(shards_partitions.name)
-    sizes = {s: sz for s, (sz, _) in watch.pool_listing(settings.pool_path, settings.follow_symlinks).items()}
+    sizes = {s: sz for s, (sz, _) in watch.pool_listing(settings.pool_path, settings.follow_links, settings.pool_pattern).items()}
     return watch.group_runs(order, stale & set(sizes), sizes, RUN_MAX_BYTES, RUN_MAX_SHARDS)
 
 
@@ -216,7 +225,7 @@ def nightly_rescan_schedule(context: dg.ScheduleEvaluationContext, contam_settin
         return dg.SkipReason("nothing scanned yet")
     c = consistency(context.instance, contam_settings)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d") if context.scheduled_execution_time else "now"
-    sizes = {s: sz for s, (sz, _) in watch.pool_listing(contam_settings.pool_path, contam_settings.follow_symlinks).items()}
+    sizes = {s: sz for s, (sz, _) in watch.pool_listing(contam_settings.pool_path, contam_settings.follow_links, contam_settings.pool_pattern).items()}
     order = context.instance.get_dynamic_partitions(shards_partitions.name)
     wanted = {"auto": set(c.unscanned) | set(c.changed) | set(c.task_stale),
               "full": set(c.idf_stale) if os.environ.get("CONTAM_NIGHTLY_IDF_RESCAN", "1") != "0" else set()}

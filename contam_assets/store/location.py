@@ -1,0 +1,367 @@
+"""Where a pool (or an output folder) is: the one place that turns ``--pool`` / ``--out`` into an fsspec filesystem
+and a root.
+
+A location is a folder, a single file, a glob (``pool/**/*.parquet``), or a URL: ``file://``, ``memory://``,
+``s3://``, ``gs://``/``gcs://``, ``hf://``, ``az://``/``abfs://``.  :func:`resolve` parses and checks it and
+raises :class:`LocationError` with one line (the scheme and what is missing: the package, the credentials, the
+bucket or path).  A :class:`Location` holds no credentials and no open filesystem, so it pickles into worker
+processes and Ray tasks; :meth:`Location.filesystem` builds the filesystem there from the store's standard
+environment and config (``AWS_*`` and ``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``HF_TOKEN``,
+``AZURE_STORAGE_*``).
+
+A remote pool is mirrored (:func:`mirror`) into a folder of the output before the scan: only files whose size or
+ETag changed are fetched again (fsspec's ``get``, with retries), files gone from the store are removed, and the
+scan, the mix and the review read the local copies.  A Hugging Face Hub cache folder
+(``datasets--owner--name``) resolves to its current snapshot; its symlinks into the cache's ``blobs/`` are read.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# scheme -> (the fsspec protocol, the package that provides it, what its credentials come from)
+SCHEMES = {
+    "file": ("file", "", ""),
+    "memory": ("memory", "", ""),
+    "s3": ("s3", "s3fs", "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE (AWS_ENDPOINT_URL for another endpoint)"),
+    "gs": ("gcs", "gcsfs", "GOOGLE_APPLICATION_CREDENTIALS or gcloud's default credentials"),
+    "gcs": ("gcs", "gcsfs", "GOOGLE_APPLICATION_CREDENTIALS or gcloud's default credentials"),
+    "hf": ("hf", "huggingface_hub", "HF_TOKEN or `hf auth login`"),
+    "az": ("abfs", "adlfs", "AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_NAME with a key"),
+    "abfs": ("abfs", "adlfs", "AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_NAME with a key"),
+}
+GLOB_CHARS = "*?["
+RETRIES = 4  # attempts of a remote call that fails with a transient error
+BACKOFF_S = 0.5  # first wait between attempts (doubled each time)
+MIRROR_STATE = ".contam-mirror.json"
+
+
+class LocationError(ValueError):
+    """A location that cannot be used; the message is one line naming the scheme and what is missing."""
+
+
+@dataclass(frozen=True)
+class Location:
+    protocol: str  # the fsspec protocol: file, memory, s3, gcs, hf, abfs
+    root: str  # the folder: an absolute path (file) or the path inside the store, without the scheme
+    pattern: str = ""  # "" = every file under root; else a glob relative to root (a single file: its name)
+    spec: str = ""  # as the user gave it
+    scheme: str = "file"  # as the user wrote it (s3, gs, az, ...)
+    hf_cache: bool = False  # a Hugging Face Hub cache snapshot: its symlinks into blobs/ are read
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol == "file"
+
+    @property
+    def local_root(self) -> Path:
+        if not self.is_local:
+            raise LocationError(f"{self.scheme}:// location {self.display}: not a local folder (mirror it first)")
+        return Path(self.root)
+
+    @property
+    def display(self) -> str:
+        """The location as text for a table, a log or a report: never credentials (a URL's user:password is cut)."""
+        return redact(self.spec or self.url())
+
+    def url(self, rel: str = "") -> str:
+        path = f"{self.root.rstrip('/')}/{rel}" if rel else self.root
+        return path if self.is_local else f"{self.scheme}://{path}"
+
+    def filesystem(self):
+        """The fsspec filesystem of this location, credentials from the store's own environment and config."""
+        return filesystem(self.scheme)
+
+    def open(self, rel: str, mode: str = "rb"):
+        return self.filesystem().open(self.url(rel) if not self.is_local else os.path.join(self.root, rel), mode)
+
+
+def redact(text: str) -> str:
+    """A URL without a user:password part."""
+    if "://" in text and "@" in text.split("://", 1)[1].split("/", 1)[0]:
+        scheme, rest = text.split("://", 1)
+        host = rest.split("/", 1)
+        return f"{scheme}://***@{host[0].rsplit('@', 1)[1]}" + (f"/{host[1]}" if len(host) > 1 else "")
+    return text
+
+
+def scheme_of(spec: str) -> str:
+    """The URL scheme of a location ('' for a plain path)."""
+    if "://" not in spec:
+        return ""
+    return spec.split("://", 1)[0].lower()
+
+
+def filesystem(scheme: str):
+    """fsspec's filesystem for a scheme; LocationError naming the package to install when it is missing."""
+    import fsspec
+
+    protocol, package, _ = SCHEMES[scheme]
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError):
+        raise LocationError(f"{scheme}:// needs the {package} package (pip install {package})") from None
+    return cls()
+
+
+def _split_glob(path: str) -> tuple[str, str]:
+    """(the folder before the first glob character, the rest)."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if any(c in part for c in GLOB_CHARS):
+            return "/".join(parts[:i]) or "/", "/".join(parts[i:])
+    return path, ""
+
+
+def hf_snapshot(folder: Path) -> Path | None:
+    """The current snapshot of a Hugging Face Hub cache folder (``datasets--owner--name``), else None."""
+    if (folder / "snapshots").is_dir() and (folder / "refs").is_dir():
+        ref = folder / "refs" / "main"
+        if ref.is_file():
+            snap = folder / "snapshots" / ref.read_text().strip()
+            if snap.is_dir():
+                return snap
+        snaps = sorted((p for p in (folder / "snapshots").iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+        return snaps[-1] if snaps else None
+    return None
+
+
+def _in_hf_snapshot(folder: Path) -> bool:
+    """True for a folder inside a Hub cache snapshot (``.../snapshots/<rev>/...`` beside ``blobs/``)."""
+    return any(a.name == "snapshots" and (a.parent / "blobs").is_dir() for a in folder.parents)
+
+
+def resolve(spec: str, what: str = "pool", must_exist: bool = True) -> Location:
+    """The location of a ``--pool`` / ``--out`` value (see the module's doc); LocationError with one line."""
+    spec = str(spec).strip()
+    if not spec:
+        raise LocationError(f"no {what}: pass a folder, a file, a glob or a URL")
+    scheme = scheme_of(spec)
+    if scheme and scheme not in SCHEMES:
+        raise LocationError(f"{scheme}:// is not a storage this tool reads (use one of: "
+                            f"{', '.join(s + '://' for s in SCHEMES)}, or a folder)")
+    if scheme in ("", "file"):
+        return _resolve_local(spec.split("://", 1)[1] if scheme else spec, spec, what, must_exist)
+    protocol = SCHEMES[scheme][0]
+    path = spec.split("://", 1)[1].rstrip("/")
+    if scheme != "memory" and not path:
+        raise LocationError(f"{scheme}:// needs a bucket (or repository) and a path: {redact(spec)}")
+    root, pattern = _split_glob(path)
+    if scheme == "memory":
+        root = "/" + root.lstrip("/")
+    loc = Location(protocol, root, pattern, spec, scheme)
+    if must_exist:
+        check_remote(loc, what)
+    return loc
+
+
+def _resolve_local(path: str, spec: str, what: str, must_exist: bool) -> Location:
+    p = Path(path).expanduser()
+    if any(c in path for c in GLOB_CHARS):
+        root, pattern = _split_glob(str(p.absolute()))
+        if must_exist and not glob.glob(str(p), recursive=True):
+            raise LocationError(f"{what}: no file matches {spec}")
+        return Location("file", str(Path(root).resolve()), pattern, spec)
+    if p.is_file():
+        return Location("file", str(p.resolve().parent), p.name, spec)
+    if p.is_dir():
+        snap = hf_snapshot(p)
+        if snap is not None:
+            return Location("file", str(snap.resolve()), "", spec, hf_cache=True)
+        return Location("file", str(p.resolve()), "", spec, hf_cache=_in_hf_snapshot(p.resolve()))
+    if must_exist:
+        raise LocationError(f"{what} not found: {spec}")
+    return Location("file", str(p.resolve()), "", spec)
+
+
+def retrying(call, *args, **kwargs):
+    """A remote call with retries and back-off on transient errors (timeouts, connection resets, 5xx)."""
+    for attempt in range(RETRIES):
+        try:
+            return call(*args, **kwargs)
+        except (FileNotFoundError, PermissionError, LocationError):
+            raise
+        except (OSError, TimeoutError, ConnectionError):
+            if attempt == RETRIES - 1:
+                raise
+            time.sleep(BACKOFF_S * 2 ** attempt)
+
+
+def check_remote(loc: Location, what: str = "pool") -> None:
+    """LocationError (one line) when the store cannot be reached: no package, no credentials, no bucket or path."""
+    fs = loc.filesystem()
+    _, _, creds = SCHEMES[loc.scheme]
+    try:
+        ok = retrying(fs.exists, loc.url())
+    except LocationError:
+        raise
+    except PermissionError as exc:
+        raise LocationError(f"{loc.scheme}://: access denied to {loc.display} ({_first_line(exc)}); "
+                            f"credentials come from {creds}") from None
+    except Exception as exc:  # noqa: BLE001 - botocore's NoCredentialsError and the like: one line, never a trace
+        name = type(exc).__name__
+        if "Credential" in name or "credential" in str(exc) or "Profile" in name:
+            raise LocationError(f"{loc.scheme}://: no credentials for {loc.display}; set {creds}") from None
+        raise LocationError(f"{loc.scheme}://: cannot reach {loc.display}: {name}: {_first_line(exc)}") from None
+    if not ok:
+        bucket = loc.root.split("/", 1)[0]
+        has_bucket = loc.scheme == "memory" or _exists(fs, f"{loc.scheme}://{bucket}")
+        raise LocationError(f"{what} not found: {loc.display}" + ("" if has_bucket else f" (no bucket {bucket!r})"))
+
+
+def check_bucket(loc: Location) -> None:
+    """LocationError (one line) when a remote --out's bucket cannot be reached (its path may not exist yet)."""
+    bucket = loc.root.strip("/").split("/", 1)[0]
+    if loc.scheme == "memory":
+        return
+    check_remote(Location(loc.protocol, bucket, "", f"{loc.scheme}://{bucket}", loc.scheme), "out bucket")
+
+
+def _exists(fs, url: str) -> bool:
+    try:
+        return bool(fs.exists(url))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:200]
+
+
+def remote_files(loc: Location) -> dict[str, dict]:
+    """Every file under a remote location that its pattern admits: relative path -> {size, etag}."""
+    fs = loc.filesystem()
+    base = loc.root.strip("/")
+    found = retrying(fs.find, loc.url(), detail=True)
+    out = {}
+    for name, info in found.items():
+        if info.get("type") == "directory":
+            continue
+        rel = name.strip("/")[len(base):].lstrip("/") if name.strip("/").startswith(base) else name
+        if not rel:  # the location is itself one file
+            rel = base.rsplit("/", 1)[-1]
+        if not matches(rel, loc.pattern):
+            continue
+        out[rel] = {"size": info.get("size"), "etag": str(info.get("ETag") or info.get("etag") or info.get("mtime") or "")}
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def glob_regex(pattern: str) -> re.Pattern:
+    """A glob as Python's glob reads it: ``*`` and ``?`` within one folder name, ``**/`` any number of folders."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
+            j = pattern.index("]", i + 2)
+            body = pattern[i + 1:j]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            i = j + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def matches(rel: str, pattern: str) -> bool:
+    """True when the relative path ``rel`` is selected by ``pattern`` ('' selects everything)."""
+    return not pattern or bool(glob_regex(pattern).match(rel))
+
+
+def mirror(loc: Location, folder: Path, log=print) -> Location:
+    """A local copy of a remote location in ``folder``: files fetched when new or changed, removed when gone."""
+    check_remote(loc)  # LocationError (one line): no package, no credentials, no bucket or path
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state_path = folder.with_name(folder.name + MIRROR_STATE)  # beside the copy, not in the pool
+    try:
+        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    except (OSError, json.JSONDecodeError):
+        state = {}
+    files = remote_files(loc)
+    fs = loc.filesystem()
+    single = not loc.pattern and len(files) == 1 and next(iter(files)) == loc.root.rsplit("/", 1)[-1]
+    fetched = 0
+    unsafe = sorted(r for r in files if any(part in ("", ".", "..") for part in r.split("/")))
+    for rel in unsafe:  # an object key that would land outside the mirror: not fetched, said once
+        log(f"pool {loc.display}: skipped {rel!r} (a key with an empty, '.' or '..' part)")
+        files.pop(rel)
+    for rel, info in sorted(files.items()):
+        dst = folder / rel
+        if state.get(rel) == info and dst.is_file():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.part")
+        src = loc.url() if single else loc.url(rel)
+        retrying(fs.get_file, src, str(tmp))
+        os.replace(tmp, dst)
+        state[rel] = info
+        fetched += 1
+    for rel in sorted(set(state) - set(files)):
+        (folder / rel).unlink(missing_ok=True)
+        state.pop(rel, None)
+    state_path.write_text(json.dumps(state, sort_keys=True))
+    log(f"pool {loc.display}: {len(files)} file(s), {fetched} fetched into {folder}")
+    return Location("file", str(folder.resolve()), "", loc.spec)
+
+
+def mirror_folder(out_dir: Path, loc: Location) -> Path:
+    """Where a remote pool is mirrored under an output folder: pool_mirror/<scheme>/<bucket and path>."""
+    safe = loc.root.strip("/").replace("..", "_") or "root"
+    return Path(out_dir) / "pool_mirror" / loc.scheme / safe
+
+
+PUBLISHED = ("contam.duckdb", "report.html", "run.json", "mix", "rejected", "tables")  # what a remote --out receives
+
+
+def work_folder(loc: Location) -> Path:
+    """The local folder a run with a remote ``--out`` works in (kept between runs: scan state, token cache,
+    Dagster home): $CONTAM_WORK_DIR, else ~/.cache/contam-assets/out/<scheme>/<bucket and path>."""
+    base = Path(os.environ.get("CONTAM_WORK_DIR") or Path.home() / ".cache" / "contam-assets" / "out")
+    return base / loc.scheme / (loc.root.strip("/").replace("..", "_") or "root")
+
+
+def publish(folder: Path, loc: Location, log=print, names: tuple[str, ...] = PUBLISHED) -> int:
+    """Upload a run's outputs from its local work folder to a remote ``--out``: each file put whole (an object
+    appears complete or not at all), with retries; objects under the published folders that the run no longer
+    has are deleted.  The number of files uploaded."""
+    folder = Path(folder)
+    fs = loc.filesystem()
+    local = {}
+    for name in names:
+        p = folder / name
+        if p.is_file():
+            local[name] = p
+        elif p.is_dir():
+            for f in sorted(p.rglob("*")):
+                if f.is_file() and not f.name.startswith("."):
+                    local[f.relative_to(folder).as_posix()] = f
+    for rel, f in local.items():
+        retrying(fs.put_file, str(f), loc.url(rel))
+    try:
+        remote = set(remote_files(Location(loc.protocol, loc.root, "", loc.spec, loc.scheme)))
+    except FileNotFoundError:
+        remote = set()
+    stale = sorted(r for r in remote - set(local) if r.split("/", 1)[0] in names and "/" in r)
+    for rel in stale:
+        retrying(fs.rm_file, loc.url(rel))
+    log(f"out {loc.display}: {len(local)} file(s) uploaded" + (f", {len(stale)} removed" if stale else ""))
+    return len(local)

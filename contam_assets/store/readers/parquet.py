@@ -1,0 +1,68 @@
+"""Parquet units (`.parquet`): pyarrow's ParquetFile, batches of rows with column projection.
+
+A scan reads only the content column (its top level, for a dotted struct field), ``id`` and ``source``
+(columns.py).  The mix of a Parquet unit is a Parquet file with the input's schema (and its metadata),
+its compression and one row group per input row group, the removed rows left out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from contam_assets.detector.compression import open_regular
+from contam_assets.store.documents import Document, Reject, StreamFailure
+from contam_assets.store.readers.columns import BATCH, columns_for, documents_of, field_names, filter_table
+
+ERRORS = (OSError, EOFError, pa.ArrowException)
+
+
+class ParquetReader:
+    name = "parquet"
+    suffixes = (".parquet",)
+
+    def read(self, path: Path, shard: str, content_key: str = "text",
+             max_doc_bytes: int = 8 << 20) -> Iterator[Document | Reject | StreamFailure]:
+        line = 0
+        try:
+            with open_regular(path) as fh:
+                pf = pq.ParquetFile(fh)
+                cols = columns_for(pf.schema_arrow.names, content_key)
+                for batch in pf.iter_batches(batch_size=BATCH, columns=cols):
+                    yield from documents_of(batch, line, shard, content_key, max_doc_bytes)
+                    line += batch.num_rows
+        except ERRORS as exc:
+            yield StreamFailure(line, "read_error", f"{type(exc).__name__}: {exc}", None)
+
+    def sample_fields(self, path: Path, content_key: str, rows: int) -> tuple[bool, dict[str, int]]:
+        """(the schema has the content column or struct field, every field -> 1 if it holds strings else 0)."""
+        try:
+            with open_regular(path) as fh:
+                names = field_names(pq.ParquetFile(fh).schema_arrow)
+        except ERRORS:
+            return True, {}  # unreadable: the scan reports it
+        return content_key in names, {k: int(v) for k, v in names.items()}
+
+    def rows(self, path: Path) -> int:
+        with open_regular(path) as fh:
+            return pq.ParquetFile(fh).metadata.num_rows
+
+    def write_mix(self, src: Path, tmp: Path, content_key: str, drop: set[int], rejected: set[int], cut) -> Counter:
+        """Copy ``src`` to ``tmp`` without the dropped and rejected rows (span removal: the text column rewritten)."""
+        counts: Counter = Counter()
+        with open_regular(src) as fh:
+            pf = pq.ParquetFile(fh)
+            meta = pf.metadata
+            compression = meta.row_group(0).column(0).compression if meta.num_row_groups and meta.num_columns else "NONE"
+            with pq.ParquetWriter(tmp, pf.schema_arrow, compression=None if compression == "UNCOMPRESSED" else compression.lower()) as w:
+                start = 0
+                for i in range(meta.num_row_groups):
+                    table = pf.read_row_group(i)
+                    out = filter_table(table, start, content_key, drop, rejected, cut, counts)
+                    start += table.num_rows
+                    w.write_table(out, row_group_size=max(1, out.num_rows))
+        return counts

@@ -1,0 +1,135 @@
+"""A pool in S3, read through a real S3-protocol server on loopback (moto's standalone server, as s3fs's own tests
+do): the same tables and mix as the same pool in a local folder, credentials never written anywhere."""
+
+from __future__ import annotations
+
+import socket
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from contam_assets_tests.pool_formats import contam, docs, tasks_dir, write_jsonl, write_parquet
+
+SECRET = "s3cr3t-never-written-7f3a9c"
+BUCKET = "contam-bucket"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory, shared_data):
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "contam-test-key",
+           "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=SECRET, region_name="us-east-1")
+    client.create_bucket(Bucket=BUCKET)
+    tmp = tmp_path_factory.mktemp("s3")
+    pool = tmp / "pool"
+    write_jsonl(pool / "a.jsonl", docs(shared_data, "a", 2, 3, 100))
+    write_parquet(pool / "web" / "b.parquet", docs(shared_data, "b", 2, 4, 110))
+    for f in sorted(p for p in pool.rglob("*") if p.is_file()):
+        client.upload_file(str(f), BUCKET, f"pool/{f.relative_to(pool).as_posix()}")
+    tasks = tasks_dir(tmp / "tasks")
+    run = {}
+    for name, spec, out in (("local", pool, tmp / "out-local"), ("s3", f"s3://{BUCKET}/pool", tmp / "out-s3"),
+                            ("s3out", f"s3://{BUCKET}/pool", f"s3://{BUCKET}/results/run1")):
+        run[name] = contam("detect", "--pool", spec, "--out", out, "--benchmarks", shared_data, "--tasks-dir", tasks,
+                           env_extra={**env, "DAGSTER_HOME": str(tmp / f"home-{name}"), "CONTAM_WORK_DIR": str(tmp / "work")})
+    yield dict(env=env, client=client, tmp=tmp, run=run, tasks=tasks, pool=pool)
+    server.stop()
+
+
+def rows(out, sql):
+    with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_an_s3_pool_gives_the_tables_and_mix_of_the_local_run(s3):
+    local, remote = s3["run"]["local"], s3["run"]["s3"]
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert remote.returncode == 0, remote.stdout[-2000:] + remote.stderr[-2000:]
+    assert "shards 2  documents read 11  removed 4  kept 7  rejected 0" in remote.stdout
+    lo, ro = s3["tmp"] / "out-local", s3["tmp"] / "out-s3"
+    for sql in ("select shard, line, doc_id, reason from removals order by all",
+                "select shard, read, removed, kept, rejected, bytes from shard_stats order by shard",
+                "select shard, line, task, split, instance_index, score, flagged from matches order by all"):
+        assert rows(ro, sql) == rows(lo, sql), sql
+    assert sorted(d for (d,) in rows(ro, "select doc_id from removals")) == ["p-a-0", "p-a-1", "p-b-0", "p-b-1"]
+    assert pq.read_table(ro / "mix" / "web" / "b.parquet").equals(pq.read_table(lo / "mix" / "web" / "b.parquet"))
+    assert (ro / "mix" / "a.jsonl").read_bytes() == (lo / "mix" / "a.jsonl").read_bytes()
+
+
+def test_credentials_are_never_written(s3):
+    remote = s3["run"]["s3"]
+    assert SECRET not in remote.stdout + remote.stderr
+    out = s3["tmp"] / "out-s3"
+    for f in (p for p in out.rglob("*") if p.is_file()):
+        assert SECRET.encode() not in f.read_bytes(), f
+
+
+def test_a_rerun_fetches_only_what_changed(s3, shared_data):
+    write_jsonl(s3["tmp"] / "a2.jsonl", docs(shared_data, "a", 1, 3, 100))
+    s3["client"].upload_file(str(s3["tmp"] / "a2.jsonl"), BUCKET, "pool/a.jsonl")
+    r = contam("detect", "--pool", f"s3://{BUCKET}/pool", "--out", s3["tmp"] / "out-s3", "--benchmarks", shared_data,
+               "--tasks-dir", s3["tasks"], env_extra={**s3["env"], "DAGSTER_HOME": str(s3["tmp"] / "home-s3")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"pool s3://{BUCKET}/pool: 2 file(s), 1 fetched" in r.stdout
+    assert "shards 2  documents read 10  removed 3" in r.stdout
+
+
+def test_a_missing_bucket_or_prefix_is_one_line(s3, tmp_path):
+    r = contam("detect", "--pool", "s3://no-such-bucket/pool", "--out", tmp_path / "out", env_extra=s3["env"])
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "contam detect: error: pool not found: s3://no-such-bucket/pool (no bucket 'no-such-bucket')"], r.stderr
+    r = contam("detect", "--pool", f"s3://{BUCKET}/nothing-here", "--out", tmp_path / "out", env_extra=s3["env"])
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"contam detect: error: pool not found: s3://{BUCKET}/nothing-here"], r.stderr
+
+
+def test_a_remote_out_receives_the_tables_the_mix_and_the_report(s3):
+    r = s3["run"]["s3out"]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "removed 4" in r.stdout and f"tables  s3://{BUCKET}/results/run1/contam.duckdb" in r.stdout
+    keys = {o["Key"] for o in s3["client"].list_objects_v2(Bucket=BUCKET, Prefix="results/run1/")["Contents"]}
+    for k in ("contam.duckdb", "report.html", "run.json", "mix/a.jsonl", "mix/web/b.parquet",
+              "tables/removals/part-0.parquet", "tables/matches/part-0.parquet"):
+        assert f"results/run1/{k}" in keys, k
+    got = s3["tmp"] / "removals.parquet"
+    s3["client"].download_file(BUCKET, "results/run1/tables/removals/part-0.parquet", str(got))
+    remote = sorted(pq.read_table(got).select(["shard", "line", "doc_id"]).to_pylist(), key=lambda d: (d["shard"], d["line"]))
+    local = [dict(shard=a, line=b, doc_id=c) for a, b, c in rows(s3["tmp"] / "out-local",
+                                                                  "select shard, line, doc_id from removals order by shard, line")]
+    assert remote == local
+    for f in (p for p in (s3["tmp"] / "work").rglob("*") if p.is_file()):
+        assert SECRET.encode() not in f.read_bytes(), f
+
+
+def test_the_shard_sensor_mirrors_an_s3_pool_and_skips_a_missing_bucket_with_its_reason(s3, tmp_path, monkeypatch):
+    import dagster as dg
+
+    from contam_assets.defs.data.sensors import new_shards_sensor
+    from contam_assets.defs.resources import ContamSettings
+    from contam_assets_tests.automation_helpers import instance
+
+    for k, v in s3["env"].items():
+        monkeypatch.setenv(k, v)
+    inst = instance(tmp_path / "home")
+    settings = ContamSettings(out_dir=str(tmp_path / "out"), pool_dir=f"s3://{BUCKET}/pool")
+    r = new_shards_sensor(dg.build_sensor_context(instance=inst, resources={"contam_settings": settings}))
+    assert sorted(r.dynamic_partitions_requests[0].partition_keys) == ["a.jsonl", "web/b.parquet"]
+    assert (settings.pool_path / "web" / "b.parquet").is_file()  # the scans read the mirror
+    gone = ContamSettings(out_dir=str(tmp_path / "out2"), pool_dir="s3://no-such-bucket/pool")
+    r = new_shards_sensor(dg.build_sensor_context(instance=inst, resources={"contam_settings": gone}))
+    assert r.skip_reason and "no-such-bucket" in str(r.skip_reason) and not r.run_requests
