@@ -49,7 +49,7 @@ def jsonl_reference(shared_data):
     return qa_pairs(recs)
 
 
-@pytest.mark.parametrize("layout", ["parquet", "arrow_stream", "json_array", "save_to_disk", "hub_cache"])
+@pytest.mark.parametrize("layout", ["parquet", "arrow_stream", "json_array", "save_to_disk", "dataset_dict", "hub_cache"])
 def test_hub_layouts_give_the_same_instances_as_the_jsonl_spec(tmp_path, shared_data, jsonl_reference, layout):
     rows = gsm_rows(shared_data)
     table = pa.Table.from_pylist(rows)
@@ -72,6 +72,12 @@ def test_hub_layouts_give_the_same_instances_as_the_jsonl_spec(tmp_path, shared_
 
         datasets.Dataset.from_list(rows).save_to_disk(str(bench / "gsm8k_test"))
         file = "gsm8k_test"
+    elif layout == "dataset_dict":  # DatasetDict.save_to_disk: the split's own subfolder is read, not every split
+        import datasets
+
+        datasets.DatasetDict({"test": datasets.Dataset.from_list(rows), "train": datasets.Dataset.from_list(rows[:5])}
+                             ).save_to_disk(str(bench / "gsm8k"))
+        file = "gsm8k"
     else:  # a Hub-cache repository folder: refs/main names the snapshot
         snap = bench / "datasets--openai--gsm8k" / "snapshots" / "abc123"
         (snap / "main").mkdir(parents=True)

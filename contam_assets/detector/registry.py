@@ -287,7 +287,7 @@ def locate(spec: TaskSpec, split: SplitSpec, benchmarks_dir: Path | None) -> Spl
         roots = hub_roots(Path(benchmarks_dir), spec.hub) if spec.hub and benchmarks_dir is not None else []
         for root in roots or [Path(benchmarks_dir or "/")]:
             for pattern in (split.file, *split.alternatives):
-                files = split_files(root / pattern)
+                files = split_files(root / pattern, split.name)
                 if files:
                     avail.files, avail.origin = files, "benchmarks"
                     return avail
@@ -298,13 +298,16 @@ def locate(spec: TaskSpec, split: SplitSpec, benchmarks_dir: Path | None) -> Spl
     return avail
 
 
-def split_files(pattern: Path) -> list[str]:
+def split_files(pattern: Path, split: str = "") -> list[str]:
     """The files a split's ``file`` names: a path or glob; a folder stands for its data files (hf_files:
-    ``save_to_disk``, Hub cache, any folder of data files), or for itself when it holds none (the build then
-    reports it as unreadable)."""
+    ``save_to_disk``, Hub cache, any folder of data files; a ``DatasetDict.save_to_disk`` folder for its
+    subfolder named like the split), or for itself when it holds none (the build then reports it as unreadable)."""
     out: list[str] = []
     for match in sorted(glob.glob(str(pattern))):
-        if os.path.isdir(match):
+        if os.path.isdir(match) and os.path.isfile(os.path.join(match, "dataset_dict.json")):
+            sub = os.path.join(match, split)
+            out += (expand_folder(Path(sub)) or [sub]) if split and os.path.isdir(sub) else [match]
+        elif os.path.isdir(match):
             out += expand_folder(Path(match)) or [match]
         else:
             out.append(match)
