@@ -195,6 +195,19 @@ def test_a_task_that_contributes_nothing_fails_with_its_reason(cli_bench):
 # -- lm-evaluation-harness tasks --------------------------------------------------------------------------------
 
 LM_EVAL_TASKS = Path(__import__("lm_eval.tasks", fromlist=["x"]).__file__).parent
+HELLASWAG = [dict(ind=i, activity_label=label, ctx_a=a, ctx_b=b, ctx=f"{a} {b}", endings=endings, source_id=f"activitynet~{i}",
+                  split="val", split_type="zeroshot", label=str(gold))
+             for i, (label, a, b, endings, gold) in enumerate([
+                 ("Removing ice from car", "Then, the man writes over the snow covering the window of a car, and a woman "
+                  "wearing winter clothes smiles.", "then",
+                  [", the man adds wax to the windshield and cuts it.", ", a person boards a ski lift while two men watch.",
+                   ", the man puts on a christmas coat, knitted with netting.", ", the man continues removing the snow on his car."], 3),
+                 ("Baking cookies", "A female chef in white uniform shows a stack of baking pans in a large kitchen presenting them.",
+                  "the pans", ["contain egg yolks and baking soda.", "are then sprinkled with brown sugar.",
+                               "are placed in a strainer on the counter.", "are filled with pastries and loaded into the oven."], 3),
+                 ("Playing the harmonica", "A man is standing on a stage holding a harmonica close to a microphone while "
+                  "people sit at tables.", "he", ["starts playing a slow song on the harmonica.", "throws the harmonica into the crowd.",
+                                                   "eats a sandwich from one of the tables.", "sits down and reads a long newspaper."], 0)])]
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +248,13 @@ def lm_eval_include(tmp_path_factory, shared_data):
         f"task: mmlu_nodev\ninclude: {LM_EVAL_TASKS / 'mmlu' / 'default' / 'mmlu_abstract_algebra.yaml'}\n"
         f"dataset_path: parquet\ndataset_name: null\n"
         f"dataset_kwargs:\n  data_files:\n    test: {mmlu / 'test-00000-of-00001.parquet'}\n")
+    hs = tmp / "Rowan" / "hellaswag" / "default"  # HellaSwag in the Hub's layout (ActivityNet-style rows)
+    hs.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(HELLASWAG), hs / "validation-00000-of-00001.parquet")
+    (inc / "hellaswag.yaml").write_text(
+        f"task: hellaswag\ninclude: {LM_EVAL_TASKS / 'hellaswag' / 'hellaswag.yaml'}\ndataset_path: parquet\n"
+        f"dataset_name: null\ntraining_split: null\n"
+        f"dataset_kwargs:\n  data_files:\n    validation: {hs / 'validation-00000-of-00001.parquet'}\n")
     (inc / "contam_group.yaml").write_text(
         "group: contam_group\ntask:\n  - gsm8k\n  - arc_easy\n  - mmlu_abstract_algebra\n  - mmlu_nodev\n")
     (inc / "gsm8k.yaml").write_text(
@@ -254,10 +274,13 @@ def lm_eval_include(tmp_path_factory, shared_data):
 def test_lm_eval_gsm8k_and_arc_easy_give_the_toml_instances(lm_eval_include, shared_data):
     from contam_assets.detector.registry import load_registry
     from contam_assets.detector.text import clean_text
+    from contam_assets.sources.catalogue import CATALOGUE_DIR
     from contam_assets.sources.lm_eval_tasks import materialize
 
     tmp, inc = lm_eval_include
     specs, reports = materialize(["contam_group"], tmp / "out", str(inc))  # a group expands to its leaves
+    hs_specs, hs_reports = materialize(["hellaswag"], tmp / "out_hs", str(inc))
+    assert [(r.task, r.splits) for r in hs_reports] == [("hellaswag", {"validation": 3})]
     assert sorted((r.task, r.splits, r.error) for r in reports) == [
         ("arc_easy", {"test": 2376}, ""), ("gsm8k", {"test": 1319, "train": 200}, ""),
         ("mmlu_abstract_algebra", {"test": 100}, ""),
@@ -269,6 +292,8 @@ def test_lm_eval_gsm8k_and_arc_easy_give_the_toml_instances(lm_eval_include, sha
     theirs, _ = build_reference_set(toml, shared_data, cfg)
     theirs = theirs.with_columns(task=pl.when(pl.col("subject") == "abstract_algebra")
                                  .then(pl.lit("mmlu_abstract_algebra")).otherwise(pl.col("task")))
+    ours = pl.concat([ours, build_reference_set(hs_specs, None, cfg)[0]])  # HellaSwag against the catalogue's spec
+    theirs = pl.concat([theirs, build_reference_set(load_registry(CATALOGUE_DIR, ["hellaswag"]), tmp, cfg)[0]])
     opts = cfg.clean_options
 
     def items(df, task, split):
@@ -276,7 +301,8 @@ def test_lm_eval_gsm8k_and_arc_easy_give_the_toml_instances(lm_eval_include, sha
         return [(i, clean_text(q, opts), clean_text(a or "", opts), c)
                 for i, q, a, c in d.select("instance_index", "question", "answer", "is_correct").rows()]
 
-    for task, split in (("gsm8k", "test"), ("arc_easy", "test"), ("mmlu_abstract_algebra", "test")):
+    for task, split in (("gsm8k", "test"), ("arc_easy", "test"), ("mmlu_abstract_algebra", "test"),
+                        ("hellaswag", "validation")):
         a, b = items(ours, task, split), items(theirs, task, split)
         assert len(a) == len(b) and a == b, (task, next((x, y) for x, y in zip(a, b) if x != y))
 

@@ -5,10 +5,12 @@ lm_eval is used as a library: its TaskManager indexes the task YAMLs (the instal
 leaves), and each split's docs come from the task's own ``test_docs`` / ``validation_docs`` / ``training_docs``,
 so ``process_docs`` hooks run.  Each doc is mapped through the task:
 
-- question: the raw field the rendered prompt quotes whole (``doc_to_decontamination_query`` where the task
-  sets ``should_decontaminate``, else ``doc_to_text``), because templates add words (``Question:``,
-  ``Answer:``, lettered choices) that no training copy of the item carries and decon indexes the raw question;
-  the rendered prompt itself where no single field is quoted (a prompt built from several fields);
+- question: the longest raw field the rendered prompt (``doc_to_decontamination_query`` where the task sets
+  ``should_decontaminate``, else ``doc_to_text``) holds whole after the one normaliser, looked for first among
+  the dataset's own fields (before ``process_docs``, where it maps rows one to one), then the processed doc's;
+  because templates add words (``Question:``, ``Answer:``, lettered choices, HellaSwag's activity label) that no
+  training copy of the item carries and decon indexes the raw question; the rendered prompt itself where no
+  field is held whole;
 - qa answer: ``doc_to_target`` (GSM8K's target is the raw worked solution);
 - multiple choice: ``doc_to_choice`` as the choices, ``doc_to_target`` (an index, or the gold choice's text) as
   the gold.
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contam_assets.detector.registry import Fields, SplitSpec, TaskSpec
+from contam_assets.detector.text import clean_text
 
 MANIFEST = "manifest.json"
 SPLIT_ROLES = ("test_split", "validation_split", "training_split", "fewshot_split")
@@ -67,7 +70,7 @@ def task_manager(names: list[str], include: str | None):
     return TaskManager(include_path=include) if include else TaskManager()
 
 
-def _question(task, doc) -> str:
+def _question(task, doc, raw_doc: dict | None = None) -> str:
     cfg = task.config
     rendered = None
     if cfg.should_decontaminate and cfg.doc_to_decontamination_query:
@@ -79,12 +82,18 @@ def _question(task, doc) -> str:
         rendered = task.doc_to_text(doc)
     if not isinstance(rendered, str):
         rendered = str(rendered)
-    raw = [v.strip() for v in doc.values() if isinstance(v, str) and v.strip() and v.strip() in rendered]
-    return max(raw, key=len) if raw else rendered
+    # the dataset's own fields first (before process_docs rewrote them: HellaSwag's ctx, not "label: Ctx"),
+    # each compared with the prompt after the one normaliser, so a capitalised or re-spaced copy still counts
+    wrapped = f" {clean_text(rendered)} "
+    for fields in ([raw_doc] if raw_doc else []) + [doc]:
+        found = [v for v in fields.values() if isinstance(v, str) and clean_text(v) and f" {clean_text(v)} " in wrapped]
+        if found:
+            return max(found, key=lambda v: len(clean_text(v)))
+    return rendered
 
 
-def _row(task, doc, multiple_choice: bool) -> dict:
-    row = {"question": _question(task, doc)}
+def _row(task, doc, multiple_choice: bool, raw_doc: dict | None = None) -> dict:
+    row = {"question": _question(task, doc, raw_doc)}
     target = task.doc_to_target(doc)
     if multiple_choice:
         choices = _choice_texts([str(c) for c in task.doc_to_choice(doc)], doc)
@@ -111,6 +120,17 @@ def _choice_texts(choices: list[str], doc: dict) -> list[str]:
                 and [v.strip() for v in value] != [c.strip() for c in choices]):
             return value
     return choices
+
+
+def _raw_docs(task, split: str, docs):
+    """The split's rows as the dataset holds them, where process_docs mapped them one to one (else None)."""
+    if not task.config.process_docs:
+        return None
+    try:
+        raw = task.dataset[split]
+        return raw if len(raw) == len(docs) else None
+    except (KeyError, TypeError):
+        return None
 
 
 def _splits(task, report: LeafReport) -> list[tuple[str, object]]:
@@ -230,8 +250,9 @@ def _write_leaf(leaf: str, task, folder: Path) -> tuple[TaskSpec | None, LeafRep
             path.parent.mkdir(parents=True, exist_ok=True)
             n = 0
             with open(path, "w", encoding="utf-8") as fh:
-                for doc in docs:
-                    fh.write(json.dumps(_row(task, doc, mc), ensure_ascii=False) + "\n")
+                raws = _raw_docs(task, split, docs)
+                for i, doc in enumerate(docs):
+                    fh.write(json.dumps(_row(task, doc, mc, raws[i] if raws is not None else None), ensure_ascii=False) + "\n")
                     n += 1
             report.splits[split] = n
             splits.append(SplitSpec(name=split, file=str(path)))
