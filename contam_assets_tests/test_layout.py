@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "contam_assets"
 # packages from the bottom up: a package may import those below it, never one above
-LAYERS = ["detector", "sources", "store", "demo", "report", "rescan", "decon"]
+LAYERS = ["detector", "sources", "store", "paraphrase", "demo", "report", "rescan", "decon"]
 
 
 def module_name(path: Path) -> str:
@@ -44,6 +44,15 @@ def test_detector_imports_no_dagster_duckdb_or_ray_and_nothing_else_of_the_proje
             assert top not in ("dagster", "duckdb", "ray", "dagster_ray"), f"{p.name} imports {name}"
             if top == "contam_assets":
                 assert name.startswith("contam_assets.detector"), f"{p.name} imports {name}"
+
+
+def test_paraphrase_imports_only_the_detector_of_the_project_and_no_dagster_duckdb_or_ray():
+    for p in (PKG / "paraphrase").rglob("*.py"):
+        for name in imports_of(p):
+            top = name.split(".")[0]
+            assert top not in ("dagster", "duckdb", "ray", "dagster_ray", "torch", "transformers"), f"{p.name} imports {name}"
+            if top == "contam_assets":
+                assert name.startswith(("contam_assets.detector", "contam_assets.paraphrase")), f"{p.name} imports {name}"
 
 
 def test_lower_packages_never_import_dagster_or_a_package_above_them():

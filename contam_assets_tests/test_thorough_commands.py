@@ -23,7 +23,7 @@ from contam_assets.commands.detect import PART_FLAGS
 from contam_assets.defs.data.assets import detect_config
 from contam_assets.defs.quality.assets import presets_partitions
 from contam_assets.defs.resources import PROJECT_ROOT, ContamSettings
-from contam_assets.detector.config import PRESETS, THOROUGH_PARTS, with_parts
+from contam_assets.detector.config import EXTRA_PARTS, PRESETS, THOROUGH_PARTS, with_parts
 from contam_assets.store.pool import open_binary
 from contam_assets_tests.automation_helpers import (
     add_mbpp,
@@ -170,7 +170,7 @@ def test_thorough_incremental_rescan_equals_a_full_rescan(tmp_path, shared_data)
 
 def test_resource_partitions_and_flags_know_thorough(monkeypatch):
     assert "thorough" in presets_partitions.get_partition_keys()
-    assert set(PART_FLAGS) == set(THOROUGH_PARTS)
+    assert set(PART_FLAGS) == set(THOROUGH_PARTS) | set(EXTRA_PARTS)
     assert detect_config(ContamSettings(preset="thorough")) == PRESETS["thorough"]
     assert detect_config(ContamSettings(parts="dumps,markup")) == with_parts(PRESETS["default"], ["dumps", "markup"])
     monkeypatch.setenv("CONTAM_PARTS", "near_duplicates")

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks; "
                         "'catalogue': the shipped catalogue over the Hub's layouts)")
     p.add_argument("--preset", default=env.get("CONTAM_PRESET") or "default",
-                   help="default | olmo-web | olmo-synth | thorough (default: $CONTAM_PRESET, else default)")
+                   help="default | olmo-web | olmo-synth | thorough | paraphrase (default: $CONTAM_PRESET, else default)")
     parts = p.add_argument_group("thorough parts", "beyond decon, each on its own (--preset thorough has them all)")
     for name, flag in PART_FLAGS.items():
         parts.add_argument(flag, dest=f"part_{name}", action="store_true", help=PART_HELP[name])
@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 PART_FLAGS = {"markup": "--markup", "short_questions": "--short-questions", "question_only": "--question-only",
               "answer_suites": "--answer-suites", "dumps": "--dumps", "near_duplicates": "--near-duplicates",
-              "reference_overlap": "--reference-overlap"}
+              "reference_overlap": "--reference-overlap", "paraphrase": "--paraphrase"}
 PART_HELP = {
     "markup": "decode HTML/XML entities and remove tags before cleaning (benchmark and training text alike)",
     "short_questions": "find questions under 14 tokens at any position (decon's sampling can step over them)",
@@ -84,6 +84,8 @@ PART_HELP = {
     "near_duplicates": "datasketch MinHash LSH candidates for copies with words cut or inserted, verified exactly; "
                        "copies with other numbers are reported as same_template",
     "reference_overlap": "twins of every instance across the reference set (table reference_overlap)",
+    "paraphrase": "beyond thorough: benchmark items reworded, found by meaning (WordLlama) and verified (same numbers, "
+                  "signature, names); held for review, reason paraphrase (docs/paraphrase.md)",
 }
 
 

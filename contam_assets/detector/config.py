@@ -77,6 +77,10 @@ class DetectConfig:
     dump_min_items: int = 0  # > 0: a document holding this many distinct instances of one task is a dump (rules.py)
     near_duplicates: bool = False  # datasketch MinHash LSH candidates on document windows, verified exactly (neardup.py)
     reference_overlap: bool = False  # MinHash LSH over the reference set itself: twins of every instance (overlap.py)
+    # beyond decon, beyond thorough: rewordings found by meaning and verified (contam_assets/paraphrase, docs/paraphrase.md)
+    paraphrase: bool = False
+    paraphrase_model: str = ""  # empty: WordLlama's bundled model; else a local model2vec folder
+    paraphrase_min_similarity: float = 0.65  # cosine similarity a window needs before the verifier looks at it
 
     def __post_init__(self):
         problems = validate(self)
@@ -147,6 +151,8 @@ def validate(cfg: DetectConfig) -> list[str]:
                  "eval_min_unique_words", "short_answer_token_threshold", "passage_max_consecutive_misses"):
         if getattr(cfg, name) < 0:
             out.append(f"{name} must not be negative, got {getattr(cfg, name)}")
+    if not -1.0 <= cfg.paraphrase_min_similarity <= 1.0:
+        out.append(f"paraphrase_min_similarity must lie in [-1, 1], got {cfg.paraphrase_min_similarity}")
     if cfg.dedup_by not in DEDUP_BY:
         out.append(f"dedup_by must be one of {', '.join(DEDUP_BY)}, got {cfg.dedup_by!r}")
     return out
@@ -240,7 +246,8 @@ def parse_knob(field: str, value) -> object:
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(DetectConfig)}
 _THOROUGH_FIELDS = ("markup", "dense_short_questions", "question_only", "question_only_min_tokens", "question_only_overlap",
                     "question_only_short_min_tokens", "question_only_short_min_idf",
-                    "answer_suites", "answer_suite_min_words", "dump_min_items", "near_duplicates", "reference_overlap")
+                    "answer_suites", "answer_suite_min_words", "dump_min_items", "near_duplicates", "reference_overlap",
+                    "paraphrase", "paraphrase_model", "paraphrase_min_similarity")
 # The parts of `thorough`, by the name a user switches each on with (contam detect --markup, CONTAM_PARTS=markup,...)
 THOROUGH_PARTS: dict[str, dict] = {
     "markup": {"markup": True},
@@ -251,15 +258,20 @@ THOROUGH_PARTS: dict[str, dict] = {
     "near_duplicates": {"near_duplicates": True},
     "reference_overlap": {"reference_overlap": True},
 }
+# Parts beyond `thorough` (not in its preset, so its figures stay comparable), switched on by name the same way
+EXTRA_PARTS: dict[str, dict] = {
+    "paraphrase": {"paraphrase": True},  # contam_assets/paraphrase (docs/paraphrase.md)
+}
 
 
 def with_parts(cfg: DetectConfig, parts) -> DetectConfig:
     """``cfg`` with the named THOROUGH_PARTS switched on (an unknown name is an error that lists the known ones)."""
     kw: dict = {}
+    known = THOROUGH_PARTS | EXTRA_PARTS
     for name in parts:
-        if name not in THOROUGH_PARTS:
-            raise ConfigError(f"unknown detector part {name!r}; choose from {', '.join(THOROUGH_PARTS)}")
-        kw.update(THOROUGH_PARTS[name])
+        if name not in known:
+            raise ConfigError(f"unknown detector part {name!r}; choose from {', '.join(known)}")
+        kw.update(known[name])
     return cfg.replace(**kw) if kw else cfg
 
 
@@ -278,6 +290,8 @@ PRESETS: dict[str, DetectConfig] = {
 }
 # beyond decon: decon's default with every part of THOROUGH_PARTS (docs/detector.md, docs/quality.md)
 PRESETS["thorough"] = with_parts(PRESETS["default"], THOROUGH_PARTS)
+# beyond thorough: thorough with rewordings found by meaning (docs/paraphrase.md)
+PRESETS["paraphrase"] = with_parts(PRESETS["thorough"], EXTRA_PARTS)
 
 # decon mode: clean and build the reference set exactly as decon does (docs/decon.md)
 DECON_MODE = dict(unescape=False, derived_suites=False, same_answer_rule=False, dedup_by="fingerprint")

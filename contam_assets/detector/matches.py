@@ -183,7 +183,7 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str | None, tokens: np.ndar
             "eval_question": rec["question"], "eval_answer": rec["answer"], "eval_passage": rec["passage"],
             "preset": preset, "contamination_score": round(length_adjusted_score(c.score, c.required, threshold), 6),
             "answer_spans": _spans_json(a_spans) if a_spans else None, "cluster_end": c.cluster_end,
-            "reason": reason_of(c, rec), "twins": rec.get("twins"),
+            "reason": reason_of(c, rec), "twins": rec.get("twins"), "evidence": None,
         })
     return rows
 
@@ -202,6 +202,8 @@ MATCH_SCHEMA = {
     "contamination_score": pl.Float64, "answer_spans": pl.Utf8, "cluster_end": pl.Int32,
     # beyond decon (thorough): why the row was made (reason_of) and its instance's twins (JSON, overlap.py)
     "reason": pl.Utf8, "twins": pl.Utf8,
+    # beyond thorough: what a paraphrase row's verifier matched (JSON, contam_assets/paraphrase/stage.py), else null
+    "evidence": pl.Utf8,
 }
 
 

@@ -76,11 +76,31 @@ def thorough_sections(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, st
 
 
 def card_note(m: dict) -> str:
-    """The reason and twins of one match card (empty for decon's reason without twins)."""
+    """The reason, twins and evidence of one match card (empty for decon's reason without them)."""
     out = []
     if m.get("reason") and m["reason"] != "question+answer":
         out.append(f" · <b>{html_text(m['reason'])}</b>")
     if m.get("twins"):
         names = ", ".join(t["instance"] + f" ({t['relation']})" for t in json.loads(m["twins"]))
         out.append(f" · twins: {html_text(names)}")
+    if m.get("evidence"):
+        out.append(f" · evidence: {html_text(evidence_text(m['evidence']))}")
     return "".join(out)
+
+
+def evidence_text(evidence: str) -> str:
+    """A paraphrase row's evidence in words (plain text: the caller escapes it)."""
+    try:
+        ev = json.loads(evidence)
+    except (TypeError, ValueError):
+        return "unreadable"
+    parts = [f"similarity {ev.get('similarity')}", f"rule {ev.get('rule')}"]
+    if ev.get("quantities"):
+        parts.append("same numbers " + ", ".join(map(str, ev["quantities"])))
+    if ev.get("names"):
+        parts.append("names " + ", ".join(map(str, ev["names"])))
+    if ev.get("signature"):
+        parts.append(f"signature {ev['signature']}")
+    if ev.get("answer_in_window"):
+        parts.append("gold answer in the window")
+    return "; ".join(parts)

@@ -25,6 +25,7 @@ from contam_assets.detector.matches import Reference, candidates, rows_for_doc, 
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.text import join_words
 from contam_assets.detector.tokenize import get_tokenizer
+from contam_assets.paraphrase.stage import paraphrase_rows
 from contam_assets.rescan import token_cache
 from contam_assets.rescan.incremental import StaleStream, scan_stream, task_locals
 from contam_assets.rescan.plan import ShardPlan, shard_identity
@@ -86,11 +87,15 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                     counters["too_short"] += 1  # decon rule: documents under 10 tokens are not scanned
                 else:
                     counters["scanned"] += 1
+            rows: list[dict] = []
             for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, candidates(index, ref, encoded, words, cfg, keep_local))):
                 if keep_local is not None:
                     cands = [c for c in cands if keep_local[c.local]]
                 if cands:
-                    sink.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset, cfg.threshold))
+                    rows.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset, cfg.threshold))
+            if cfg.paraphrase:  # the paraphrase part, after the n-gram rows of the same documents
+                rows.extend(paraphrase_rows(batch, shard, ref, cfg, preset, rows, set(tasks) if tasks is not None else None))
+            sink.extend(rows)
             fault_point("scan")
         matches = sink.close()
     except BaseException:
@@ -179,7 +184,8 @@ def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutc
     root = Path(job.cache_root) if job.cache_root and is_jsonl(job.shard) else None
     if plan.mode == "current":
         return ShardOutcome(job.shard, "current", match_frame([]), {}, None, plan.stream_key, [], [])
-    stream = token_cache.load(root, job.shard, plan.stream_key) if (root and plan.stream_key) else None
+    # a cached stream holds tokens, not the text the paraphrase part embeds: with it on, the text is read again
+    stream = token_cache.load(root, job.shard, plan.stream_key) if (root and plan.stream_key and not job.cfg.paraphrase) else None
     args = (path, job.shard, index, ref, job.cfg, job.content_key, job.preset, job.digest)
     if plan.mode == "incremental":
         if not plan.add:

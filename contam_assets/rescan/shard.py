@@ -179,6 +179,10 @@ def scan_shard(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: D
     counters = Counter()
     for batch in read_batches(path, shard, content_key, cfg.max_doc_bytes, counters, rejects, failures):
         r, c = scan_documents(batch, shard, index, ref, cfg, preset)
+        if cfg.paraphrase:  # the paraphrase part, after the n-gram rows of the same documents
+            from contam_assets.paraphrase.stage import paraphrase_rows
+
+            r += paraphrase_rows(batch, shard, ref, cfg, preset, r)
         sink.extend(r)
         counters.update(c)
     matches = sink.close()

@@ -92,6 +92,9 @@ class SpanCutter:
                 if r[a] is not None and r[b] is not None:
                     token_spans.append((int(r[a]), int(r[b])))
             ids.append(r["match_id"])
+        if any(r["question_start"] is None for r in rows):
+            self.whole[line] = "a paraphrase match has no token span"  # paraphrase rows: found by meaning, not tokens
+            return None
         try:
             text = json.loads(raw.decode("utf-8"))[self.content_key]
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):

@@ -28,7 +28,7 @@ SCHEMA = {
         training_text VARCHAR, training_segments VARCHAR,
         eval_question VARCHAR, eval_answer VARCHAR, eval_passage VARCHAR, preset VARCHAR,
         contamination_score DOUBLE, answer_spans VARCHAR, cluster_end INTEGER,
-        reason VARCHAR, twins VARCHAR
+        reason VARCHAR, twins VARCHAR, evidence VARCHAR
     """,
     "shard_stats": """
         shard VARCHAR, read BIGINT, scanned BIGINT, too_short BIGINT, rejected BIGINT,

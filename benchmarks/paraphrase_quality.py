@@ -1,0 +1,141 @@
+"""The paraphrase part's recall, look-alikes held, clean false positives and speed (not a test).
+
+    python benchmarks/paraphrase_quality.py [--benchmarks ../shared/data] [--clean-docs 20000] [--seed 0]
+           [--tasks gsm8k,mmlu,humaneval,mbpp] [--out /tmp/paraphrase_quality.json]
+
+Every reworded or perturbed item of ``<benchmarks>/paraphrase/`` (GSM-Plus, MMLU-SR, ReCode) is
+placed, its ``question`` field alone (no verbatim answer), between host paragraphs of the planted
+suite's host text (quality/hosts.py), and the documents go through the stage the scan runs
+(paraphrase.stage.paraphrase_rows, preset ``paraphrase``).  Recall: the share of rows whose source
+item gets a ``paraphrase`` row; held: the share with any ``paraphrase`` row (look-alikes: Skywork's
+fresh GSM8K-like problems, GSM-Hard's copies that differ from their GSM8K question, GSM-Plus's
+``changed`` kinds).  Clean documents: the planted suite's clean host documents (web, code, prose) and web-like
+documents (the demo host text), held per million.  MB/s per core: the stage alone (gates, embedding,
+search, verifier) on those documents, CPU seconds of this one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))
+
+from contam_assets.detector.config import PRESETS  # noqa: E402
+from contam_assets.detector.matches import Reference  # noqa: E402
+from contam_assets.detector.reference import build_reference_set  # noqa: E402
+from contam_assets.detector.registry import load_registry  # noqa: E402
+from contam_assets.paraphrase.stage import paraphrase_index, paraphrase_rows  # noqa: E402
+from contam_assets.quality.hosts import Hosts  # noqa: E402
+from contam_assets.store.pool import Document  # noqa: E402
+
+FILES = {"gsmplus_testmini.jsonl": "GSM-Plus", "mmlusr_question_only.jsonl": "MMLU-SR (question only)",
+         "mmlusr_question_and_answer.jsonl": "MMLU-SR (question and answer)",
+         "recode_humaneval.jsonl": "ReCode HumanEval", "recode_mbpp.jsonl": "ReCode MBPP"}
+BATCH = 256
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.open()]
+
+
+def run(docs: list[Document], ref: Reference, cfg) -> tuple[list[dict], float]:
+    """The stage's rows for ``docs`` and the CPU seconds it took (this process: one core)."""
+    t0, rows = time.process_time(), []
+    for i in range(0, len(docs), BATCH):
+        rows += paraphrase_rows(docs[i:i + BATCH], "bench.jsonl", ref, cfg, "paraphrase", [])
+    return rows, time.process_time() - t0
+
+
+def make_doc(i: int, text: str) -> Document:
+    return Document(line=i, doc_id=str(i), source="bench", text=text, n_bytes=len(text.encode()), raw=b"", offset=0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--benchmarks", default=str(PROJECT.parent / "shared" / "data"))
+    ap.add_argument("--tasks", default="gsm8k,mmlu,humaneval,mbpp")
+    ap.add_argument("--clean-docs", type=int, default=20000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many rows per file (0: all; a quick check)")
+    args = ap.parse_args(argv)
+    bench = Path(args.benchmarks)
+    para = bench / "paraphrase"
+    if not para.is_dir():
+        print(f"paraphrase_quality: no {para} (see ../shared/data/paraphrase/SOURCES.md)", file=sys.stderr)
+        return 2
+    cfg = PRESETS["paraphrase"]
+    t0 = time.perf_counter()
+    records, _ = build_reference_set(load_registry(PROJECT / "data" / "tasks", args.tasks.split(",")), bench, cfg)
+    ref = Reference(records)
+    px = paraphrase_index(ref, cfg)
+    setup = time.perf_counter() - t0
+    hosts = Hosts(args.seed)
+    result: dict = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+                    "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/paraphrase_quality.py "
+                    + " ".join(argv if argv is not None else sys.argv[1:]), "instances": len(px.items),
+                    "setup_seconds": round(setup, 1), "recall": [], "look_alikes": []}
+
+    def placed(texts: list[str]) -> list[Document]:
+        return [make_doc(i, hosts.wrap(t, "web")[0]) for i, t in enumerate(texts)]
+
+    tasks = set(args.tasks.split(","))
+    for name, label in FILES.items():
+        if not (para / name).is_file():
+            continue
+        rows = [r for r in jsonl(para / name) if r["task"] in tasks][:args.limit or None]
+        docs = placed([r["question"] for r in rows])
+        found, secs = run(docs, ref, cfg)
+        by_line = defaultdict(set)
+        for f in found:
+            by_line[f["line"]].add((f["task"], f["instance_index"], f["subject"] or None))
+        groups = defaultdict(lambda: Counter())
+        for i, r in enumerate(rows):
+            g = groups[(r["task"], r["kind"], r["semantics"])]
+            g["n"] += 1
+            g["held"] += bool(by_line[i])
+            g["correct"] += (r["task"], r["index"], r.get("subject") or None) in by_line[i]
+        for (task, kind, sem), g in sorted(groups.items()):
+            entry = {"file": label, "task": task, "kind": kind, "semantics": sem, "rows": g["n"],
+                     "held": round(g["held"] / g["n"], 4), "found_source": round(g["correct"] / g["n"], 4)}
+            result["recall" if sem == "preserved" else "look_alikes"].append(entry)
+            print(json.dumps(entry))
+    if "gsm8k" in tasks:
+        exact = set(records.filter(records["task"] == "gsm8k")["question"].str.strip_chars().to_list())
+        looks = {"Skywork mock GSM8K (eval 1419, question)": [r["question"] for r in jsonl(bench / "skywork_mock_gsm8k_eval_1419.jsonl")],
+                 "Skywork mock GSM8K (public, text)": [r["text"] for r in jsonl(bench / "skywork_mock_gsm8k_test_public.jsonl")],
+                 "GSM-Hard (input differs from its GSM8K question)": [r["input"] for r in jsonl(bench / "gsmhard_v2.jsonl")
+                                                                     if r["input"].strip() not in exact]}
+        for label, texts in looks.items():
+            texts = texts[:args.limit or None]
+            found, _ = run(placed(texts), ref, cfg)
+            entry = {"file": label, "rows": len(texts), "held": round(len({f["line"] for f in found}) / len(texts), 4)}
+            result["look_alikes"].append(entry)
+            print(json.dumps(entry))
+    for label, make in (("clean (planted suite's hosts: web 30 %, code 50 %, prose 20 %)", lambda: hosts.clean_document()[1]),
+                        ("web-like (the demo host text's documents)", hosts.web.document)):
+        clean = [make_doc(i, make()) for i in range(args.clean_docs)]
+        found, secs = run(clean, ref, cfg)
+        mb = sum(d.n_bytes for d in clean) / 1e6
+        held = len({f["line"] for f in found})
+        entry = {"documents": label, "n": len(clean), "MB": round(mb, 1), "held": held,
+                 "per_million": round(1e6 * held / max(len(clean), 1), 1), "cpu_seconds": round(secs, 2),
+                 "MB_per_s_per_core": round(mb / secs, 2), "docs_per_s_per_core": round(len(clean) / secs, 1),
+                 "examples": [f["training_text"][:200] for f in found[:5]]}
+        result.setdefault("clean", []).append(entry)
+        print(json.dumps(entry))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
