@@ -116,7 +116,8 @@ def knob_args(args) -> dict:
 
 def check_out(out: str | Path | None, flag: str = "--out") -> None:
     """One line (CliError) where an output folder cannot be used, before any work: a file, a folder that cannot be
-    created (under a file, under /proc) or one this user cannot write in (read-only).  Creates the folder."""
+    created (under a file, under /proc) or one this user cannot write in (read-only).  Leaves nothing behind: the
+    folders it had to create for the check are removed again, so a mistake found after it leaves no trace."""
     import tempfile
 
     from contam_assets.cli import CliError
@@ -126,16 +127,24 @@ def check_out(out: str | Path | None, flag: str = "--out") -> None:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise CliError(f"{flag} {out}: exists and is not a folder")
+    made = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(f"{flag} {out}: cannot create the folder ({exc.strerror or exc})") from None
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".contam-write-check-", dir=out)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise CliError(f"{flag} {out}: cannot write in the folder ({exc.strerror or exc})") from None
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"{flag} {out}: cannot create the folder ({exc.strerror or exc})") from None
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".contam-write-check-", dir=out)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise CliError(f"{flag} {out}: cannot write in the folder ({exc.strerror or exc})") from None
+    finally:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 def check_tasks(tasks: str | None, tasks_dir: str | None) -> None:
