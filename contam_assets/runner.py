@@ -26,6 +26,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from contam_assets import store
 from contam_assets.defs.data import assets as data_assets
+from contam_assets.defs.data import estimate as data_estimate
 from contam_assets.defs.data import outputs as data_outputs
 from contam_assets.defs.data.engine import RayScanEngine, engine_from_env
 from contam_assets.defs.data.jobs import mix_job, reference_job, report_job, scan_shards_job
@@ -53,7 +54,8 @@ AHEAD_DB_WAIT_S = 5.0  # how long tokenizing ahead waits for the database before
 # The instance config written into a new (or empty) DAGSTER_HOME: no telemetry, no banner.
 INSTANCE_YAML = "# written by contam-assets (runner.instance_for); deploy/dagster.yaml has a full example\ntelemetry:\n  enabled: false\n"
 DATA_ASSETS = [data_assets.task_registry, data_assets.reference_set, data_assets.ngram_index, data_assets.shard_matches,
-               data_assets.removals, data_outputs.removal_report, data_outputs.decontaminated_mix]
+               data_assets.removals, data_outputs.removal_report, data_outputs.decontaminated_mix,
+               data_estimate.pool_estimate]
 DATA_CHECKS = [data_assets.shard_conservation, data_assets.shard_accounting, data_assets.scan_state_current,
                data_assets.removals_consistent, data_outputs.mix_conservation]
 
@@ -106,7 +108,8 @@ def resources_for(settings: ContamSettings) -> dict:
 def data_definitions(settings: ContamSettings) -> dg.Definitions:
     """The data side's assets, checks and jobs, bound to these settings (not the environment's)."""
     return dg.Definitions(assets=DATA_ASSETS, asset_checks=DATA_CHECKS,
-                          jobs=[reference_job, scan_shards_job, report_job, mix_job], resources=resources_for(settings))
+                          jobs=[reference_job, scan_shards_job, report_job, mix_job, data_estimate.estimate_job],
+                          resources=resources_for(settings))
 
 
 class StepFailed(RuntimeError):
@@ -121,11 +124,12 @@ def _reason(err) -> str:
 
 
 def _run_job(defs: dg.Definitions, job, instance, partition_key=None, log: Callable[[str], None] = print,
-             tags: dict | None = None):
-    """Execute one of the named jobs in this process; asset warnings are printed, a failure raises StepFailed."""
+             tags: dict | None = None, ops: dict | None = None):
+    """Execute one of the named jobs in this process (``ops``: its ops' run config); asset warnings are printed, a
+    failure raises StepFailed."""
     result = defs.resolve_job_def(job.name).execute_in_process(
         instance=instance, partition_key=partition_key, raise_on_error=False, tags=tags,
-        run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}})
+        run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}, **({"ops": ops} if ops else {})})
     for entry in instance.all_logs(result.run_id):  # the warnings asset code logged, one line each
         if entry.level >= logging.WARNING and not entry.is_dagster_event and entry.user_message:
             log(f"warning: {entry.user_message.splitlines()[0]}")
@@ -241,6 +245,31 @@ def export_parquet(settings: ContamSettings) -> dict[str, int]:
     """The user tables as Parquet under OUT/tables/ (store/export.py), for DuckDB 1.x, polars and Spark."""
     with store.connect(settings.db_path, read_only=True) as con:
         return export_tables(con, settings.out_path)
+
+
+def run_estimate(settings: ContamSettings, instance: dg.DagsterInstance, fraction: float, seed: int = 0,
+                 by_source: bool = False, log: Callable[[str], None] = print) -> dict:
+    """`contam estimate`: the reference set and index, then `estimate_pool` (the sampled shards scanned as a full run
+    scans them, the estimate written), then the removals and the report; estimate.json's object with the stages'
+    seconds under `seconds`."""
+    defs = data_definitions(settings)
+    clock = _Clock()
+    sweep_temp_files(settings.out_path)
+    listing = list_pool(settings.pool_path, settings.follow_symlinks)
+    if not listing.shards:
+        raise FileNotFoundError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}")
+    atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
+    log("reference set and index")
+    _run_job(defs, reference_job, instance, log=log)
+    clock.lap("reference")
+    log(f"estimate from a {fraction:g} sample of {len(listing.shards)} shard(s)")
+    _run_job(defs, data_estimate.estimate_job, instance, log=log,
+             ops={"pool_estimate": {"config": {"fraction": fraction, "seed": seed, "by_source": by_source}}})
+    clock.lap("sample")
+    _run_job(defs, report_job, instance, log=log)
+    clock.lap("report")
+    result = json.loads((settings.out_path / "estimate.json").read_text())
+    return result | {"seconds": clock.laps}
 
 
 def ahead_mode(env=os.environ) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "contam_assets"
 # packages from the bottom up: a package may import those below it, never one above
-LAYERS = ["detector", "sources", "store", "paraphrase", "demo", "report", "rescan", "decon"]
+LAYERS = ["detector", "sources", "store", "paraphrase", "demo", "report", "rescan", "decon", "estimate"]
 
 
 def module_name(path: Path) -> str:

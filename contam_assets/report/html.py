@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 
 from contam_assets.detector.text import clean_text
+from contam_assets.report.estimate import estimate_section
 from contam_assets.report.inert import html_text
 from contam_assets.report.matrix import heatmap_png, source_task_matrix
 from contam_assets.report.raw_text import RawDocument, raw_documents
@@ -273,6 +274,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
     raws = raw_documents(pool_dir, top_rows, content_key, tokenizer, unescape, max_shards=RAW_TEXT_SHARDS) if top_rows else {}
     cards = "".join(_match_card(m, i + 1, raws.get(m["match_id"]), open_=i < OPEN_CARDS) for i, m in enumerate(top_rows))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    estimate = estimate_section(con)
     counts = f"""<div class="grid"><div><h3>per task and split</h3>{_table(by_task, ['task','split','flagged_matches','documents','instances','near_misses'])}</div>
 <div><h3>per suite</h3>{_table(by_suite, ['suite','needs_review','flagged_matches','documents','near_misses'])}</div>
 <div><h3>removed documents per source</h3>{_table(by_source, ['source','removed_documents'])}</div></div>"""
@@ -287,6 +289,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
 <div class="kpis">{kpi('documents read', totals['read'])}{kpi('documents removed', totals['removed'])}{kpi('documents kept', totals['kept'])}
 {kpi('documents rejected (bad input)', totals['rejected'])}{kpi('documents pending review', totals['pending'])}{kpi('matches stored', n_matches['n'])}{kpi('flagged matches', n_matches['f'])}{kpi('documents with a flagged match', n_matches['fd'])}</div>
 {_section('Shards that need attention', shard_health_html(con), anchor='health')}
+{_section(*estimate, anchor='estimate') if estimate else ''}
 {_section('Settings', settings_html, open_=False, anchor='settings')}
 {_section('Score distribution', img or "<p class='muted'>no matches</p>", anchor='scores')}
 {_section('Removed documents and tokens: source x benchmark', _matrix_html(con), anchor='matrix')}

