@@ -7,17 +7,20 @@ number of units in the pool (N_h).  Per-unit values come in as arrays, one row p
   (expansion) estimator, sum over units of (N_h / n_h) * y.  Its interval: percentiles of a Rao-Wu
   rescaled bootstrap over the sampled units within their strata (m_h = n_h - 1 draws, weights rescaled
   by sqrt(1 - f_h): the design's variance with its finite-population correction, so at F = 1 the
-  interval has no width); the sampled units are clusters, never single documents.  A bootstrap cannot
+  interval has no width), widened where needed to the textbook interval of the design (the expansion total
+  plus or minus Student's t times its stratified SRSWOR standard error, df = n - H): a bootstrap of a few
+  units per stratum alone is too narrow.  The sampled units are clusters, never single documents.  A bootstrap cannot
   see contaminated units the sample missed, so the upper bound is at least the estimate plus the units
   that may hold contamination unseen — the hypergeometric 97.5 % bound on contaminated units given the
-  k seen among the n sampled of N, less those the estimate already counts — each at the median value of
+  k seen among the n sampled of N, less those the estimate already counts — each at the mean value of
   the contaminated units seen (at least ``floor``).  The lower bound is at least what the sample holds.
 - Share of benchmark items present at least once in the pool: the sampled units are the sampling
   occasions of an incidence-based richness estimator, each item's frequency the number of sampled units
   that hold it.  Chao2 for sampling without replacement (Chao & Lin 2012, Biometrics 68: the
   q/(1 - q) * Q1 term in the denominator; at q = 1 it gives the observed count exactly), bias-corrected
   when Q2 = 0; capped by the benchmark's number of items.  Interval: Chao's log-normal interval for the
-  unseen part, with the variance of a stratified unit bootstrap, finite-population corrected.
+  unseen part, with the larger of Chao's variance formula (Q2 taken as at least 1) and the variance of a
+  stratified unit bootstrap, finite-population corrected (1 - n/N).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import hypergeom
+from scipy.stats import t as student_t
 
 LEVEL = 0.95
 ALPHA = (1.0 - LEVEL) / 2
@@ -106,6 +110,20 @@ def positives_upper(k: int, n: int, N: int, alpha: float = ALPHA) -> int:
     return int(ok.max()) if ok.size else int(k)
 
 
+def design_se(design: Design, y: np.ndarray) -> tuple[float, int]:
+    """The standard error of the expansion total under stratified SRSWOR (sum of N_h^2 (1 - f_h) s_h^2 / n_h) and its
+    degrees of freedom (units in strata of two or more, less those strata)."""
+    var, df = 0.0, 0
+    for h in range(design.pool_units.size):
+        v = y[design.strata == h]
+        if v.size < 2:
+            continue
+        N_h = float(design.pool_units[h])
+        var += N_h * N_h * (1 - v.size / N_h) * float(v.var(ddof=1)) / v.size
+        df += v.size - 1
+    return float(np.sqrt(var)), df
+
+
 def total(design: Design, y: np.ndarray, boot: np.ndarray, floor: float = 1.0, cap: float | None = None) -> Interval:
     """The pool total of a per-unit value ``y`` (see the module's description); ``boot`` from `rao_wu_weights`."""
     y = np.asarray(y, dtype=float)
@@ -115,11 +133,15 @@ def total(design: Design, y: np.ndarray, boot: np.ndarray, floor: float = 1.0, c
         return Interval(0.0, 0.0, float(cap) if cap is not None else float("inf"))
     reps = boot @ y
     lo, hi = (float(v) for v in np.quantile(reps, [ALPHA, 1 - ALPHA]))
+    se, df = design_se(design, y)
+    if df > 0:  # the textbook interval too: a bootstrap of few units per stratum is too narrow on its own
+        q = float(student_t.ppf(1 - ALPHA, df))
+        lo, hi = min(lo, est - q * se), max(hi, est + q * se)
     positive = y > 0
     k = int(positive.sum())
     k_hi = positives_upper(k, design.n, design.N)
     k_hat = float(design.weights @ positive)
-    typical = max(floor, float(np.median(y[positive]))) if k else floor
+    typical = max(floor, float(y[positive].mean())) if k else floor
     hi = max(hi, est, est + max(0.0, k_hi - k_hat) * typical)
     lo = max(min(lo, est), observed)
     if cap is not None:
@@ -140,6 +162,14 @@ def chao2_wor(freq: np.ndarray, n: int, N: int) -> float:
     if q2 > 0:
         return s_obs + q1 * q1 / (a * 2 * q2 + q / (1 - q) * q1)
     return s_obs + q1 * max(q1 - 1, 0) / (a * 2 * (q2 + 1) + q / (1 - q) * q1)
+
+
+def chao2_variance(freq: np.ndarray, n: int) -> float:
+    """Chao's (1987) variance of the estimate from Q1 and Q2 (Q2 taken as at least 1), A = (n - 1) / n."""
+    freq = np.asarray(freq)
+    q1, q2 = float((freq == 1).sum()), max(1.0, float((freq == 2).sum()))
+    a, r = (n - 1) / n if n > 1 else 1.0, q1 / q2
+    return q2 * (0.5 * a * r ** 2 + a * a * r ** 3 + 0.25 * a * a * r ** 4)
 
 
 def _frequencies(incidence: list[np.ndarray], chosen: np.ndarray, n_items: int) -> np.ndarray:
@@ -167,7 +197,7 @@ def items_present(design: Design, incidence: list[np.ndarray], n_items: int, rep
     for b in range(replicates):
         chosen = np.concatenate([rng.choice(g, size=g.size, replace=True) for g in groups if g.size])
         reps[b] = min(float(n_items), chao2_wor(_frequencies(incidence, chosen, n_items), n, N))
-    var = float(reps.var(ddof=1)) * (1.0 - n / N)
+    var = max(float(reps.var(ddof=1)), chao2_variance(freq, n)) * (1.0 - n / N)
     unseen = est - s_obs
     if unseen > 0 and var > 0:
         c = float(np.exp(Z * np.sqrt(np.log1p(var / unseen ** 2))))

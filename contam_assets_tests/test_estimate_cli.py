@@ -1,0 +1,190 @@
+"""`contam estimate` as a user runs it: bad input, a fraction of 1 against the full run, a clean pool, a single
+shard, a planted pool whose figures are known, and a later `contam detect` reusing the sample's scans."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import duckdb
+import pytest
+
+from contam_assets_tests.test_cli_data import contam
+
+GSM_TEST_ONLY = """name = "gsm8k"
+kind = "qa"
+language = "en"
+[fields]
+question = "question"
+answer = "answer"
+[[splits]]
+name = "test"
+file = "gsm8k_test.jsonl"
+"""
+CLEAN = "A clean document about gardening, the weather and the price of bread in the village, nothing more. "
+
+
+def write_pool(folder, gsm, shards: dict[str, int], rate: dict[str, float], docs=12, seed=0) -> dict:
+    """Shards of ``docs`` documents; a document quotes a GSM8K test item with its source's ``rate``. The truth."""
+    rng = random.Random(seed)
+    truth = {"removed": 0, "items": set(), "copies": 0}
+    for source, n in shards.items():
+        (folder / source).mkdir(parents=True, exist_ok=True)
+        for s in range(n):
+            rows = []
+            for i in range(docs):
+                if rng.random() < rate[source]:
+                    k = rng.randrange(40)
+                    g = gsm[k]
+                    rows.append({"id": f"{source}{s}-{i}", "source": source,
+                                 "text": f"Worked example.\n{g['question']}\n{g['answer']}\nThat is all."})
+                    truth["removed"] += 1
+                    truth["items"].add(k)
+                    truth["copies"] += 1
+                else:
+                    rows.append({"id": f"{source}{s}-{i}", "source": source, "text": CLEAN + str(rng.random())})
+            (folder / source / f"part-{s:03d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return truth
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, shared_data):
+    base = tmp_path_factory.mktemp("estimate")
+    (base / "tasks").mkdir()
+    (base / "tasks" / "gsm8k.toml").write_text(GSM_TEST_ONLY)
+    gsm = [json.loads(line) for line in open(shared_data / "gsm8k_test.jsonl")]
+    return base, gsm
+
+
+def estimate(base, shared_data, pool, out, *extra):
+    return contam("estimate", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks-dir", base / "tasks",
+                  *extra, env_extra={"DAGSTER_HOME": str(base / "home")})
+
+
+def test_bad_input_is_one_line_and_exit_2(setup, shared_data, tmp_path):
+    base, gsm = setup
+    pool = tmp_path / "pool"
+    write_pool(pool, gsm, {"web": 1}, {"web": 0.0})
+    for bad in ("0", "-0.5", "1.5", "nan"):
+        r = estimate(base, shared_data, pool, tmp_path / "out", "--fraction", bad)
+        assert r.returncode == 2 and "--fraction" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    (tmp_path / "empty").mkdir()
+    r = estimate(base, shared_data, tmp_path / "empty", tmp_path / "out", "--fraction", "0.5")
+    assert r.returncode == 2 and "no .json/.jsonl shards" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = estimate(base, shared_data, pool, tmp_path / "out", "--fraction", "0.5", "--tasks", ",")
+    assert r.returncode == 2 and "names no task" in r.stderr
+    r = estimate(base, shared_data, pool, tmp_path / "out", "--fraction", "0.5", "--tasks", "nosuchtask")
+    assert r.returncode == 2 and "unknown task" in r.stderr
+
+
+def test_fraction_one_equals_the_full_run_and_detect_reuses_the_scans(setup, shared_data, tmp_path):
+    base, gsm = setup
+    pool = tmp_path / "pool"
+    truth = write_pool(pool, gsm, {"web": 3, "code": 2}, {"web": 0.1, "code": 0.5}, seed=1)
+    out = tmp_path / "out"
+    r = estimate(base, shared_data, pool, out, "--fraction", "1", "--by", "source")
+    assert r.returncode == 0, r.stderr[-3000:]
+    est = json.loads((out / "estimate.json").read_text())
+    assert est["sampled"]["units"] == est["pool"]["units"] == 5
+    test = est["tasks"]["gsm8k"]["splits"]["test"]
+    for m in ("removed_documents", "copies_per_item", "items_present_share", "held_documents"):
+        assert test[m]["estimate"] == test[m]["low"] == test[m]["high"], (m, test[m])
+    assert test["removed_documents"]["estimate"] == truth["removed"]
+    assert test["items_present_share"]["estimate"] == pytest.approx(len(truth["items"]) / 1319, abs=1e-6)
+    assert test["copies_per_item"]["estimate"] == pytest.approx(truth["copies"] / 1319, abs=1e-6)
+    assert set(est["sources"]) == {"web", "code"}
+    assert sum(s["gsm8k"]["removed_documents"]["estimate"] for s in est["sources"].values()) == truth["removed"]
+    assert f"gsm8k test: ~{100 * len(truth['items']) / 1319:.0f} % of items present" in r.stdout
+    with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
+        before = dict(con.execute("select shard, scanned_at from shard_scans").fetchall())
+        rows = con.execute("select count(*) from pool_estimates where measure = 'removed_documents'").fetchone()[0]
+    assert rows == 1 + 1 + 2  # task, its split, two sources
+    assert (out / "estimate.parquet").exists() and "Pool estimate from a 1 sample" in (out / "report.html").read_text()
+    r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks-dir", base / "tasks",
+               env_extra={"DAGSTER_HOME": str(base / "home")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
+        after = dict(con.execute("select shard, scanned_at from shard_scans").fetchall())
+        removed = con.execute("select count(*) from removals").fetchone()[0]
+    assert after == before  # every shard the estimate scanned is current: the full run scanned none again
+    assert removed == truth["removed"] == test["removed_documents"]["estimate"]
+
+
+def test_a_clean_pool_and_a_single_shard(setup, shared_data, tmp_path):
+    base, gsm = setup
+    pool = tmp_path / "clean"
+    write_pool(pool, gsm, {"web": 8}, {"web": 0.0}, seed=2)
+    r = estimate(base, shared_data, pool, tmp_path / "out", "--fraction", "0.25")
+    assert r.returncode == 0, r.stderr[-3000:]
+    test = json.loads((tmp_path / "out" / "estimate.json").read_text())["tasks"]["gsm8k"]["splits"]["test"]
+    assert test["removed_documents"]["estimate"] == 0 and test["removed_documents"]["low"] == 0
+    assert test["removed_documents"]["high"] > 0  # 0 in 2 of 8 shards does not prove the others clean
+    assert test["items_present_share"]["low"] == 0
+    one = tmp_path / "one"
+    truth = write_pool(one, gsm, {"web": 1}, {"web": 0.3}, seed=3)
+    (one / "web" / "part-000.jsonl").rename(one / "only.jsonl")
+    r = estimate(base, shared_data, one, tmp_path / "out1", "--fraction", "0.026")
+    assert r.returncode == 0, r.stderr[-3000:]
+    est = json.loads((tmp_path / "out1" / "estimate.json").read_text())
+    test = est["tasks"]["gsm8k"]["splits"]["test"]
+    assert est["sampled"]["units"] == 1 and test["removed_documents"] == {"estimate": truth["removed"],
+                                                                          "low": truth["removed"],
+                                                                          "high": truth["removed"]}
+
+
+def test_a_planted_pool_is_estimated_close_to_its_truth(setup, shared_data, tmp_path):
+    """One real sample, then (the pool scanned whole by `contam detect`, reusing the sample's scans) 30 seeded
+    samples estimated from the stored rows of their shards, as `pool_estimate` estimates them."""
+    from contam_assets.estimate import pool as estimate_pool
+    from contam_assets.estimate.design import pool_units, stratified_sample
+    from contam_assets.store.pool import list_pool
+
+    base, gsm = setup
+    pool = tmp_path / "planted"
+    truth = write_pool(pool, gsm, {"web": 30, "code": 10}, {"web": 0.1, "code": 0.3}, seed=4)
+    out = tmp_path / "out"
+    r = estimate(base, shared_data, pool, out, "--fraction", "0.25", "--seed", "3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    est = json.loads((out / "estimate.json").read_text())
+    rem = est["tasks"]["gsm8k"]["splits"]["test"]["removed_documents"]
+    assert est["sampled"]["units"] == 8 + 3 and est["sampled"]["bytes"] <= 1.2 * 11 / 40 * est["pool"]["bytes"]
+    assert abs(rem["estimate"] - truth["removed"]) < 0.5 * truth["removed"]
+    r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks-dir", base / "tasks",
+               env_extra={"DAGSTER_HOME": str(base / "home")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    listing = list_pool(pool)
+    units = pool_units(listing.shards, listing.paths)
+    covered, estimates, share_covered = 0, [], 0
+    with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
+        for seed in range(30):
+            got = estimate_pool.estimate(con, stratified_sample(units, 0.25, seed), replicates=300)
+            t = got["tasks"]["gsm8k"]["splits"]["test"]
+            covered += t["removed_documents"]["low"] <= truth["removed"] <= t["removed_documents"]["high"]
+            share_covered += t["items_present_share"]["low"] <= len(truth["items"]) / 1319 <= t["items_present_share"]["high"]
+            estimates.append(t["removed_documents"]["estimate"])
+    assert covered >= 25 and share_covered >= 25, (covered, share_covered)
+    assert sum(estimates) / len(estimates) == pytest.approx(truth["removed"], rel=0.1)
+
+
+def test_the_sensor_asks_for_a_new_estimate_when_the_pool_changes(setup, tmp_path, monkeypatch):
+    import dagster as dg
+
+    from contam_assets.defs.data.estimate import pool_estimate_sensor
+    from contam_assets.defs.resources import ContamSettings
+
+    base, gsm = setup
+    pool = tmp_path / "pool"
+    write_pool(pool, gsm, {"web": 2}, {"web": 0.0})
+    settings = ContamSettings(out_dir=str(tmp_path / "out"), pool_dir=str(pool))
+    monkeypatch.setenv("CONTAM_ESTIMATE_FRACTION", "0.1")
+    with dg.instance_for_test() as instance:
+        first = pool_estimate_sensor(dg.build_sensor_context(instance=instance, resources={"contam_settings": settings}))
+        assert len(first.run_requests) == 1
+        assert first.run_requests[0].run_config == {"ops": {"pool_estimate": {"config": {"fraction": 0.1, "seed": 0}}}}
+        again = pool_estimate_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor,
+                                                             resources={"contam_settings": settings}))
+        assert not again.run_requests and again.skip_reason
+        write_pool(pool, gsm, {"web": 3}, {"web": 0.0})  # the pool grew by a shard
+        grown = pool_estimate_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor,
+                                                             resources={"contam_settings": settings}))
+        assert len(grown.run_requests) == 1 and grown.run_requests[0].run_key != first.run_requests[0].run_key
