@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
 import statistics
 import subprocess
@@ -98,13 +99,14 @@ def main() -> None:
     from contam_assets.estimate.design import pool_units, stratified_sample
     from contam_assets.store.pool import list_pool
 
-    out = Path(a.out)
+    out = Path(a.out).resolve()
     (out / "tasks").mkdir(parents=True, exist_ok=True)
     (out / "tasks" / "gsm8k.toml").write_text(TASK)
     gsm = [json.loads(line) for line in open(Path(a.benchmarks) / "gsm8k_test.jsonl")]
     common = ["--benchmarks", a.benchmarks, "--tasks-dir", out / "tasks"]
     results = {"fraction": a.fraction, "samples": a.samples, "shards": a.shards, "docs_per_shard": a.docs,
-               "hot": a.hot, "machine": f"{os.cpu_count()} cores", "rates": {}}
+               "hot": a.hot, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+               "date": time.strftime("%Y-%m-%d", time.gmtime()), "rates": {}}
     for rate in [float(r) for r in a.rates.split(",")]:
         pool, full = out / f"pool-{rate:g}", out / f"full-{rate:g}"
         if not pool.exists():

@@ -188,3 +188,25 @@ def test_the_sensor_asks_for_a_new_estimate_when_the_pool_changes(setup, tmp_pat
         grown = pool_estimate_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor,
                                                              resources={"contam_settings": settings}))
         assert len(grown.run_requests) == 1 and grown.run_requests[0].run_key != first.run_requests[0].run_key
+
+
+def test_the_docs_commands_run_as_written(shared_data, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from contam_assets_tests.doc_commands import ROOT, command
+
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
+    (tmp_path / "data").symlink_to(shared_data)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "DAGSTER_HOME": str(tmp_path / "home")}
+    for start in ("python benchmarks/estimate_calibration.py", "contam estimate"):
+        r = subprocess.run(["bash", "-c", command("docs/estimate.md", start)], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=1200)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "gsm8k test: ~" in r.stdout and "% of items present" in r.stdout
+    est = json.loads((tmp_path / "estimate" / "estimate.json").read_text())
+    assert est["sampled"]["units"] == 3 + 1 and "web" in est["sources"]
+    assert json.loads((tmp_path / "calib" / "calibration.json").read_text())["rates"]["0.05"]["coverage"]

@@ -20,7 +20,9 @@ number of units in the pool (N_h).  Per-unit values come in as arrays, one row p
   q/(1 - q) * Q1 term in the denominator; at q = 1 it gives the observed count exactly), bias-corrected
   when Q2 = 0; capped by the benchmark's number of items.  Interval: Chao's log-normal interval for the
   unseen part, with the larger of Chao's variance formula (Q2 taken as at least 1) and the variance of a
-  stratified unit bootstrap, finite-population corrected (1 - n/N).
+  stratified unit bootstrap, finite-population corrected (1 - n/N); its upper bound at least the observed
+  items plus, as for totals, the units that may hold items unseen, each with the mean number of items of the
+  units seen holding any (one when none was seen).
 """
 
 from __future__ import annotations
@@ -204,6 +206,10 @@ def items_present(design: Design, incidence: list[np.ndarray], n_items: int, rep
         lo, hi = s_obs + unseen / c, s_obs + unseen * c
     else:
         lo, hi = s_obs, est + Z * np.sqrt(var)
-    if s_obs == 0:  # nothing seen: as many items as units that may hold one unseen
-        hi = max(hi, float(positives_upper(0, n, N)))
+    holding = np.array([a.size for a in incidence])
+    k = int((holding > 0).sum())
+    k_hat = float(design.weights @ (holding > 0))
+    typical = float(holding[holding > 0].mean()) if k else 1.0
+    # units that may hold items unseen (as for totals), each with as many new items as a unit seen holds
+    hi = max(hi, s_obs + max(0.0, positives_upper(k, n, N) - k_hat) * typical)
     return Interval(est, max(s_obs, min(lo, est)), min(float(n_items), max(hi, est)))
