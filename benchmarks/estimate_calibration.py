@@ -149,7 +149,9 @@ def main() -> None:
         stages = [line for line in rf.stdout.splitlines() if line.startswith("seconds ")]
         ref = float(stages[0].split("reference ")[1].split()[0]) if stages else 0.0
         est = json.loads((out / "cost-estimate" / "estimate.json").read_text())
+        est_stages = [line for line in r.stdout.splitlines() if line.startswith("seconds ")]
         results["cost"] = {"estimate_wall_s": round(t_est, 1), "full_wall_s": round(t_full, 1),
+                           "estimate_stages": est_stages[0] if est_stages else "",
                            "full_stages": stages[0] if stages else "", "full_reference_s": ref,
                            "target_s": round(1.5 * a.fraction * t_full + ref, 1),
                            "bytes_read_over_pool": est["sampled"]["bytes"] / est["pool"]["bytes"],

@@ -71,6 +71,7 @@ def run(args) -> int:
         raise CliError("no task with indexed items: nothing to estimate")
     for line in sentences(result):
         print(line)
+    print("seconds " + "  ".join(f"{k} {v:.2f}" for k, v in result["seconds"].items()))
     out = settings.out_path
     print(f"estimate {out / 'estimate.json'}\ntable   {out / 'contam.duckdb'} (pool_estimates; {out / 'estimate.parquet'})"
           f"\nreport  {out / 'report.html'}")
