@@ -53,6 +53,7 @@ def run(args) -> int:
     settings = settings_from_args(args)
     from contam_assets import runner
     from contam_assets.estimate.pool import sentences
+    from contam_assets.report.inert import term_text
     from contam_assets.store.pool import list_pool
 
     if not list_pool(settings.pool_path, settings.follow_symlinks).shards:
@@ -66,11 +67,11 @@ def run(args) -> int:
     print(f"\nsampled {s['units']} of {result['pool']['units']} shard(s): {s['documents']:,} documents, "
           f"{s['bytes']:,} of {result['pool']['bytes']:,} bytes (seed {result['seed']})")
     for shard in result["not_scanned"]:
-        print(f"not scanned (left out of the estimate): {shard}")
+        print(f"not scanned (left out of the estimate): {term_text(shard)}")
     if not result["tasks"]:
         raise CliError("no task with indexed items: nothing to estimate")
     for line in sentences(result):
-        print(line)
+        print(term_text(line))
     print("seconds " + "  ".join(f"{k} {v:.2f}" for k, v in result["seconds"].items()))
     out = settings.out_path
     print(f"estimate {out / 'estimate.json'}\ntable   {out / 'contam.duckdb'} (pool_estimates; {out / 'estimate.parquet'})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 
+from contam_assets.report.inert import html_text
 from contam_assets.store.db import table_exists
 
 MEASURES = [("items_present_share", "items present"), ("copies_per_item", "copies per item"),
@@ -43,7 +44,7 @@ def estimate_section(con) -> tuple[str, str] | None:
             cells.append(f"<td>~{_fmt(m, est)} <span class='muted'>({_fmt(m, lo)}–{_fmt(m, hi)}; sample "
                          f"{_fmt(m, obs)})</span></td>")
         name = f"{source} · {task}" if scope == "source" else f"{task} {split}".strip()
-        body.append(f"<tr><td>{html.escape(name)}</td><td>{r['items']:,}</td>{''.join(cells)}</tr>")
+        body.append(f"<tr><td>{html_text(name)}</td><td>{r['items']:,}</td>{''.join(cells)}</tr>")
     intro = (f"<p>Estimated for the whole pool from a random sample of {n:,} of its {N:,} shards (fraction "
              f"{fraction:g}, seed {seed}); each figure with its 95 % interval and what the sample itself holds "
              "(docs/estimate.md: stratified sample of whole shards, Horvitz-Thompson totals, cluster-bootstrap "
