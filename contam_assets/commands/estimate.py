@@ -6,9 +6,18 @@ import argparse
 import math
 import os
 
-# what `detect.settings_from_args` reads that `contam estimate` does not ask for: a full run's defaults
-DETECT_DEFAULTS = dict(decon_config=None, report_output_dir=None, cleaned_output_dir=None, purify=None, evals_dir=None,
-                       removal="document", no_unescape=False, allow_missing=False)
+
+def detect_args(args) -> argparse.Namespace:
+    """The arguments of a `contam detect` of the same pool and settings: detect's own defaults for everything
+    `contam estimate` does not ask for, so the sample is scanned as a full run with these flags scans it."""
+    from contam_assets.commands import detect
+
+    parser = argparse.ArgumentParser(add_help=False)
+    detect.register(parser.add_subparsers())
+    full = parser.parse_args(["detect", "--pool", str(args.pool), "--out", str(args.out)])
+    for k, v in vars(args).items():
+        setattr(full, k, v)
+    return full
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,9 +57,7 @@ def run(args) -> int:
         raise CliError(f"--fraction: {exc}") from None
     if args.tasks is not None and not [t for t in args.tasks.split(",") if t.strip()]:
         raise CliError("--tasks names no task")
-    for k, v in DETECT_DEFAULTS.items():
-        setattr(args, k, getattr(args, k, v))
-    settings = settings_from_args(args)
+    settings = settings_from_args(detect_args(args))
     from contam_assets import runner
     from contam_assets.estimate.pool import sentences
     from contam_assets.report.inert import term_text
