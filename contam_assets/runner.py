@@ -247,31 +247,6 @@ def export_parquet(settings: ContamSettings) -> dict[str, int]:
         return export_tables(con, settings.out_path)
 
 
-def run_estimate(settings: ContamSettings, instance: dg.DagsterInstance, fraction: float, seed: int = 0,
-                 by_source: bool = False, log: Callable[[str], None] = print) -> dict:
-    """`contam estimate`: the reference set and index, then `estimate_pool` (the sampled shards scanned as a full run
-    scans them, the estimate written), then the removals and the report; estimate.json's object with the stages'
-    seconds under `seconds`."""
-    defs = data_definitions(settings)
-    clock = _Clock()
-    sweep_temp_files(settings.out_path)
-    listing = list_pool(settings.pool_path, settings.follow_symlinks)
-    if not listing.shards:
-        raise FileNotFoundError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}")
-    atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
-    log("reference set and index")
-    _run_job(defs, reference_job, instance, log=log)
-    clock.lap("reference")
-    log(f"estimate from a {fraction:g} sample of {len(listing.shards)} shard(s)")
-    _run_job(defs, data_estimate.estimate_job, instance, log=log,
-             ops={"pool_estimate": {"config": {"fraction": fraction, "seed": seed, "by_source": by_source}}})
-    clock.lap("sample")
-    _run_job(defs, report_job, instance, log=log)
-    clock.lap("report")
-    result = json.loads((settings.out_path / "estimate.json").read_text())
-    return result | {"seconds": clock.laps}
-
-
 def ahead_mode(env=os.environ) -> str:
     """CONTAM_TOKENIZE_AHEAD=auto|on|off; auto (the default): on where the reference set will be built from at least
     AHEAD_MIN_SOURCE_BYTES of benchmark files (`build_ahead_pays`)."""

@@ -99,7 +99,7 @@ def test_fraction_one_equals_the_full_run_and_detect_reuses_the_scans(setup, sha
         before = dict(con.execute("select shard, scanned_at from shard_scans").fetchall())
         rows = con.execute("select count(*) from pool_estimates where measure = 'removed_documents'").fetchone()[0]
     assert rows == 1 + 1 + 2  # task, its split, two sources
-    assert (out / "estimate.parquet").exists() and "Pool estimate from a 1 sample" in (out / "report.html").read_text()
+    assert (out / "tables" / "pool_estimates" / "part-0.parquet").exists() and "Pool estimate from a 1 sample" in (out / "report.html").read_text()
     r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks-dir", base / "tasks",
                env_extra={"DAGSTER_HOME": str(base / "home")})
     assert r.returncode == 0, r.stderr[-3000:]

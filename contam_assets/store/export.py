@@ -17,7 +17,7 @@ import duckdb
 from contam_assets.store.db import table_exists
 
 USER_TABLES = ("instances", "matches", "removals", "shard_stats", "mix_stats", "cuts", "review_decisions",
-               "detect_settings", "pool_skips", "shard_errors", "retired_shards")
+               "detect_settings", "pool_skips", "shard_errors", "retired_shards", "pool_estimates")
 
 
 def export_tables(con: duckdb.DuckDBPyConnection, out_dir: Path, tables: tuple[str, ...] = USER_TABLES) -> dict[str, int]:
