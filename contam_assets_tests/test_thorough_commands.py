@@ -1,4 +1,4 @@
-"""The thorough preset everywhere default goes (issue 13), starting with the commands README and
+"""The thorough preset everywhere default goes (issue 13), starting with the commands docs/usage.md and
 docs/quality.md show, run exactly as written: `contam quality` with thorough beside default, then
 `contam detect --preset thorough --removal span` on that planted pool, then `contam review`.
 
@@ -42,10 +42,10 @@ REASONS = {"question+answer", "solution_only", "answer_only", "question_only", "
 
 
 def documented_commands() -> list[str]:
-    """The shell lines of README.md and docs/quality.md that use the thorough example folders, in that order:
-    docs/quality.md first (it makes the pool README's lines scan)."""
+    """The shell lines of docs/quality.md and docs/usage.md that use the thorough example folders, in that order:
+    docs/quality.md first (it makes the pool docs/usage.md's lines scan)."""
     out = []
-    for doc in ("docs/quality.md", "README.md"):
+    for doc in ("docs/quality.md", "docs/usage.md"):
         text = (PROJECT_ROOT / doc).read_text()
         for block in re.findall(r"```bash\n(.*?)```", text, re.S):
             for line in block.splitlines():
