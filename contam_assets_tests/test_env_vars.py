@@ -112,3 +112,34 @@ def test_contam_experiments(clean_env, tmp_path):
     from contam_assets.defs.resources import ContamSettings
 
     assert ContamSettings.from_env().experiments_path == tmp_path / "exp"
+
+
+def test_contam_tasks_dir(clean_env, pool, tmp_path):
+    clean_env.setenv("CONTAM_TASKS_DIR", "catalogue")
+    assert detect_settings("--pool", pool, "--out", tmp_path / "o").tasks_dir.endswith("catalogue")
+    assert build_parser().parse_args(["tasks"]).tasks_dir == "catalogue"
+
+
+def test_contam_lm_eval_tasks(clean_env, pool, tmp_path):
+    clean_env.setenv("CONTAM_LM_EVAL_TASKS", "gsm8k,arc_easy")
+    assert detect_settings("--pool", pool, "--out", tmp_path / "o").lm_eval_tasks == "gsm8k,arc_easy"
+    assert detect_settings("--pool", pool, "--out", tmp_path / "o", "--lm-eval-tasks", "mmlu").lm_eval_tasks == "mmlu"
+
+
+def test_contam_lm_eval_include(clean_env, pool, tmp_path):
+    clean_env.setenv("CONTAM_LM_EVAL_INCLUDE", str(tmp_path))
+    assert detect_settings("--pool", pool, "--out", tmp_path / "o").lm_eval_include == str(tmp_path)
+
+
+def test_every_variable_of_the_configuration_table_has_its_test_here():
+    """docs/usage.md's table of variables, read as written: each row names a variable a test above sets."""
+    import re
+
+    from contam_assets_tests.doc_commands import ROOT
+
+    text = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8").split("## Configuration", 1)[1]
+    names = re.findall(r"^\| `(CONTAM_[A-Z_]+)` \|", text, re.M)
+    assert len(names) >= 16, names
+    tests = {n for n in globals() if n.startswith("test_contam_")}
+    missing = [n for n in names if f"test_{n.lower()}" not in tests]
+    assert not missing, f"docs/usage.md documents {missing}: add a test here that sets each and reads it back"
