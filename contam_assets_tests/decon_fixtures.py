@@ -120,9 +120,10 @@ def long_document() -> str:
     return " ".join([filler(0, 4), full_copy(BRIDGE), filler(1, 3), full_copy(LEAVES), filler(2, 2)])
 
 
-def write_jsonl(path: Path, texts: list[str]) -> None:
-    """Lines of {"id", "text"} in the compression the name implies."""
-    data = "".join(json.dumps({"id": f"{path.name}:{i}", "text": t}) + "\n" for i, t in enumerate(texts)).encode()
+def write_jsonl(path: Path, texts: list[str | dict]) -> None:
+    """Lines of {"id", "text"} (a dict is written as it is) in the compression the name implies."""
+    rows = (t if isinstance(t, dict) else {"id": f"{path.name}:{i}", "text": t} for i, t in enumerate(texts))
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.name.endswith(".gz"):
         data = gzip.compress(data)

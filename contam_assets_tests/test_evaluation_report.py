@@ -153,7 +153,7 @@ def test_dagster_assets(experiments, tmp_path, dagster_home):
         assert [c.passed for c in checks] == [True]
     mat = res.asset_materializations_for_node("evaluation_report")[0]
     assert mat.metadata["changed"].value is False and mat.metadata["exact"].value == 25
-    assert "| gsm8k-test | 1319 | 25 | 25 |" in mat.metadata["benchmarks"].value
+    assert "| gsm8k\\-test | 1319 | 25 | 25 |" in mat.metadata["benchmarks"].value  # escaped: report/inert.md_text
     # a malformed report elsewhere is counted, not fatal
     bad = experiments / "broken" / "eval" / "s1" / "report.json"
     bad.parent.mkdir(parents=True)
@@ -162,7 +162,7 @@ def test_dagster_assets(experiments, tmp_path, dagster_home):
     assert res.success
     md = res.asset_materializations_for_node("evaluation_comparison")[0].metadata
     assert md["reports"].value == 3 and md["runs"].value == 2 and md["unreadable_reports"].value == 1
-    assert "| leaky | step-000200 | leaky-mix | 1483 | 25 |" in md["per_run"].value
+    assert "| leaky | step\\-000200 | leaky\\-mix | 1483 | 25 |" in md["per_run"].value
     comp = json.loads((out / "evaluation" / "comparison.json").read_text())
     assert comp == comparison(experiments)
     assert comp["runs"]["clean"]["exact"] == 0 and comp["runs"]["leaky"]["near"] == 25
