@@ -63,4 +63,4 @@ def test_mix_conservation_checks_its_runs_shards(tmp_path, shared_data, monkeypa
     ev = O.mix_conservation(ctx)
     assert not ev.passed
     assert (ev.metadata["shards_checked"].value, ev.metadata["violations"].value) == (3, 1)
-    assert "part-002.jsonl" in ev.metadata["details"].value and "file line count" in ev.metadata["details"].value
+    assert "part\\-002\\.jsonl" in ev.metadata["details"].value and "file line count" in ev.metadata["details"].value
