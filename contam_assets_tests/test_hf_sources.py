@@ -220,15 +220,18 @@ def lm_eval_include(tmp_path_factory, shared_data):
     pq.write_table(pa.Table.from_pylist(rows), gsm / "test-00000-of-00001.parquet")
     pq.write_table(pa.Table.from_pylist([json.loads(x) for x in open(shared_data / "gsm8k_train.jsonl")][:200]),
                    gsm / "train-00000-of-00001.parquet")
-    arc_rows = []  # ARC-Easy test in the Hub's layout, from llm-foundry's copy
-    for i, line in enumerate(open(shared_data / "arc_easy_llmfoundry.jsonl")):
-        r = json.loads(line)
-        arc_rows.append({"id": f"arc-{i}", "question": r["query"].removeprefix("Question: "),
-                         "choices": {"text": r["choices"], "label": list("ABCDE")[:len(r["choices"])]},
-                         "answerKey": "ABCDE"[r["gold"]]})
-    arc = tmp / "allenai--ai2_arc" / "ARC-Easy"
-    arc.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(arc_rows), arc / "test-00000-of-00001.parquet")
+    arc_files = {}
+    for config, name in (("ARC-Easy", "arc_easy"), ("ARC-Challenge", "arc_challenge")):  # the Hub's layout
+        arc_rows = []  # from llm-foundry's copies
+        for i, line in enumerate(open(shared_data / f"{name}_llmfoundry.jsonl")):
+            r = json.loads(line)
+            arc_rows.append({"id": f"{name}-{i}", "question": r["query"].removeprefix("Question: "),
+                             "choices": {"text": r["choices"], "label": list("ABCDE")[:len(r["choices"])]},
+                             "answerKey": "ABCDE"[r["gold"]]})
+        folder = tmp / "allenai--ai2_arc" / config
+        folder.mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(arc_rows), folder / "test-00000-of-00001.parquet")
+        arc_files[name] = folder / "test-00000-of-00001.parquet"
     mmlu = tmp / "cais--mmlu" / "abstract_algebra"  # the Hub's layout: question, subject, choices, answer
     mmlu.mkdir(parents=True)
     import csv
@@ -261,10 +264,11 @@ def lm_eval_include(tmp_path_factory, shared_data):
         f"task: gsm8k\ninclude: {LM_EVAL_TASKS / 'gsm8k' / 'gsm8k.yaml'}\ndataset_path: parquet\ndataset_name: null\n"
         f"dataset_kwargs:\n  data_files:\n    train: {gsm / 'train-00000-of-00001.parquet'}\n"
         f"    test: {gsm / 'test-00000-of-00001.parquet'}\n")
-    (inc / "arc_easy.yaml").write_text(
-        f"task: arc_easy\ninclude: {LM_EVAL_TASKS / 'arc' / 'arc_easy.yaml'}\ndataset_path: parquet\ndataset_name: null\n"
-        f"training_split: null\nvalidation_split: null\n"
-        f"dataset_kwargs:\n  data_files:\n    test: {arc / 'test-00000-of-00001.parquet'}\n")
+    for name in ("arc_easy", "arc_challenge"):  # lm-eval's own YAMLs (arc_challenge includes arc_easy's)
+        (inc / f"{name}.yaml").write_text(
+            f"task: {name}\ninclude: {LM_EVAL_TASKS / 'arc' / (name + '.yaml')}\ndataset_path: parquet\n"
+            f"dataset_name: null\ntraining_split: null\nvalidation_split: null\n"
+            f"dataset_kwargs:\n  data_files:\n    test: {arc_files[name]}\n")
     (inc / "broken_task.yaml").write_text(
         f"task: broken_task\ninclude: {LM_EVAL_TASKS / 'gsm8k' / 'gsm8k.yaml'}\ndataset_path: parquet\n"
         f"dataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {tmp / 'nowhere.parquet'}\n")
@@ -281,6 +285,8 @@ def test_lm_eval_gsm8k_and_arc_easy_give_the_toml_instances(lm_eval_include, sha
     specs, reports = materialize(["contam_group"], tmp / "out", str(inc))  # a group expands to its leaves
     hs_specs, hs_reports = materialize(["hellaswag"], tmp / "out_hs", str(inc))
     assert [(r.task, r.splits) for r in hs_reports] == [("hellaswag", {"validation": 3})]
+    ac_specs, ac_reports = materialize(["arc_challenge"], tmp / "out_ac", str(inc))
+    assert [(r.task, r.splits, r.error) for r in ac_reports] == [("arc_challenge", {"test": 1172}, "")]
     assert sorted((r.task, r.splits, r.error) for r in reports) == [
         ("arc_easy", {"test": 2376}, ""), ("gsm8k", {"test": 1319, "train": 200}, ""),
         ("mmlu_abstract_algebra", {"test": 100}, ""),
@@ -288,10 +294,12 @@ def test_lm_eval_gsm8k_and_arc_easy_give_the_toml_instances(lm_eval_include, sha
     assert [s.name for s in specs] == ["gsm8k", "arc_easy", "mmlu_abstract_algebra"]
     cfg = preset("default")
     ours, _ = build_reference_set(specs, None, cfg)
-    toml = [s for s in load_registry(Path(__file__).resolve().parents[1] / "data" / "tasks", ["gsm8k", "arc_easy", "mmlu"])]
+    toml = [s for s in load_registry(Path(__file__).resolve().parents[1] / "data" / "tasks",
+                                     ["gsm8k", "arc_easy", "arc_challenge", "mmlu"])]
     theirs, _ = build_reference_set(toml, shared_data, cfg)
     theirs = theirs.with_columns(task=pl.when(pl.col("subject") == "abstract_algebra")
                                  .then(pl.lit("mmlu_abstract_algebra")).otherwise(pl.col("task")))
+    ours = pl.concat([ours, build_reference_set(ac_specs, None, cfg)[0]])
     ours = pl.concat([ours, build_reference_set(hs_specs, None, cfg)[0]])  # HellaSwag against the catalogue's spec
     theirs = pl.concat([theirs, build_reference_set(load_registry(CATALOGUE_DIR, ["hellaswag"]), tmp, cfg)[0]])
     opts = cfg.clean_options
@@ -301,8 +309,8 @@ def test_lm_eval_gsm8k_and_arc_easy_give_the_toml_instances(lm_eval_include, sha
         return [(i, clean_text(q, opts), clean_text(a or "", opts), c)
                 for i, q, a, c in d.select("instance_index", "question", "answer", "is_correct").rows()]
 
-    for task, split in (("gsm8k", "test"), ("arc_easy", "test"), ("mmlu_abstract_algebra", "test"),
-                        ("hellaswag", "validation")):
+    for task, split in (("gsm8k", "test"), ("arc_easy", "test"), ("arc_challenge", "test"),
+                        ("mmlu_abstract_algebra", "test"), ("hellaswag", "validation")):
         a, b = items(ours, task, split), items(theirs, task, split)
         assert len(a) == len(b) and a == b, (task, next((x, y) for x, y in zip(a, b) if x != y))
 
