@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "and held for review and their tokens, copies per benchmark item and the share of items "
                                    "present (docs/estimate.md).  The sample's rows stay in OUT: `contam detect` with the "
                                    "same OUT does not scan those shards again.")
-    p.add_argument("--pool", required=True, help="folder of .json/.jsonl shards (plain or compressed)")
+    p.add_argument("--pool", required=True, help="pool: a folder, file, glob or URL of JSON/JSONL, Parquet or Arrow files "
+                   "(docs/pools.md)")
     p.add_argument("--fraction", required=True, type=float, help="share of the shards to sample, in (0, 1], e.g. 0.026")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
     p.add_argument("--out", required=True, help="output folder (contam.duckdb, estimate.json, tables/pool_estimates/, "
