@@ -342,8 +342,9 @@ def exit_code(s: dict) -> int:
         print(f"\nevery document read was rejected ({s['read']:,}): nothing was scanned and the mix is empty; "
               f"see OUT/rejected/ and shard_stats.reject_reasons")
         return 1
-    bad = len(s.get("failed", {})) + len(s.get("incomplete", {}))
-    if bad:
-        print(f"\n{len(s.get('failed', {}))} shard(s) failed, {len(s.get('incomplete', {}))} incomplete; "
-              f"the other {s['shards'] - bad} shard(s) are complete")
+    failed, incomplete = len(s.get("failed", {})), len(s.get("incomplete", {}))
+    bad = failed + incomplete
+    if bad:  # s["shards"] counts the scanned shards: the incomplete ones, not the failed ones
+        print(f"\n{failed} shard(s) failed, {incomplete} incomplete; "
+              f"the other {max(0, s.get('shards', 0) - incomplete)} shard(s) are complete")
     return 1 if bad else 0

@@ -16,9 +16,16 @@ import pyarrow.parquet as pq
 
 from contam_assets.detector.compression import open_regular
 from contam_assets.store.documents import Document, Reject, StreamFailure
-from contam_assets.store.readers.columns import BATCH, columns_for, documents_of, field_names, filter_table
+from contam_assets.store.readers.columns import BATCH, BATCH_BYTES, columns_for, documents_of, field_names, filter_table
 
 ERRORS = (OSError, EOFError, pa.ArrowException)
+
+
+def batch_rows(row_group: pq.RowGroupMetaData) -> int:
+    """Rows per batch for one row group: about BATCH_BYTES of (uncompressed) data, BATCH rows at most, 1 at least;
+    a file of huge rows is read a few rows at a time however small it is compressed."""
+    per_row = row_group.total_byte_size / max(1, row_group.num_rows)
+    return max(1, min(BATCH, int(BATCH_BYTES // max(1.0, per_row))))
 
 
 class ParquetReader:
@@ -30,11 +37,18 @@ class ParquetReader:
         line = 0
         try:
             with open_regular(path) as fh:
-                pf = pq.ParquetFile(fh)
+                schema = pq.ParquetFile(fh).schema_arrow
+                fh.seek(0)
+                # string columns kept dictionary-encoded as stored: one repeated huge value is never expanded
+                pf = pq.ParquetFile(fh, read_dictionary=[c for c in columns_for(schema.names, content_key)
+                                                         if pa.types.is_string(schema.field(c).type)
+                                                         or pa.types.is_large_string(schema.field(c).type)])
                 cols = columns_for(pf.schema_arrow.names, content_key)
-                for batch in pf.iter_batches(batch_size=BATCH, columns=cols):
-                    yield from documents_of(batch, line, shard, content_key, max_doc_bytes)
-                    line += batch.num_rows
+                for i in range(pf.metadata.num_row_groups):
+                    size = batch_rows(pf.metadata.row_group(i))
+                    for batch in pf.iter_batches(batch_size=size, row_groups=[i], columns=cols):
+                        yield from documents_of(batch, line, shard, content_key, max_doc_bytes)
+                        line += batch.num_rows
         except ERRORS as exc:
             yield StreamFailure(line, "read_error", f"{type(exc).__name__}: {exc}", None)
 

@@ -1,0 +1,108 @@
+"""Hostile columnar units: rows far over the size limit in a file of a few hundred bytes, string columns holding
+invalid UTF-8 (neither writer checks), and a dictionary-encoded (categorical) text column: every row a document or
+a counted reject, the reader's memory bounded, the shard's other rows read."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import duckdb
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+from contam_assets.store.documents import Document, Reject
+from contam_assets.store.readers import read_unit
+from contam_assets_tests.pool_formats import contam, docs, tasks_dir, write_jsonl
+
+
+def accounting(path, max_doc_bytes=8 << 20):
+    items = list(read_unit(path, path.name, "text", max_doc_bytes))
+    reasons = Counter(i.reason.split(" ")[0] for i in items if isinstance(i, Reject))
+    return len(items), reasons, [d.text for d in items if isinstance(d, Document)]
+
+
+def bad_utf8_table(texts: list[bytes]) -> pa.Table:
+    """A string column whose bytes are not all UTF-8 (the buffers of a binary column, unchecked)."""
+    raw = pa.array(texts, type=pa.binary())
+    return pa.table({"id": [f"r{i}" for i in range(len(texts))],
+                     "text": pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())})
+
+
+TEXTS = [b"first good row", b"bad \xff\xfe bytes", b"second good row", b"cut \xe2\x82", b"third good row"]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_invalid_utf8_rows_are_counted_rejects_and_the_others_read(tmp_path, fmt):
+    path = tmp_path / f"bad.{fmt}"
+    table = bad_utf8_table(TEXTS)
+    pq.write_table(table, path, row_group_size=2) if fmt == "parquet" else feather.write_feather(table, path)
+    n, reasons, texts = accounting(path)
+    assert (n, reasons, texts) == (5, {"invalid_utf8": 2}, ["first good row", "second good row", "third good row"])
+    rejects = [i for i in read_unit(path, path.name) if isinstance(i, Reject)]
+    assert [(r.line, r.reason, r.raw) for r in rejects] == [(1, "invalid_utf8 (byte 4)", b"bad \xff\xfe bytes"),
+                                                           (3, "invalid_utf8 (byte 4)", b"cut \xe2\x82")]
+
+
+def test_a_categorical_text_column_is_read_as_text(tmp_path):
+    path = tmp_path / "cat.parquet"
+    col = pa.array(["red apples", "green pears", "red apples", None, "  "]).dictionary_encode()
+    pq.write_table(pa.table({"text": col}), path)
+    assert pq.ParquetFile(path).schema_arrow.field("text").type == pa.dictionary(pa.int32(), pa.string())
+    assert accounting(path) == (5, {"missing_content_key": 1, "empty_text": 1},
+                                ["red apples", "green pears", "red apples"])
+
+
+def test_rows_over_the_limit_are_too_large_rejects_beside_normal_rows(tmp_path):
+    path = tmp_path / "mixed.parquet"
+    pq.write_table(pa.table({"text": ["short one", "x" * 5000, "short two", "y" * 5000]}), path, compression="zstd")
+    assert accounting(path, max_doc_bytes=1000) == (4, {"too_large": 2}, ["short one", "short two"])
+
+
+WRITE = """
+import sys, pyarrow as pa, pyarrow.parquet as pq
+big = "a" * (16 << 20)
+pq.write_table(pa.table({"text": pa.array([big] * 48, type=pa.large_string())}), sys.argv[1], compression="zstd",
+               row_group_size=48, use_dictionary=sys.argv[2] == "dict")
+"""
+READ = """
+import resource, sys
+from collections import Counter
+from pathlib import Path
+from contam_assets.store.readers import read_unit
+p = Path(sys.argv[1])
+c = Counter(i.reason.split(" ")[0] for i in read_unit(p, p.name))
+print(dict(c), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_a_small_file_of_huge_rows_is_read_in_bounded_memory(tmp_path):
+    """48 rows of 16 MB (over the 8 MB limit) in a ~1 KB zstd file: all too_large, peak RSS far below the ~2.4 GB
+    the whole batch took as Python strings."""
+    path = tmp_path / "bomb.parquet"
+    subprocess.run([sys.executable, "-c", WRITE, str(path), "dict"], check=True)
+    assert path.stat().st_size < 10_000
+    out = subprocess.run([sys.executable, "-c", READ, str(path)], capture_output=True, text=True, check=True).stdout
+    counts, peak_mb = out.rsplit(" ", 1)
+    assert counts == "{'too_large': 48}" and int(peak_mb) < 600, out
+
+
+def test_detect_counts_the_bad_row_and_removes_the_planted_copy(tmp_path, shared_data):
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    pq.write_table(bad_utf8_table(TEXTS), pool / "bad.parquet")
+    write_jsonl(pool / "good.jsonl", docs(shared_data, "g", 1, 2, 0))
+    out = tmp_path / "out"
+    r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks-dir",
+               tasks_dir(tmp_path / "tasks"), env_extra={"DAGSTER_HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
+        stats = dict(con.execute("select shard, (read, rejected, removed, kept) from shard_stats").fetchall())
+        reasons = con.execute("select reject_reasons from shard_stats where shard = 'bad.parquet'").fetchone()[0]
+        removed = [d for (d,) in con.execute("select doc_id from removals").fetchall()]
+    assert removed == ["p-g-0"]
+    assert "invalid_utf8" in str(reasons), reasons
+    assert stats["good.jsonl"][2:] == (1, 2) and stats["bad.parquet"][1] == 2, stats
