@@ -16,6 +16,7 @@ import pytest
 
 from contam_assets.store.documents import Document, Reject
 from contam_assets.store.readers import read_unit
+from contam_assets.store.readers.parquet import ParquetReader
 from contam_assets_tests.pool_formats import contam, docs, tasks_dir, write_jsonl
 
 
@@ -73,8 +74,12 @@ import resource, sys
 from collections import Counter
 from pathlib import Path
 from contam_assets.store.readers import read_unit
+from contam_assets.store.readers.parquet import ParquetReader
 p = Path(sys.argv[1])
-c = Counter(i.reason.split(" ")[0] for i in read_unit(p, p.name))
+if sys.argv[2] == "read":
+    c = Counter(i.reason.split(" ")[0] for i in read_unit(p, p.name))
+else:  # the mix: every row rejected but one dropped and one kept
+    c = ParquetReader().write_mix(p, p.with_name("mix.parquet"), "text", {1}, set(range(2, 48)), None)
 print(dict(c), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 
@@ -85,9 +90,22 @@ def test_a_small_file_of_huge_rows_is_read_in_bounded_memory(tmp_path):
     path = tmp_path / "bomb.parquet"
     subprocess.run([sys.executable, "-c", WRITE, str(path), "dict"], check=True)
     assert path.stat().st_size < 10_000
-    out = subprocess.run([sys.executable, "-c", READ, str(path)], capture_output=True, text=True, check=True).stdout
-    counts, peak_mb = out.rsplit(" ", 1)
-    assert counts == "{'too_large': 48}" and int(peak_mb) < 600, out
+    for how, want in [("read", "{'too_large': 48}"), ("mix", "{'written': 1, 'dropped': 1, 'rejected': 46, 'read': 48}")]:
+        out = subprocess.run([sys.executable, "-c", READ, str(path), how], capture_output=True, text=True,
+                             check=True).stdout
+        counts, peak_mb = out.rsplit(" ", 1)
+        assert counts == want and int(peak_mb) < 600, out
+    assert pq.read_table(tmp_path / "mix.parquet").column("text").to_pylist() == ["a" * (16 << 20)]
+
+
+def test_the_mix_of_a_categorical_column_cuts_in_place_and_keeps_the_type(tmp_path):
+    src = tmp_path / "cat.parquet"
+    pq.write_table(pa.table({"text": pa.array(["keep me", "drop me", "cut me here"]).dictionary_encode()}), src)
+    counts = ParquetReader().write_mix(src, tmp_path / "mix.parquet", "text", {1, 2}, set(),
+                                       lambda line, raw: None if line == 1 else b'{"text": "cut"}')
+    out = pq.read_table(tmp_path / "mix.parquet")
+    assert dict(counts) == {"written": 1, "dropped": 1, "cut": 1, "read": 3}
+    assert out.column("text").to_pylist() == ["keep me", "cut"] and pa.types.is_dictionary(out.schema.field("text").type)
 
 
 def test_detect_counts_the_bad_row_and_removes_the_planted_copy(tmp_path, shared_data):

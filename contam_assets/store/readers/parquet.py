@@ -28,6 +28,16 @@ def batch_rows(row_group: pq.RowGroupMetaData) -> int:
     return max(1, min(BATCH, int(BATCH_BYTES // max(1.0, per_row))))
 
 
+def _as_stored(fh, content_key: str) -> pq.ParquetFile:
+    """The file with its content, id and source string columns kept dictionary-encoded as stored: a huge value
+    repeated in many rows (a few bytes on disk) is never expanded before its size is checked."""
+    schema = pq.ParquetFile(fh).schema_arrow
+    fh.seek(0)
+    text = [c for c in columns_for(schema.names, content_key)
+            if pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type)]
+    return pq.ParquetFile(fh, read_dictionary=text)
+
+
 class ParquetReader:
     name = "parquet"
     suffixes = (".parquet",)
@@ -37,12 +47,7 @@ class ParquetReader:
         line = 0
         try:
             with open_regular(path) as fh:
-                schema = pq.ParquetFile(fh).schema_arrow
-                fh.seek(0)
-                # string columns kept dictionary-encoded as stored: one repeated huge value is never expanded
-                pf = pq.ParquetFile(fh, read_dictionary=[c for c in columns_for(schema.names, content_key)
-                                                         if pa.types.is_string(schema.field(c).type)
-                                                         or pa.types.is_large_string(schema.field(c).type)])
+                pf = _as_stored(fh, content_key)
                 cols = columns_for(pf.schema_arrow.names, content_key)
                 for i in range(pf.metadata.num_row_groups):
                     size = batch_rows(pf.metadata.row_group(i))
@@ -69,14 +74,16 @@ class ParquetReader:
         """Copy ``src`` to ``tmp`` without the dropped and rejected rows (span removal: the text column rewritten)."""
         counts: Counter = Counter()
         with open_regular(src) as fh:
-            pf = pq.ParquetFile(fh)
+            schema = pq.ParquetFile(fh).schema_arrow
+            fh.seek(0)
+            pf = _as_stored(fh, content_key)
             meta = pf.metadata
             compression = meta.row_group(0).column(0).compression if meta.num_row_groups and meta.num_columns else "NONE"
-            with pq.ParquetWriter(tmp, pf.schema_arrow, compression=None if compression == "UNCOMPRESSED" else compression.lower()) as w:
+            with pq.ParquetWriter(tmp, schema, compression=None if compression == "UNCOMPRESSED" else compression.lower()) as w:
                 start = 0
                 for i in range(meta.num_row_groups):
                     table = pf.read_row_group(i)
                     out = filter_table(table, start, content_key, drop, rejected, cut, counts)
                     start += table.num_rows
-                    w.write_table(out, row_group_size=max(1, out.num_rows))
+                    w.write_table(out.cast(schema), row_group_size=max(1, out.num_rows))  # kept rows decoded
         return counts
