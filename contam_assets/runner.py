@@ -39,7 +39,7 @@ from contam_assets.store import tables
 from contam_assets.store.door import check_units
 from contam_assets.store.export import export_tables
 from contam_assets.store.files import atomic_write_text, sweep_temp_files
-from contam_assets.store.location import mirror
+from contam_assets.store.location import mirror_or_fail
 from contam_assets.store.pool import list_pool
 from contam_assets.store.readers import FORMATS
 
@@ -167,7 +167,7 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     defs = data_definitions(settings)
     loc = settings.pool_location  # LocationError (one line) when the pool cannot be used
     if not loc.is_local:
-        mirror(loc, settings.pool_path, log)  # a remote pool: new or changed files fetched, read locally
+        mirror_or_fail(loc, settings.pool_path, log)  # a remote pool: new or changed files fetched, read locally
     if not settings.pool_path.is_dir():
         raise FileNotFoundError(f"pool not found: {loc.display}")
     clock = _Clock()

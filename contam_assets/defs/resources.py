@@ -95,8 +95,9 @@ class ContamSettings(dg.ConfigurableResource):
 
     @property
     def follow_links(self) -> bool:
-        """Symlinks out of the pool are read: asked for, or a Hugging Face Hub cache snapshot (links into blobs/)."""
-        return self.follow_symlinks or self.pool_location.hf_cache
+        """Symlinks out of the pool are read (CONTAM_FOLLOW_SYMLINKS).  A Hub cache snapshot's links into its own
+        blobs/ are read without it (store/pool.py); a snapshot link anywhere else is skipped as outside_pool."""
+        return self.follow_symlinks
 
     @property
     def benchmarks_path(self) -> Path | None:

@@ -25,6 +25,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 # scheme -> (the fsspec protocol, the package that provides it, what its credentials come from)
 SCHEMES = {
@@ -83,13 +84,34 @@ class Location:
         return self.filesystem().open(self.url(rel) if not self.is_local else os.path.join(self.root, rel), mode)
 
 
+def _userinfo_end(text: str) -> int:
+    """Where a URL's user info ends (the index of its last '@' after '://'), else -1.  urlsplit's netloc stops at
+    the first '/', so a password with a '/' in it (AWS secret keys often have one) is also caught: any '@' after a
+    ':' past the scheme ends user info; a path's '@' with no ':' before it (``hf://datasets/o/n@rev``) does not."""
+    if "://" not in text:
+        return -1
+    start = text.index("://") + 3
+    try:
+        netloc = urlsplit(text).netloc
+    except ValueError:  # a malformed port or IPv6 host: judged by the ':' rule below
+        netloc = ""
+    if "@" in netloc:
+        return start + netloc.rindex("@")
+    rest = text[start:]
+    if ":" in rest and "@" in rest and rest.index(":") < rest.rindex("@"):
+        return start + rest.rindex("@")
+    return -1
+
+
+def has_userinfo(text: str) -> bool:
+    """True for a URL with a user (and maybe password) part."""
+    return _userinfo_end(text) >= 0
+
+
 def redact(text: str) -> str:
-    """A URL without a user:password part."""
-    if "://" in text and "@" in text.split("://", 1)[1].split("/", 1)[0]:
-        scheme, rest = text.split("://", 1)
-        host = rest.split("/", 1)
-        return f"{scheme}://***@{host[0].rsplit('@', 1)[1]}" + (f"/{host[1]}" if len(host) > 1 else "")
-    return text
+    """A URL without a user:password part: everything up to the last '@' of its user info is cut."""
+    end = _userinfo_end(text)
+    return text if end < 0 else f"{text.split('://', 1)[0]}://***{text[end:]}"
 
 
 def scheme_of(spec: str) -> str:
@@ -138,6 +160,16 @@ def _in_hf_snapshot(folder: Path) -> bool:
     return any(a.name == "snapshots" and (a.parent / "blobs").is_dir() for a in folder.parents)
 
 
+def hf_blobs(folder: Path | str) -> str | None:
+    """The real path of the ``blobs/`` folder of the Hub cache repository a snapshot folder is in, else None: the
+    only place a snapshot's symlinks may lead (a link anywhere else is not the cache's and is not read)."""
+    real = Path(os.path.realpath(folder))
+    for a in (real, *real.parents):
+        if a.name == "snapshots" and (a.parent / "blobs").is_dir():
+            return os.path.realpath(a.parent / "blobs")
+    return None
+
+
 def resolve(spec: str, what: str = "pool", must_exist: bool = True) -> Location:
     """The location of a ``--pool`` / ``--out`` value (see the module's doc); LocationError with one line."""
     spec = str(spec).strip()
@@ -147,6 +179,10 @@ def resolve(spec: str, what: str = "pool", must_exist: bool = True) -> Location:
     if scheme and scheme not in SCHEMES:
         raise LocationError(f"{scheme}:// is not a storage this tool reads (use one of: "
                             f"{', '.join(s + '://' for s in SCHEMES)}, or a folder)")
+    if scheme and has_userinfo(spec):
+        creds = SCHEMES[scheme][2] or "the store's own environment"
+        raise LocationError(f"{what} {redact(spec)}: credentials in a URL are not accepted: put them in the "
+                            f"environment ({creds})")
     if scheme in ("", "file"):
         return _resolve_local(spec.split("://", 1)[1] if scheme else spec, spec, what, must_exist)
     protocol = SCHEMES[scheme][0]
@@ -186,7 +222,8 @@ def retrying(call, *args, **kwargs):
     for attempt in range(RETRIES):
         try:
             return call(*args, **kwargs)
-        except (FileNotFoundError, PermissionError, LocationError):
+        except (FileNotFoundError, PermissionError, FileExistsError, IsADirectoryError, NotADirectoryError,
+                LocationError):  # not transient: the same answer again
             raise
         except (OSError, TimeoutError, ConnectionError):
             if attempt == RETRIES - 1:
@@ -244,7 +281,13 @@ def remote_files(loc: Location) -> dict[str, dict]:
     for name, info in found.items():
         if info.get("type") == "directory":
             continue
-        rel = name.strip("/")[len(base):].lstrip("/") if name.strip("/").startswith(base) else name
+        key = name.lstrip("/")  # memory:// names start with '/'; an empty part inside the key is kept (unsafe)
+        if base and key.startswith(base + "/"):
+            rel = key[len(base) + 1:]
+        elif key == base or not base:
+            rel = key
+        else:
+            rel = name
         if not rel:  # the location is itself one file
             rel = base.rsplit("/", 1)[-1]
         if not matches(rel, loc.pattern):
@@ -300,27 +343,83 @@ def mirror(loc: Location, folder: Path, log=print) -> Location:
     fs = loc.filesystem()
     single = not loc.pattern and len(files) == 1 and next(iter(files)) == loc.root.rsplit("/", 1)[-1]
     fetched = 0
-    unsafe = sorted(r for r in files if any(part in ("", ".", "..") for part in r.split("/")))
-    for rel in unsafe:  # an object key that would land outside the mirror: not fetched, said once
-        log(f"pool {loc.display}: skipped {rel!r} (a key with an empty, '.' or '..' part)")
+    skipped = {rel: "a key with an empty, '.' or '..' part, or a control character" for rel in files if unsafe_key(rel)}
+    safe = set(files) - set(skipped)
+    folders = {rel.rsplit("/", 1)[0] for rel in safe if "/" in rel}
+    folders |= {f.rsplit("/", i)[0] for f in list(folders) for i in range(1, f.count("/") + 1)}
+    skipped |= {rel: "a key that is also the folder of other keys" for rel in safe & folders}
+    for rel in sorted(state):
+        if rel not in files or rel in skipped:  # gone from the store (or no longer mirrored): removed first, so a
+            _remove(folder, rel)                # file that became a folder (or the reverse) does not block the fetch
+            state.pop(rel, None)
+    for rel in sorted(skipped):  # not fetched, said once each (the key escaped: it is text from the store)
+        log(f"pool {loc.display}: skipped {rel!r} ({skipped[rel]})")
         files.pop(rel)
     for rel, info in sorted(files.items()):
         dst = folder / rel
         if state.get(rel) == info and dst.is_file():
             continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.with_name(f".{dst.name}.part")
         src = loc.url() if single else loc.url(rel)
-        retrying(fs.get_file, src, str(tmp))
-        os.replace(tmp, dst)
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            retrying(fs.get_file, src, str(tmp))
+            if dst.is_dir() and not dst.is_symlink():
+                dst.rmdir()  # a folder an earlier copy left (OSError when it is not empty: a file of the mirror)
+            os.replace(tmp, dst)
+        except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:  # a file where a folder must be
+            why = "its folder is a file" + (" in the mirror" if isinstance(exc.filename, str) and  # or the reverse
+                                            exc.filename.startswith(str(folder)) else " in the store")
+            log(f"pool {loc.display}: skipped {rel!r} ({why})")
+            skipped[rel] = why
+            tmp.unlink(missing_ok=True)
+            _remove(folder, rel)  # and the empty folders made for it (and an older copy: no longer mirrored)
+            state.pop(rel, None)
+            continue
         state[rel] = info
         fetched += 1
-    for rel in sorted(set(state) - set(files)):
-        (folder / rel).unlink(missing_ok=True)
-        state.pop(rel, None)
+    for rel in skipped:
+        files.pop(rel, None)
     state_path.write_text(json.dumps(state, sort_keys=True))
-    log(f"pool {loc.display}: {len(files)} file(s), {fetched} fetched into {folder}")
+    log(f"pool {loc.display}: {len(files)} file(s), {fetched} fetched into {folder}"
+        + (f", {len(skipped)} key(s) skipped" if skipped else ""))
     return Location("file", str(folder.resolve()), "", loc.spec)
+
+
+def mirror_or_fail(loc: Location, folder: Path, log=print) -> Location:
+    """:func:`mirror`, with any OSError or ValueError (a disk that is full, a copy folder that is a file, a key the
+    local filesystem refuses) turned into a LocationError of one line (control characters escaped)."""
+    try:
+        return mirror(loc, folder, log)
+    except LocationError:
+        raise
+    except (OSError, ValueError) as exc:
+        line = _first_line(exc).encode("ascii", "backslashreplace").decode()
+        line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+        raise LocationError(f"{loc.scheme}://: the pool {loc.display} could not be mirrored into {folder}: "
+                            f"{type(exc).__name__}: {line}") from None
+
+
+def unsafe_key(rel: str) -> bool:
+    """True for an object key that cannot be a path inside the mirror: an empty, '.' or '..' part (it would land
+    elsewhere, or name another key), or a control character (NUL is no file name; an escape sequence is shown)."""
+    return any(part in ("", ".", "..") for part in rel.split("/")) or any(ord(c) < 32 or ord(c) == 127 for c in rel)
+
+
+def _remove(folder: Path, rel: str) -> None:
+    """A mirrored file removed, and the folders it leaves empty (up to the mirror's own folder)."""
+    if unsafe_key(rel):  # never from this module's own state file; refused all the same
+        return
+    path = folder / rel
+    if path.is_file() or path.is_symlink():
+        path.unlink()
+    for parent in path.parents:
+        if parent == folder or folder not in parent.parents:
+            break
+        try:
+            parent.rmdir()
+        except OSError:  # not empty (or gone): the ones above are not empty either
+            break
 
 
 def mirror_folder(out_dir: Path, loc: Location) -> Path:

@@ -45,7 +45,7 @@ from contam_assets.store.documents import (  # noqa: F401  (part of this module'
     content_of,
     safe_text,
 )
-from contam_assets.store.location import matches
+from contam_assets.store.location import hf_blobs, matches
 from contam_assets.store.readers import FORMATS, UNIT_SUFFIXES, read_unit
 from contam_assets.store.readers.jsonl import (  # noqa: F401  (part of this module's API)
     BOM,
@@ -107,8 +107,9 @@ DATASETS_DICT = "dataset_dict.json"
 def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") -> PoolListing:
     """Every entry under the pool: the shards, and the rest with the reason each is not read.
 
-    Symlinks are followed when they stay inside the pool; one that leads outside is
-    reported as ``outside_pool`` (``follow_symlinks`` reads it).  Nothing is opened here.
+    Symlinks are followed when they stay inside the pool (in a Hub cache snapshot: or lead into its
+    repository's ``blobs/``); one that leads elsewhere is reported as ``outside_pool`` (``follow_symlinks``
+    reads it).  Nothing is opened here.
     ``pattern`` (a glob relative to the pool, from store/location.py): only the files it matches
     belong to the pool (glob rules: ``**/`` any number of folders); the others are not listed at all.
     A folder holding ``state.json`` and ``dataset_info.json`` is a `datasets` save_to_disk folder:
@@ -119,6 +120,7 @@ def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") 
     if not pool_dir.is_dir():
         return listing
     root = os.path.realpath(pool_dir)
+    inside = _inside(root, hf_blobs(root))
 
     def skip(rel: str, reason: str) -> None:
         listing.skipped.append(PoolEntry(shard_key(rel), reason))
@@ -147,7 +149,7 @@ def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") 
                 if not os.path.exists(target):
                     skip(r, "dangling_symlink")
                     continue
-                if not (target == root or target.startswith(root + os.sep)) and not follow_symlinks:
+                if not (target == root or inside(target)) and not follow_symlinks:
                     skip(r, "outside_pool (a symlink to a path outside the pool; --follow-symlinks reads it)")
                     continue
             try:
@@ -177,6 +179,12 @@ def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") 
     return listing
 
 
+def _inside(root: str, blobs: str | None):
+    """A test: is a real path inside the pool (or, for a Hub cache snapshot, inside its repository's blobs/)?"""
+    tops = [root] + ([blobs] if blobs else [])
+    return lambda real: any(real.startswith(top + os.sep) for top in tops)
+
+
 def check_shard(pool_dir: Path, key: str, follow_symlinks: bool = False) -> tuple[Path | None, str | None]:
     """(the file, None) when the shard key names a readable regular file inside the pool, else (None, why)."""
     path = shard_path(pool_dir, key)
@@ -186,7 +194,7 @@ def check_shard(pool_dir: Path, key: str, follow_symlinks: bool = False) -> tupl
     real = os.path.realpath(path)
     if not os.path.exists(real):
         return None, "dangling_symlink"
-    if not (real.startswith(root + os.sep)) and not follow_symlinks:
+    if not _inside(root, hf_blobs(root))(real) and not follow_symlinks:
         return None, "outside_pool (a symlink to a path outside the pool; --follow-symlinks reads it)"
     try:
         st = os.stat(path)

@@ -37,7 +37,7 @@ from contam_assets.rescan import watch
 from contam_assets.rescan.plan import load_task_hashes
 from contam_assets.store import artifacts
 from contam_assets.store import shards as shards_db
-from contam_assets.store.location import LocationError, mirror
+from contam_assets.store.location import LocationError, mirror_or_fail
 
 DEFAULT_STATUS = sensor_default_status()
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED
@@ -69,10 +69,10 @@ def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: Cont
     the same tick, so they are requested once); changed shards are scanned shards whose
     (size, mtime) differs from what their last scan read (table shard_scans).
     """
-    loc = contam_settings.pool_location
     try:
+        loc = contam_settings.pool_location  # LocationError: e.g. credentials in the URL (refused, never shown)
         if not loc.is_local:  # a remote pool: its changed files fetched into the mirror the scans read
-            mirror(loc, contam_settings.pool_path, log=context.log.info)
+            mirror_or_fail(loc, contam_settings.pool_path, log=context.log.info)
         elif not contam_settings.pool_path.is_dir():
             return dg.SensorResult(skip_reason=f"pool not found: {loc.display}")
     except LocationError as exc:
