@@ -9,18 +9,9 @@ import random
 import duckdb
 import pytest
 
+from contam_assets_tests.automation_helpers import GSM8K_TEST_ONLY as GSM_TEST_ONLY
 from contam_assets_tests.test_cli_data import contam
 
-GSM_TEST_ONLY = """name = "gsm8k"
-kind = "qa"
-language = "en"
-[fields]
-question = "question"
-answer = "answer"
-[[splits]]
-name = "test"
-file = "gsm8k_test.jsonl"
-"""
 CLEAN = "A clean document about gardening, the weather and the price of bread in the village, nothing more. "
 
 
