@@ -47,6 +47,28 @@ def test_a_model_split_by_an_accelerate_device_map_scores_the_same(llama, tmp_pa
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
 
 
+def test_inputs_go_where_the_input_embedding_sits():
+    """On an H200, transformers 5.17 recorded no device map for a model placed whole on one GPU, and inputs were
+    sent to the CPU; the embedding's own weight decides, the map (any value type) only when that weight was
+    offloaded."""
+    import torch
+
+    from contam_assets.model.loader import _input_device
+
+    class Model(torch.nn.Module):
+        def __init__(self, device):
+            super().__init__()
+            self.embed = torch.nn.Embedding(4, 2, device=device)
+
+        def get_input_embeddings(self):
+            return self.embed
+
+    assert _input_device(Model("cpu"), {"": torch.device("cuda:0")}) == "cpu"
+    assert _input_device(Model("meta"), {"model.embed_tokens": torch.device("cuda:1")}) == "cuda:1"
+    assert _input_device(Model("meta"), {"model.embed_tokens": 0}) == "cuda:0"
+    assert _input_device(Model("meta"), {"model.embed_tokens": "disk", "model.layers.0": "cuda:2"}) == "cuda:2"
+
+
 def test_device_auto_means_every_gpu_through_accelerate(monkeypatch):
     import torch
 

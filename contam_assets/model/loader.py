@@ -172,7 +172,7 @@ def load_checkpoint(path: str | Path, options: LoadOptions = LoadOptions()) -> L
         raise CheckpointError(f"checkpoint folder {path} failed to load: {type(exc).__name__}: {exc}") from exc
     device_map = getattr(model, "hf_device_map", None)
     if device == "map":
-        device = _input_device(device_map)
+        device = _input_device(model, device_map)
     elif not where:
         model.to(device)
     model.eval()
@@ -196,12 +196,18 @@ def load_checkpoint(path: str | Path, options: LoadOptions = LoadOptions()) -> L
     return lm
 
 
-def _input_device(device_map: dict | None) -> str:
-    """Inputs go where the first module sits (accelerate's hooks move activations between devices)."""
+def _input_device(model, device_map: dict | None) -> str:
+    """Inputs go where the input embedding sits (accelerate's hooks move activations between devices); its
+    weight says so unless it was offloaded (``meta``), then the map's first accelerator. Map values are GPU
+    indices, names or ``torch.device`` objects, depending on the transformers version."""
+    weight = getattr(model.get_input_embeddings(), "weight", None)
+    if weight is not None and weight.device.type != "meta":
+        return str(weight.device)
     for where in (device_map or {}).values():
         if isinstance(where, int):
             return f"cuda:{where}"
-        if isinstance(where, str) and where.startswith(("cuda", "mps", "xpu")):
+        where = str(where)
+        if where.startswith(("cuda", "mps", "xpu")):
             return where
     return "cpu"
 
