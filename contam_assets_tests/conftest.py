@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -68,35 +69,24 @@ def two_tasks(shared_data):
     return cfg, records, build_index(records, cfg)
 
 
-# The end-to-end tests that take 25 s or more on CI's 2-core machine (its --durations list): marked `slow`, so
-# `./dev test --fast` leaves them out, and their files collected first, so parallel workers start the longest
-# files at once instead of ending on one of them alone.
-SLOW = {
-    "test_scale_run_benchmark.py": ("test_scale_run_at_a_tiny_size_reports_every_figure",
-                                    "test_scale_run_with_the_compiled_steps_off_gives_the_same_tables"),
-    "test_docs_commands.py": ("test_sensor_start_backfills_and_cli_commands_through_the_daemon",),
-    "test_table_writes.py": ("test_table_writes_benchmark_as_documented",),
-    "test_reference_reuse.py": ("test_unchanged_inputs_keep_the_reference_set_changed_ones_rebuild_it",
-                                "test_a_build_killed_before_its_write_leaves_the_old_set_and_is_redone"),
-    "test_scaleout_ray_cluster.py": ("test_backfill_on_two_ray_nodes_equals_in_process",
-                                     "test_worker_node_killed_mid_shard_loses_only_that_shard"),
-    "test_scaleout_ray.py": ("test_multi_shard_scan_on_a_local_ray_cluster_equals_single_process",),
-    "test_catalogue_benchmark.py": ("test_the_docs_command_runs_as_written",),
-    "test_hf_sources.py": ("test_detect_with_lm_eval_tasks_finds_the_planted_copies_of_tasks",),
-    "test_incremental_rescan_benchmark.py": ("test_the_documented_rescan_benchmark_runs_and_its_rows_agree",),
-    "test_quality_detector.py": ("*",),
-    "test_thorough_commands.py": ("*",),
-    "test_automation_concurrency.py": ("test_four_concurrent_shard_runs_hold_exactly_the_union_of_their_rows",),
-    "test_tokenize_ahead.py": ("test_a_first_scan_from_a_shared_token_cache_keeps_the_rejects_out_of_the_mix",),
-    "test_pool_formats.py": ("*",),
-    "test_pool_s3.py": ("*",),
-}
+
+# durations.json: each test's seconds (setup, call and teardown) on CI's 2-core machine, for the tests of a second or
+# more, from `./dev test --junitxml=...` (its "time" attributes).  Every test of a file that holds a test of SLOW_S
+# or more, or whose tests sum to FILE_SLOW_S or more, is marked `slow` (a file's module fixtures are its expensive
+# builds, and some files are one story told test by test): `./dev test --fast` leaves them out.  Files are collected longest
+# first, so parallel workers start the longest files at once instead of ending on one of them alone.  A test
+# missing from the file counts as fast; re-measure after adding a long one.
+DURATIONS = json.loads((Path(__file__).parent / "durations.json").read_text())
+SLOW_S, FILE_SLOW_S = 5.0, 20.0
 
 
 def pytest_collection_modifyitems(config, items):
-    order = {name: i for i, name in enumerate(SLOW)}
+    per_file: dict[str, float] = {}
+    for nodeid, seconds in DURATIONS.items():
+        per_file[nodeid.split("::")[0]] = per_file.get(nodeid.split("::")[0], 0.0) + seconds
+    slow_files = {nodeid.split("::")[0] for nodeid, seconds in DURATIONS.items() if seconds >= SLOW_S}
     for item in items:
-        names = SLOW.get(item.path.name, ())
-        if "*" in names or item.originalname in names:
+        path = item.nodeid.split("::")[0]
+        if path in slow_files or per_file.get(path, 0.0) >= FILE_SLOW_S:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: order.get(item.path.name, len(order)))  # stable: files and tests keep their order
+    items.sort(key=lambda item: -per_file.get(item.nodeid.split("::")[0], 0.0))  # stable: each file keeps its order
