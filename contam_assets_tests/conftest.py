@@ -69,12 +69,11 @@ def two_tasks(shared_data):
     return cfg, records, build_index(records, cfg)
 
 
-
 # durations.json: each test's seconds (setup, call and teardown) on CI's 2-core machine, for the tests of a second or
 # more, from `./dev test --junitxml=...` (its "time" attributes).  Every test of a file that holds a test of SLOW_S
 # or more, or whose tests sum to FILE_SLOW_S or more, is marked `slow` (a file's module fixtures are its expensive
-# builds, and some files are one story told test by test): `./dev test --fast` leaves them out.  Files are collected longest
-# first, so parallel workers start the longest files at once instead of ending on one of them alone.  A test
+# builds, and some files are one story told test by test): `./dev test --fast` leaves them out.  Files are collected
+# longest first, so parallel workers start the longest files at once instead of ending on one of them alone.  A test
 # missing from the file counts as fast; re-measure after adding a long one.
 DURATIONS = json.loads((Path(__file__).parent / "durations.json").read_text())
 SLOW_S, FILE_SLOW_S = 5.0, 20.0
@@ -82,11 +81,14 @@ SLOW_S, FILE_SLOW_S = 5.0, 20.0
 
 def pytest_collection_modifyitems(config, items):
     per_file: dict[str, float] = {}
+    slow_files: set[str] = set()
     for nodeid, seconds in DURATIONS.items():
-        per_file[nodeid.split("::")[0]] = per_file.get(nodeid.split("::")[0], 0.0) + seconds
-    slow_files = {nodeid.split("::")[0] for nodeid, seconds in DURATIONS.items() if seconds >= SLOW_S}
+        path = nodeid.split("::")[0]
+        per_file[path] = per_file.get(path, 0.0) + seconds
+        if seconds >= SLOW_S:
+            slow_files.add(path)
+    slow_files |= {path for path, seconds in per_file.items() if seconds >= FILE_SLOW_S}
     for item in items:
-        path = item.nodeid.split("::")[0]
-        if path in slow_files or per_file.get(path, 0.0) >= FILE_SLOW_S:
+        if item.nodeid.split("::")[0] in slow_files:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: -per_file.get(item.nodeid.split("::")[0], 0.0))  # stable: each file keeps its order
