@@ -30,6 +30,7 @@ from contam_assets.defs.data import estimate as data_estimate
 from contam_assets.defs.data import outputs as data_outputs
 from contam_assets.defs.data.engine import RayScanEngine, engine_from_env
 from contam_assets.defs.data.jobs import mix_job, reference_job, report_job, scan_shards_job
+from contam_assets.defs.data.units import pool_units, stretches, sync_partitions, uncovered
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, DetectorKnobs
 from contam_assets.rescan import state as scan_state
@@ -42,6 +43,7 @@ from contam_assets.store.files import atomic_write_text, sweep_temp_files
 from contam_assets.store.location import mirror_or_fail
 from contam_assets.store.pool import list_pool
 from contam_assets.store.readers import FORMATS
+from contam_assets.store.units import Units
 
 # The CLI prints the warnings that asset code logs and one line per failure; Dagster's own
 # log lines and stack traces stay in the instance (`dagster dev` shows them).
@@ -201,44 +203,52 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     with store.connect(settings.db_path) as con:
         shards_db.record_pool_skips(con, listing.skipped)
     retired = retire_missing(settings, instance, shards, log)
-    known = set(instance.get_dynamic_partitions(shards_partitions.name))
-    new = [s for s in shards if s not in known]
-    if new:
-        instance.add_dynamic_partitions(shards_partitions.name, new)
+    units = pool_units(listing)
+    sync_partitions(instance, units)
     engine = resources_for(settings)["contam_scan_engine"]
     n = engine.processes(len(shards))
     ranged = detect_runs(n)
     if ranged:
-        failed = scan_range(settings, defs, instance, n, shards, log)
+        failed = scan_range(settings, defs, instance, n, shards, log, units)
     else:
         failed = {}
-        for i, shard in enumerate(shards, 1):
-            log(f"scan [{i}/{len(shards)}] {shard}")
+        for i, key in enumerate(units.keys, 1):
+            log(f"scan [{i}/{len(units.keys)}] {key}")
             try:
-                _run_job(defs, scan_shards_job, instance, partition_key=shard, log=log)
+                _run_job(defs, scan_shards_job, instance, partition_key=key, log=log)
             except StepFailed as exc:
-                failed[shard] = str(exc)
-                log(f"  failed: {exc}")
+                failed |= _failures(settings, units.files[key], ("scan", "write"), str(exc), log)
     clock.lap("scan")
     log("removals and report")
     _run_job(defs, report_job, instance, log=log)
     clock.lap("report")
     if ranged:
-        failed |= mix_ranges(settings, defs, instance, [s for s in shards if s not in failed], log)
-    for shard in shards if not ranged else []:
-        if shard in failed:
+        failed |= mix_ranges(settings, defs, instance, [s for s in shards if s not in failed], log, units)
+    for key in units.keys if not ranged else []:
+        if all(f in failed for f in units.files[key]):
             continue
         try:
-            _run_job(defs, mix_job, instance, partition_key=shard, log=log)
+            _run_job(defs, mix_job, instance, partition_key=key, log=log)
         except StepFailed as exc:
-            failed[shard] = str(exc)
-            log(f"  mix of {shard} failed: {exc}")
+            failed |= _failures(settings, units.files[key], ("mix",), str(exc), log, what="mix of ")
     clock.lap("mix")
     extra = decon_outputs(settings, log)
     clock.lap("decon")
     export_parquet(settings)
     clock.lap("tables")
     return summary(settings, extra | {"seconds": clock.laps}, retired=retired, failed=failed)
+
+
+def _failures(settings: ContamSettings, files: list[str], steps: tuple[str, ...], why: str,
+              log: Callable[[str], None], what: str = "") -> dict[str, str]:
+    """The files of a failed run and why each failed: the errors the run recorded for them, else the run's reason."""
+    want = set(files)
+    with store.connect(settings.db_path, read_only=True) as con:
+        errs = {e["shard"]: e["message"] for e in shards_db.errors(con) if e["step"] in steps and e["shard"] in want}
+    failed = errs or dict.fromkeys(files, why)  # none recorded: the run failed as a whole
+    for shard, reason in failed.items():
+        log(f"  {what}{shard} failed: {reason}")
+    return failed
 
 
 def export_parquet(settings: ContamSettings) -> dict[str, int]:
@@ -344,66 +354,40 @@ class _Clock:
         self.t = now
 
 
-def stretches(keys: list[str], wanted: list[str]) -> list[list[str]]:
-    """The runs of consecutive partition ``keys`` that are all in ``wanted``: a ranged run covers only these (an
-    instance shared with another pool or output folder holds partitions this run must not touch)."""
-    keep, out, cur = set(wanted), [], []
-    for k in keys:
-        if k in keep:
-            cur.append(k)
-        elif cur:
-            out, cur = out + [cur], []
-    return out + ([cur] if cur else [])
-
-
-def _uncovered(parts: list[list[str]], shards: list[str], log: Callable[[str], None]) -> dict[str, str]:
-    """The shards no partition stands for (removed from the instance while this run ran): failed, not skipped."""
-    covered = {k for part in parts for k in part}
-    failed = {s: "no partition in the Dagster instance (removed while this run ran?)" for s in shards if s not in covered}
-    for shard, why in failed.items():
-        log(f"  {shard} failed: {why}")
-    return failed
-
-
 def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, processes: int,
-               shards: list[str], log: Callable[[str], None] = print) -> dict[str, str]:
-    """Every shard of ``shards`` in scan_shards runs over ranges of partitions (one run where they are consecutive),
-    its scans spread over ``processes`` worker processes (the run's step stays the only DuckDB writer);
+               shards: list[str], log: Callable[[str], None] = print, units: Units | None = None) -> dict[str, str]:
+    """Every shard of ``shards`` in scan_shards runs over ranges of partitions (their ``units``; one run where they are
+    consecutive), its scans spread over ``processes`` worker processes (the run's step stays the only DuckDB writer);
     shard -> why it failed."""
-    parts = stretches(instance.get_dynamic_partitions(shards_partitions.name), shards)
-    log(f"scan {len(shards)} shard(s) on {processes} processes")
-    failed = _uncovered(parts, shards, log)
+    units = units or Units(files={s: [s] for s in shards}, unit_of={s: s for s in shards})
+    keys = units.keys_of(shards)
+    parts = stretches(instance.get_dynamic_partitions(shards_partitions.name), keys)
+    log(f"scan {len(shards)} shard(s)" + (f" in {len(keys)} partition(s)" if len(keys) != len(shards) else "")
+        + f" on {processes} processes")
+    failed = uncovered(parts, keys, log, units)
     for part in parts:
         try:
             _run_job(defs, scan_shards_job, instance, log=log,
                      tags={ASSET_PARTITION_RANGE_START_TAG: part[0], ASSET_PARTITION_RANGE_END_TAG: part[-1]})
-            continue
         except StepFailed as exc:
-            with store.connect(settings.db_path, read_only=True) as con:
-                errs = {e["shard"]: e["message"] for e in shards_db.errors(con)
-                        if e["step"] in ("scan", "write") and e["shard"] in part}
-            for shard, why in (errs or dict.fromkeys(part, str(exc))).items():  # none: the run failed as a whole
-                failed[shard] = why
-                log(f"  {shard} failed: {why}")
+            failed |= _failures(settings, units.files_of(part), ("scan", "write"), str(exc), log)
     return failed
 
 
 def mix_ranges(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, shards: list[str],
-               log: Callable[[str], None] = print) -> dict[str, str]:
-    """The mix of ``shards``, one write_mix run per stretch of consecutive partitions (a run per shard costs more
-    than a small shard's mix); shard -> why its mix failed."""
-    parts = stretches(instance.get_dynamic_partitions(shards_partitions.name), shards)
-    failed = _uncovered(parts, shards, log)
+               log: Callable[[str], None] = print, units: Units | None = None) -> dict[str, str]:
+    """The mix of ``shards``, one write_mix run per stretch of consecutive partitions (their ``units``; a run per shard
+    costs more than a small shard's mix); shard -> why its mix failed."""
+    units = units or Units(files={s: [s] for s in shards}, unit_of={s: s for s in shards})
+    keys = units.keys_of(shards)
+    parts = stretches(instance.get_dynamic_partitions(shards_partitions.name), keys)
+    failed = uncovered(parts, keys, log, units)
     for part in parts:
         try:
             _run_job(defs, mix_job, instance, log=log, tags={ASSET_PARTITION_RANGE_START_TAG: part[0],
                                                              ASSET_PARTITION_RANGE_END_TAG: part[-1]})
         except StepFailed as exc:
-            with store.connect(settings.db_path, read_only=True) as con:
-                errs = {e["shard"]: e["message"] for e in shards_db.errors(con) if e["step"] == "mix" and e["shard"] in part}
-            for shard, why in (errs or dict.fromkeys(part, str(exc))).items():
-                failed[shard] = why
-                log(f"  mix of {shard} failed: {why}")
+            failed |= _failures(settings, units.files_of(part), ("mix",), str(exc), log, what="mix of ")
     return failed
 
 
@@ -426,21 +410,25 @@ def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Calla
     defs = data_definitions(settings)
     with store.connect(settings.db_path, read_only=True) as con:
         shards = [r[0] for r in con.execute("select shard from shard_stats order by shard").fetchall()]
-    known = set(instance.get_dynamic_partitions(shards_partitions.name))
-    if set(shards) - known:
-        instance.add_dynamic_partitions(shards_partitions.name, sorted(set(shards) - known))
+    units = pool_units(list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern))
+    scanned = set(shards)  # the units holding a scanned file (a member added since is reported: not scanned)
+    units = Units(files={k: fs for k, fs in units.files.items() if any(f in scanned for f in fs)},
+                  unit_of={f: k for f, k in units.unit_of.items() if k in units.files and any(m in scanned for m in units.files[k])})
+    for shard in shards:  # scanned, no longer in the pool listing: a unit alone, as before
+        if shard not in units.unit_of:
+            units.files[shard], units.unit_of[shard] = [shard], shard
+    sync_partitions(instance, units)
     log("applying review decisions")
     _run_job(defs, report_job, instance, log=log)
     if detect_runs(resources_for(settings)["contam_scan_engine"].processes(len(shards))):  # as `contam detect` mixes
-        failed = mix_ranges(settings, defs, instance, shards, log)
+        failed = mix_ranges(settings, defs, instance, shards, log, units)
     else:
         failed = {}
-        for shard in shards:
+        for key in units.keys:
             try:
-                _run_job(defs, mix_job, instance, partition_key=shard, log=log)
+                _run_job(defs, mix_job, instance, partition_key=key, log=log)
             except StepFailed as exc:
-                failed[shard] = str(exc)
-                log(f"  mix of {shard} failed: {exc}")
+                failed |= _failures(settings, units.files[key], ("mix",), str(exc), log, what="mix of ")
     extra = decon_outputs(settings, log)
     export_parquet(settings)
     return summary(settings, extra, failed=failed)

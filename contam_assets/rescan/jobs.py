@@ -175,6 +175,11 @@ class ShardJob:
         return Path(self.parts_dir) / "matches" / f"{self.shard}.{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
 
 
+def current_outcome(job: ShardJob) -> ShardOutcome:
+    """The outcome of a shard whose rows are current: nothing read, nothing written."""
+    return ShardOutcome(job.shard, "current", match_frame([]), {}, None, job.plan.stream_key, [], [])
+
+
 def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutcome:
     """Carry out a plan; no database access (the caller writes the outcome)."""
     path = Path(job.path)
@@ -183,7 +188,7 @@ def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutc
     # Arrow unit takes the plain path: read and scanned in full whenever it is scanned
     root = Path(job.cache_root) if job.cache_root and is_jsonl(job.shard) else None
     if plan.mode == "current":
-        return ShardOutcome(job.shard, "current", match_frame([]), {}, None, plan.stream_key, [], [])
+        return current_outcome(job)
     # a cached stream holds tokens, not the text the paraphrase part embeds: with it on, the text is read again
     stream = token_cache.load(root, job.shard, plan.stream_key) if (root and plan.stream_key and not job.cfg.paraphrase) else None
     args = (path, job.shard, index, ref, job.cfg, job.content_key, job.preset, job.digest)

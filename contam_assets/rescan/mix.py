@@ -35,7 +35,7 @@ from contam_assets.store import shards as shards_db
 from contam_assets.store.cuts import SpanCutter, span_cutter
 from contam_assets.store.pool import shard_path
 
-FLUSH_SHARDS = 16
+FLUSH_SHARDS = 256
 FLUSH_SECONDS = 5.0
 
 
@@ -82,11 +82,19 @@ class MixRun:
     shards: dict[str, dict] = field(default_factory=dict)  # shard -> its own mix_stats row, as recorded
 
 
+def _looked_up(con, shards: list[str]) -> tuple[dict[str, set[int]], dict[str, tuple]]:
+    """The removed lines and the shard_stats figures of ``shards``, in two queries (not two per shard)."""
+    in_run = "shard in (select unnest(?::varchar[]))"
+    drops: dict[str, set[int]] = {}
+    for shard, line in con.execute(f"select shard, line from removals where {in_run}", [shards]).fetchall():
+        drops.setdefault(shard, set()).add(line)
+    stats = {r[0]: r[1:] for r in con.execute(f"""select shard, read, rejected, coalesce(status, 'ok'), shard_fingerprint
+                                                  from shard_stats where {in_run}""", [shards]).fetchall()}
+    return drops, stats
+
+
 def _plan(con, out: Path, pool_dir: Path, shard: str, removal: str, cfg: DetectConfig, content_key: str,
-          run: MixRun, warn: Callable[[str], None]) -> _Shard | None:
-    drop = {r[0] for r in con.execute("select line from removals where shard = ?", [shard]).fetchall()}
-    stats = con.execute("select read, rejected, coalesce(status, 'ok'), shard_fingerprint from shard_stats where shard = ?",
-                        [shard]).fetchone()
+          run: MixRun, warn: Callable[[str], None], drop: set[int], stats: tuple | None) -> _Shard | None:
     if stats is None:
         run.failed[shard] = "not scanned; materialize shard_matches for it first"
         return None
@@ -141,9 +149,11 @@ def write_mix(connect, out: Path, pool_dir: Path, shards: list[str], removal: st
     out, pool_dir, run = Path(out), Path(pool_dir), MixRun()
     plans: list[_Shard] = []
     with connect(read_only=True) as con:
+        drops, stats = _looked_up(con, shards)
         for shard in shards:
             try:
-                p = _plan(con, out, pool_dir, shard, removal, cfg, content_key, run, warn)
+                p = _plan(con, out, pool_dir, shard, removal, cfg, content_key, run, warn, drops.get(shard, set()),
+                          stats.get(shard))
             except (artifacts.MixError, OSError) as exc:
                 run.failed[shard] = str(exc)
                 continue
@@ -155,15 +165,18 @@ def write_mix(connect, out: Path, pool_dir: Path, shards: list[str], removal: st
     def flush() -> None:
         if not pending:
             return
+        # one delete and one insert per table for the whole batch, rows in the shards' order (a statement per shard
+        # costs more than a small shard's mix)
+        in_batch = "shard in (select unnest(?::varchar[]))"
+        shards = [p.shard for p in pending]
+        recut = [p for p in pending if p.rewrite_cuts]  # cuts of span removal follow the file written (none for document removal)
+        cuts = [p.cuts for p in recut if p.cuts is not None and p.cuts.height]
         with connect() as con:
             tables.ensure_schema(con)
-            changes = []
-            for p in pending:
-                changes.append(("mix_stats", "shard = ?", [p.shard], pl.DataFrame([p.res])))
-                if p.rewrite_cuts:  # cuts of span removal follow the file written (none for document removal)
-                    changes.append(("cuts", "shard = ?", [p.shard], p.cuts))
-                changes.append(("shard_errors", "shard = ? and step = 'mix'", [p.shard], None))
-            tables.replace_many(con, changes)
+            tables.replace_many(con, [
+                ("mix_stats", in_batch, [shards], pl.DataFrame([p.res for p in pending], infer_schema_length=None)),
+                ("cuts", in_batch, [[p.shard for p in recut]], pl.concat(cuts, how="vertical_relaxed") if cuts else None),
+                ("shard_errors", f"{in_batch} and step = 'mix'", [shards], None)])
         for p in pending:
             if p.job is not None:
                 mix_state.record(out, p.shard, p.key, p.res, p.mix_file)

@@ -71,6 +71,9 @@ def frozen_heap():
 # every module a pool of this package runs its work in (scan, mix, tokenizing ahead), and preload.py (the compiled
 # steps and the tokenizer, loaded): `warm_forkserver` has the server import them all once, and the workers of
 # every pool start from that copy
+# items submitted ahead per worker: enough that the workers keep busy while the caller writes a batch of results
+# (a second or so), when each item is a small shard's few milliseconds
+WINDOW_PER_WORKER = 4
 WORKER_MODULES = ["contam_assets.rescan.ahead", "contam_assets.rescan.mix", "contam_assets.rescan.pool_scan",
                   "contam_assets.rescan.preload"]
 
@@ -173,7 +176,7 @@ def map_in_order(fn: Callable, items: Iterable, workers: int, *, preload: list[s
     pool = pools.new(workers)
     try:
         while todo or window:
-            while todo and len(window) < 4 * workers:
+            while todo and len(window) < WINDOW_PER_WORKER * workers:
                 item = todo.popleft()
                 window.append((item, pool.submit(fn, item)))
             item, fut = window.popleft()

@@ -151,15 +151,14 @@ class MatchSink:
         self._writer.write_table(table)
 
     def close(self) -> pl.DataFrame | None:
-        """The frame (in memory) or None (written to `path`, which exists afterwards, with zero rows if none)."""
+        """The frame (in memory) or None (written to `path`).  No rows: an empty frame, and no file (a pool of many
+        small shards, most without a match, would pay a file written and read back for each)."""
         self._flush()
         if self.path is None:
             return pl.concat(self._frames) if self._frames else match_frame([])
         if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            match_frame([]).write_parquet(self._tmp)
-        else:
-            self._writer.close()
+            return match_frame([])
+        self._writer.close()
         os.replace(self._tmp, self.path)
         return None
 
@@ -213,7 +212,8 @@ class ShardOutcome:
 
 def outcome_rows(sink: MatchSink, matches: pl.DataFrame | None) -> dict:
     """The ShardOutcome fields of a closed sink."""
-    return dict(matches=matches, matches_path=str(sink.path) if sink.path else None, n_matches=sink.n, top=sink.top)
+    return dict(matches=matches, matches_path=str(sink.path) if sink.path and matches is None else None, n_matches=sink.n,
+                top=sink.top)
 
 
 def shard_stats_row(shard: str, counters: Counter, n_rejects: int, reject_reasons: str, sink: MatchSink, seconds: float,

@@ -162,10 +162,12 @@ def _merge_full(con: duckdb.DuckDBPyConnection, run: list[tuple[ShardOutcome, in
     shards, now = [out.shard for out, _, _ in run], _now()
     in_run = "shard in (select unnest(?::varchar[]))"
     con.execute(f"delete from matches where {in_run}", [shards])
-    paths = [out.matches_path for out, _, _ in run if out.matches is None and out.matches_path]
-    if len(paths) == len(run):  # every shard's rows are in a Parquet part: one read of all of them
+    rowful = [out for out, _, _ in run if out.matches is None or out.matches.height]  # a shard without a match adds none
+    paths = [out.matches_path for out in rowful if out.matches is None and out.matches_path]
+    if len(paths) == len(rowful):  # every shard's rows are in a Parquet part: one read of all of them
         cols = ", ".join(tables.MATCH_COLUMNS)
-        con.execute(f"insert into matches ({cols}) select {cols} from read_parquet(?)", [paths])
+        if paths:
+            con.execute(f"insert into matches ({cols}) select {cols} from read_parquet(?)", [paths])
     else:
         for out, _, _ in run:
             _insert_matches(con, out)

@@ -17,6 +17,7 @@ from pathlib import Path
 from contam_assets.detector.registry import TaskSpec, load_registry, locate, spec_digest
 from contam_assets.rescan.plan import ShardState
 from contam_assets.store.pool import list_pool
+from contam_assets.store.units import Units, plan_units
 
 
 def spec_snapshot(tasks_dir: Path | None, only: list[str] | None, benchmarks_dir: Path | None,
@@ -56,27 +57,36 @@ def pool_listing(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "
     return out
 
 
-def group_runs(order: list[str], wanted: set[str], sizes: dict[str, int], max_bytes: int, max_count: int) -> list[list[str]]:
-    """Consecutive runs of `wanted` keys in partition `order`, cut at `max_bytes` or `max_count`.
+def pool_units(listing: dict[str, tuple[int, int]]) -> Units:
+    """The work units (partitions) of a pool listing (store/units.py)."""
+    return plan_units({s: size for s, (size, _) in listing.items()})
+
+
+def group_runs(order: list[str], wanted: set[str], sizes: dict[str, int], max_bytes: int, max_count: int,
+               counts: dict[str, int] | None = None) -> list[list[str]]:
+    """Consecutive runs of `wanted` keys in partition `order`, cut at `max_bytes` or `max_count` files (``counts``:
+    the files a key stands for, 1 when not given).
 
     Each group becomes one Dagster run over a partition range, so many small shards
     share a run while a large shard gets one of its own.
     """
+    counts = counts or {}
     groups: list[list[str]] = []
     cur: list[str] = []
-    cur_bytes = 0
+    cur_bytes = cur_files = 0
     for key in order:
         if key not in wanted:
             if cur:
                 groups.append(cur)
-            cur, cur_bytes = [], 0
+            cur, cur_bytes, cur_files = [], 0, 0
             continue
-        b = sizes.get(key, 0)
-        if cur and (len(cur) >= max_count or cur_bytes + b > max_bytes):
+        b, n = sizes.get(key, 0), counts.get(key, 1)
+        if cur and (cur_files + n > max_count or cur_bytes + b > max_bytes):
             groups.append(cur)
-            cur, cur_bytes = [], 0
+            cur, cur_bytes, cur_files = [], 0, 0
         cur.append(key)
         cur_bytes += b
+        cur_files += n
     if cur:
         groups.append(cur)
     return groups
@@ -103,12 +113,15 @@ class Consistency:
 
 def check_consistency(listing: dict[str, tuple[int, int]], partitions: list[str], states: dict[str, ShardState],
                       signatures: dict[str, tuple[int, int]], tasks_now: dict[str, str], index_digest: str) -> Consistency:
+    """Per pool file; a file is registered when its unit (store/units.py) is a partition; a partition is missing
+    when it is no unit of the pool (its file gone, or its group regrouped)."""
     c = Consistency()
     parts = set(partitions)
-    c.unregistered = sorted(set(listing) - parts)
-    c.missing = sorted(p for p in partitions if p not in listing)
-    for shard in partitions:
-        if shard not in listing:
+    units = pool_units(listing)
+    c.unregistered = sorted(s for s in listing if units.unit_of[s] not in parts)
+    c.missing = sorted(p for p in partitions if p not in units.files)
+    for shard in sorted(listing):
+        if units.unit_of[shard] not in parts:
             continue
         st = states.get(shard)
         if st is None:

@@ -15,6 +15,14 @@ from contam_assets.defs.automation import (
 )
 from contam_assets.defs.data.engine import ScanEngine
 from contam_assets.defs.data.scan_jobs import ShardScanConfig, plan_jobs
+from contam_assets.defs.data.scan_metadata import (
+    LOG_EACH_SHARD,
+    SHARD_FIGURES,
+    figure_name,
+    partition_metadata,
+    shard_figures,
+)
+from contam_assets.defs.data.units import partition_files
 from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
 from contam_assets.defs.meta import DATA_OWNERS, DETECTOR_VERSION, SCAN_VERSION, check_metadata, tags
 from contam_assets.defs.partitions import shards_partitions
@@ -271,7 +279,8 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     tasks_now = load_task_hashes(artifacts.index_dir(contam_settings.out_path, digest), records, cfg)
     scan_cfg = scan_config_digest(cfg, contam_settings.content_key)
     cache_root = contam_scan_engine.cache_root(contam_settings.out_path)
-    shards = list(context.partition_keys)
+    unit_files = partition_files(contam_settings, list(context.partition_keys))
+    shards = [f for files in unit_files.values() for f in files]
     with contam_db.connect(read_only=True) as con:
         states = scan_state.load_states(con, shards)
     jobs, sigs, failed = plan_jobs(contam_settings, shards, cfg, digest, tasks_now, cache_root, config.mode, states)
@@ -307,6 +316,7 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
             per_shard[job.shard] = shard_figures(stats[0], out)
         if out.mode != "current":
             scan_seconds += float(out.stats.get("seconds", 0.0) or 0.0)
+        if out.mode != "current" and len(jobs) <= LOG_EACH_SHARD:  # each line is a row of Dagster's event log
             context.log.info(f"{job.shard}: {job.plan.describe()} -> {out.mode}, {out.n_matches or (out.matches.height if out.matches is not None else 0)} row(s) "
                              f"({out.docs_scanned} document(s) scanned" + (f" on node {out.node[:12]}" if out.node else "")
                              + (f", attempt {out.attempts}" if out.attempts > 1 else "") + ")")
@@ -333,14 +343,13 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
                          + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
                          metadata={"failed": dg.MetadataValue.json(failed)})
     with contam_db.connect(read_only=True) as con:
-        tops = top_matches(con, list(per_shard))
+        metadata = partition_metadata(con, unit_files, per_shard)
     # each partition's materialization carries its own shard's figures and matches (whether the run held one
     # partition or a range: add_asset_metadata per partition key); the rest describes the run the partition was
     # materialized in (the same on each of its partitions), its document counts under run_totals
-    for shard, figures in per_shard.items():
-        context.add_asset_metadata({**figures, "top_matches": dg.MetadataValue.md(md_table(None, tops.get(shard, [])))},
-                                   partition_key=shard)
-    run_totals = {"shards": len(shards), **{_figure_name(k): v for k, v in totals.items()},
+    for key, md in metadata.items():
+        context.add_asset_metadata(md, partition_key=key)
+    run_totals = {"partitions": len(unit_files), "shards": len(shards), **{figure_name(k): v for k, v in totals.items()},
                   "scan_seconds": round(scan_seconds, 2)}
     context.log.info("run totals: " + ", ".join(f"{k} {v}" for k, v in run_totals.items()))
     return dg.MaterializeResult(metadata={
@@ -350,37 +359,6 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
         "shard_retries": retries, **({"ray_nodes": dg.MetadataValue.json(nodes)} if nodes else {}),
         "index_digest": digest,
     })
-
-
-# the counts of a shard_stats row that a shard_matches materialization shows (documents_* are documents, candidates
-# and pending_review as in shard_stats)
-SHARD_FIGURES = ("read", "removed", "rejected", "kept", "pending_review", "candidates", "bytes")
-
-
-def _figure_name(k: str) -> str:
-    return f"documents_{k}" if k in ("read", "removed", "rejected", "kept") else k
-
-
-def shard_figures(stats: dict, out) -> dict:
-    """One partition's metadata: its shard_stats row's counts, and how this run scanned it."""
-    return {**{_figure_name(k): int(stats[k] or 0) for k in SHARD_FIGURES},
-            "status": stats.get("status") or "ok", "scan_mode": out.mode,
-            "scan_seconds": round(float(out.stats.get("seconds", 0.0) or 0.0), 3) if out.mode != "current" else 0.0,
-            "attempts": out.attempts, **({"ray_node": out.node} if out.node else {})}
-
-
-def top_matches(con, shards: list[str], n: int = 10) -> dict[str, list[dict]]:
-    """Each shard's ``n`` best stored match rows (flagged first, then by score), as they are in ``matches``."""
-    if not shards:
-        return {}
-    rows = store.query_df(con, """select shard, line, doc_id, task, suite, split, instance_index, score, flagged, needs_review
-        from matches where shard in (select unnest(?::varchar[]))
-        qualify row_number() over (partition by shard order by flagged desc, score desc, line) <= ?
-        order by shard, flagged desc, score desc, line""", [shards, n]).to_dicts()
-    out: dict[str, list[dict]] = {}
-    for r in rows:
-        out.setdefault(r["shard"], []).append(r)
-    return out
 
 
 @dg.asset_check(asset=shard_matches, blocking=True,

@@ -31,7 +31,7 @@ from pydantic import Field
 
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference
-from contam_assets.rescan.jobs import ShardJob, run_shard_job, run_shard_job_shared
+from contam_assets.rescan.jobs import ShardJob, current_outcome, run_shard_job, run_shard_job_shared
 from contam_assets.rescan.pool_scan import available_cpus, scan_in_processes
 from contam_assets.rescan.processes import frozen_heap
 from contam_assets.rescan.shard import ShardOutcome
@@ -62,9 +62,12 @@ class ScanEngine(dg.ConfigurableResource):
             source: Path | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
         """(job, outcome or exception) in the jobs' order; ``idle()`` is called while the step waits for the next.
         ``source``: the index folder ``index`` and ``ref.records`` were read from (workers read it themselves)."""
-        n = self.processes(len(jobs))
-        if n > 1:
-            yield from scan_in_processes(jobs, index, ref.records, n, idle=idle, source=source)
+        todo = [j for j in jobs if j.plan.mode != "current"]
+        n = self.processes(len(todo))
+        if n > 1:  # a current shard's outcome is made here, not sent to a worker (an unchanged rerun starts no pool)
+            scanned = scan_in_processes(todo, index, ref.records, n, idle=idle, source=source)
+            for job in jobs:
+                yield (job, current_outcome(job)) if job.plan.mode == "current" else next(scanned)
             return
         for job in jobs:
             try:

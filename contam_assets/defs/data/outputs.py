@@ -9,6 +9,7 @@ import dagster as dg
 from contam_assets import store
 from contam_assets.defs.automation import MIX_REFRESH_CRON, REPORT_REFRESH_CRON, on_new_removals
 from contam_assets.defs.data.assets import _DATA, _scanned_shards, removals, shard_matches
+from contam_assets.defs.data.units import partition_files
 from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
 from contam_assets.defs.meta import DATA_OWNERS, check_metadata
 from contam_assets.defs.partitions import shards_partitions
@@ -75,7 +76,8 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
     """
     if contam_settings.removal not in ("document", "span"):
         raise dg.Failure(f"removal must be 'document' or 'span', got {contam_settings.removal!r}")
-    shards = list(context.partition_keys)
+    unit_files = partition_files(contam_settings, list(context.partition_keys))
+    shards = [f for files in unit_files.values() for f in files]
     out = contam_settings.out_path
     run = write_mix(contam_db.connect, out, contam_settings.pool_path, shards, contam_settings.removal,
                     detect_config(contam_settings), contam_settings.content_key, workers_from_env(len(shards)),
@@ -86,22 +88,32 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
                          + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
                          metadata={"failed": dg.MetadataValue.json(failed)})
     # each partition's own figures (a ranged run holds many); the run's sums under run_totals
-    for shard, res in run.shards.items():
-        context.add_asset_metadata({**{f"documents_{k}": int(res.get(k) or 0) for k in ("written", "dropped", "rejected", "cut")},
-                                    "status": res.get("status") or "ok", "unchanged": bool(res["unchanged"]),
-                                    **({"path": dg.MetadataValue.path(res["path"])} if res.get("path") else {})},
-                                   partition_key=shard)
+    for key, files in unit_files.items():
+        results = [run.shards[f] for f in files if f in run.shards]
+        if not results:
+            continue
+        figures = {f"documents_{k}": sum(int(r.get(k) or 0) for r in results) for k in ("written", "dropped", "rejected", "cut")}
+        if len(files) == 1:
+            res = results[0]
+            figures |= {"status": res.get("status") or "ok", "unchanged": bool(res["unchanged"]),
+                        **({"path": dg.MetadataValue.path(res["path"])} if res.get("path") else {})}
+        else:  # a group of files (store/units.py)
+            figures |= {"files": len(files), "status": ", ".join(sorted({r.get("status") or "ok" for r in results} - {"ok"})) or "ok",
+                        "files_unchanged": sum(bool(r["unchanged"]) for r in results)}
+        context.add_asset_metadata(figures, partition_key=key)
     return dg.MaterializeResult(metadata={
-        "run_totals": dg.MetadataValue.json({"shards": len(shards), **{f"documents_{k}": v for k, v in totals.items()
+        "run_totals": dg.MetadataValue.json({"partitions": len(unit_files), "shards": len(shards), **{f"documents_{k}": v for k, v in totals.items()
                                                                         if k != "quarantined"},
                                              "shards_quarantined": totals["quarantined"], "shards_unchanged": unchanged}),
         "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
 
 
-def run_partition_keys(context: dg.AssetCheckExecutionContext) -> set[str] | None:
-    """The shard partitions the check's run materialized (one key or a range), None for a run without partitions."""
+def run_partition_keys(context: dg.AssetCheckExecutionContext, settings: ContamSettings) -> set[str] | None:
+    """The pool files of the partitions the check's run materialized (one key or a range; store/units.py), None for a
+    run without partitions."""
     if context.has_partition_key or context.has_partition_key_range:
-        return set(context.partition_keys)
+        keys = list(context.partition_keys)
+        return {f for files in partition_files(settings, keys).values() for f in files}
     return None
 
 
@@ -112,7 +124,7 @@ def mix_conservation(context: dg.AssetCheckExecutionContext, contam_settings: Co
                      contam_db: ContamDB) -> dg.AssetCheckResult:
     # the shards of this run only (a run per shard over a backfill would re-read every mix file each time:
     # quadratic in the shards); a check run on its own, without partitions, checks every shard
-    scope = run_partition_keys(context)
+    scope = run_partition_keys(context, contam_settings)
     problems = []
     with contam_db.connect(read_only=True) as con:
         if not store.table_exists(con, "mix_stats"):

@@ -20,6 +20,12 @@ class ShardScanConfig(dg.Config):
         "stream when valid)"))
 
 
+# In a run of more shards than this, a shard under STREAM_MIN_BYTES gets no cached token stream: writing its four
+# files costs more than tokenizing it again when a task changes (a pool of thousands of one-document files).
+STREAM_ALL_MAX_SHARDS = 256
+STREAM_MIN_BYTES = 64 << 10
+
+
 def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, digest: str, tasks_now: dict[str, str],
               cache_root: Path | None, mode: str, states: dict) -> tuple[list[ShardJob], dict[str, tuple[int, int]], dict[str, str]]:
     """One job per shard (with its plan), the (size, mtime_ns) each plan saw, and shard -> why it cannot be scanned.
@@ -29,6 +35,7 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
     """
     scan_cfg = scan_config_digest(cfg, settings.content_key)
     jobs, sigs, failed = [], {}, {}
+    many = len(shards) > STREAM_ALL_MAX_SHARDS
     for shard in shards:
         path, why = check_shard(settings.pool_path, shard, settings.follow_links)
         if path is None:
@@ -47,8 +54,9 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
             plan = plan_shard(states.get(shard), identity, scan_cfg, tasks_now, key, stream_ok, mode, text_rescan=cfg.prefilter)
         except ValueError as exc:
             raise dg.Failure(str(exc)) from exc
+        keep_stream = cache_root is not None and not (many and st.st_size < STREAM_MIN_BYTES)
         jobs.append(ShardJob(shard=shard, path=str(path), plan=plan, cfg=cfg, content_key=settings.content_key,
-                             preset=settings.preset, digest=digest, cache_root=str(cache_root) if cache_root else None,
+                             preset=settings.preset, digest=digest, cache_root=str(cache_root) if keep_stream else None,
                              fingerprint=fp, identity=identity, parts_dir=str(settings.out_path / "parts")))
         sigs[shard] = (st.st_size, st.st_mtime_ns)
     return jobs, sigs, failed

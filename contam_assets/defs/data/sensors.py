@@ -38,6 +38,7 @@ from contam_assets.rescan.plan import load_task_hashes
 from contam_assets.store import artifacts
 from contam_assets.store import shards as shards_db
 from contam_assets.store.location import LocationError, mirror_or_fail
+from contam_assets.store.units import looks_grouped
 
 DEFAULT_STATUS = sensor_default_status()
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED
@@ -81,29 +82,36 @@ def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: Cont
     cursor = watch.digest(sorted(listing.items()))
     if context.cursor == cursor:
         return dg.SensorResult(skip_reason="pool listing unchanged", cursor=cursor)
-    known = set(context.instance.get_dynamic_partitions(shards_partitions.name))
-    new = [s for s in listing if s not in known]
-    # shards that left the pool: their partition goes, and so do their rows and files (store/shards.retire)
-    gone = sorted(known - set(listing))
-    if gone and contam_settings.db_path.exists():
-        with store.connect(contam_settings.db_path) as con:
-            retired = shards_db.retire(con, contam_settings.out_path, gone)
-        context.log.info(f"{len(retired)} shard(s) left the pool and were retired: {_tag(gone)}")
+    units = watch.pool_units(listing)  # a partition per file, or per stable group of small files (store/units.py)
+    known = context.instance.get_dynamic_partitions(shards_partitions.name)
+    have = set(known)
+    new = [k for k in units.keys if k not in have]
+    # partitions the pool no longer holds: a file gone, a group regrouped, a file that now sits in a group
+    stale = [k for k in known if k not in units.files]
+    # files that left the pool: their rows and files go (store/shards.retire); a file that moved into a group keeps them
+    gone = {k for k in stale if not looks_grouped(k) and k not in listing}
     sigs = {}
     if contam_settings.db_path.exists():
         with store.connect(contam_settings.db_path, read_only=True) as con:
             sigs = scan_state.stat_signatures(con)
-    changed = [s for s in listing if s in known and s in sigs and tuple(sigs[s]) != listing[s]]
+        gone |= {s for s in sigs if s not in listing}
+        if gone:
+            with store.connect(contam_settings.db_path) as con:
+                retired = shards_db.retire(con, contam_settings.out_path, sorted(gone))
+            context.log.info(f"{len(retired)} shard(s) left the pool and were retired: {_tag(sorted(gone))}")
+    changed = {s for s in listing if s in sigs and tuple(sigs[s]) != listing[s] and units.unit_of[s] in have}
     requests = []
-    for s in new + changed:
-        size, mtime = listing[s]
-        # run_key: one run per shard content; a repeated tick for the same content is a no-op
-        requests.append(scan_request([s], run_key=f"{s}@{size}-{mtime}", tags={"contam/trigger": "new_shard" if s in new else "changed_shard"}))
+    for key in new + [k for k in units.keys_of(changed) if k not in new]:
+        files = units.files[key]
+        # run_key: one run per content of the unit's files; a repeated tick for the same content is a no-op
+        stamp = "-".join(map(str, listing[files[0]])) if len(files) == 1 else watch.digest([listing[f] for f in files])
+        requests.append(scan_request([key], run_key=f"{key}@{stamp}",
+                                     tags={"contam/trigger": "new_shard" if key in new else "changed_shard"}))
     if requests:
-        context.log.info(f"{len(new)} new shard(s), {len(changed)} changed shard(s)")
+        context.log.info(f"{len(new)} new partition(s), {len(changed)} changed shard(s)")
     partition_requests = [shards_partitions.build_add_request(new)] if new else []
-    if gone:
-        partition_requests.append(shards_partitions.build_delete_request(gone))
+    if stale:
+        partition_requests.append(shards_partitions.build_delete_request(stale))
     return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests, cursor=cursor)
 
 
@@ -156,8 +164,18 @@ def stale_task_groups(instance: dg.DagsterInstance, settings: ContamSettings, di
         states = scan_state.load_states(con)
     stale = set(watch.tasks_needing_rescan(states, tasks_now))
     order = instance.get_dynamic_partitions(shards_partitions.name)
-    sizes = {s: sz for s, (sz, _) in watch.pool_listing(settings.pool_path, settings.follow_links, settings.pool_pattern).items()}
-    return watch.group_runs(order, stale & set(sizes), sizes, RUN_MAX_BYTES, RUN_MAX_SHARDS)
+    listing = watch.pool_listing(settings.pool_path, settings.follow_links, settings.pool_pattern)
+    return unit_runs(order, stale, listing)
+
+
+def unit_runs(order: list[str], shards: set[str], listing: dict[str, tuple[int, int]]) -> list[list[str]]:
+    """Runs of consecutive partitions holding ``shards`` (files of the pool; each stands in its unit, store/units.py),
+    cut at RUN_MAX_BYTES / RUN_MAX_SHARDS files."""
+    units = watch.pool_units(listing)
+    keys = set(units.keys_of(s for s in shards if s in listing))
+    sizes = {k: sum(listing[f][0] for f in files) for k, files in units.files.items()}
+    counts = {k: len(files) for k, files in units.files.items()}
+    return watch.group_runs(order, keys, sizes, RUN_MAX_BYTES, RUN_MAX_SHARDS, counts)
 
 
 @dg.sensor(job=scan_shards_job, minimum_interval_seconds=30, default_status=DEFAULT_STATUS,
@@ -225,13 +243,13 @@ def nightly_rescan_schedule(context: dg.ScheduleEvaluationContext, contam_settin
         return dg.SkipReason("nothing scanned yet")
     c = consistency(context.instance, contam_settings)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d") if context.scheduled_execution_time else "now"
-    sizes = {s: sz for s, (sz, _) in watch.pool_listing(contam_settings.pool_path, contam_settings.follow_links, contam_settings.pool_pattern).items()}
+    listing = watch.pool_listing(contam_settings.pool_path, contam_settings.follow_links, contam_settings.pool_pattern)
     order = context.instance.get_dynamic_partitions(shards_partitions.name)
     wanted = {"auto": set(c.unscanned) | set(c.changed) | set(c.task_stale),
               "full": set(c.idf_stale) if os.environ.get("CONTAM_NIGHTLY_IDF_RESCAN", "1") != "0" else set()}
     requests = []
     for mode, shards in wanted.items():
-        for g in watch.group_runs(order, shards, sizes, RUN_MAX_BYTES, RUN_MAX_SHARDS):
+        for g in unit_runs(order, shards, listing):
             requests.append(scan_request(g, run_key=f"nightly:{day}:{mode}:{g[0]}..{g[-1]}", mode=mode,
                                          tags={"contam/trigger": "nightly"}))
     summary = ", ".join(f"{k} {v}" for k, v in c.counts().items() if v) or "consistent"
