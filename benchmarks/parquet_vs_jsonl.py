@@ -6,7 +6,10 @@ the Parquet mix re-read equal row for row to the kept rows.
 
 Documents come from benchmarks/scale_pool.py (real-looking text, real GSM8K/MBPP/HumanEval items planted); the
 JSONL pool is plain (uncompressed) JSONL, the Parquet pool zstd with row groups of 10,000 rows.  Runs alternate
-(jsonl, parquet, jsonl, ...) so a busy machine slows both alike; the figures are medians.
+(jsonl, parquet, jsonl, ...) so a busy machine slows both alike; the figures are medians.  With ``--s3`` the Parquet
+pool is also put in a local S3-protocol server (moto's standalone server, on loopback) and each round adds a run
+from ``s3://contam-bench/pool`` (fetched into the output folder's mirror, then read locally), checked to remove the
+same documents as the local Parquet run.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from contam_assets.detector.compression import open_binary  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_GROUP = 10_000
+BUCKET = "contam-bench"
 
 
 def both_pools(work: Path, size: int, shards: int, seed: int, shared: Path) -> dict:
@@ -58,8 +62,31 @@ def both_pools(work: Path, size: int, shards: int, seed: int, shared: Path) -> d
     return dict(jsonl=jl, parquet=pqd, planted=planted, documents=truth["documents"], raw_bytes=truth["raw_bytes"])
 
 
-def detect(pool: Path, out: Path, shared: Path, tasks: str, home: Path) -> float:
-    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT)}
+def s3_server(folder: Path, work: Path) -> tuple[object, dict]:
+    """A local S3-protocol server (moto's standalone server, on loopback) holding ``folder`` under s3://BUCKET/pool;
+    the environment a run reads it with."""
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="bench",
+                          aws_secret_access_key="bench", region_name="us-east-1")
+    client.create_bucket(Bucket=BUCKET)
+    for f in sorted(folder.iterdir()):
+        client.upload_file(str(f), BUCKET, f"pool/{f.name}")
+    return server, env
+
+
+def detect(pool: Path | str, out: Path, shared: Path, tasks: str, home: Path, env_extra: dict | None = None) -> float:
+    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT), **(env_extra or {})}
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "contam_assets.cli", "detect", "--pool", str(pool), "--out", str(out),
                         "--benchmarks", str(shared), "--tasks", tasks], env=env, capture_output=True, text=True)
@@ -91,20 +118,30 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--s3", action="store_true", help="also run the Parquet pool from a local S3-protocol server")
     a = ap.parse_args(argv)
     pools = both_pools(a.work, a.size, a.shards, a.seed, a.shared)
-    walls: dict[str, list[float]] = {"jsonl": [], "parquet": []}
+    kinds = ["jsonl", "parquet"] + (["parquet-s3"] if a.s3 else [])
+    walls: dict[str, list[float]] = {k: [] for k in kinds}
+    server, s3_env = s3_server(pools["parquet"], a.work) if a.s3 else (None, {})
     for i in range(a.repeats):
-        for kind in ("jsonl", "parquet"):
+        for kind in kinds:
             out = a.work / f"out-{kind}-{i}"
-            for old in (out, a.work / f"home-{kind}-{i}"):  # every run from scratch: no scan state, no token cache
+            mirror = a.work / f"mirror-{i}"
+            for old in (out, a.work / f"home-{kind}-{i}", mirror):  # every run from scratch: no scan state, no cache
                 shutil.rmtree(old, ignore_errors=True)
-            walls[kind].append(detect(pools[kind], out, a.shared, a.tasks, a.work / f"home-{kind}-{i}"))
+            pool, extra = ((f"s3://{BUCKET}/pool", {**s3_env, "CONTAM_WORK_DIR": str(mirror)}) if kind == "parquet-s3"
+                           else (pools[kind], {}))
+            walls[kind].append(detect(pool, out, a.shared, a.tasks, a.work / f"home-{kind}-{i}", extra))
             missed = pools["planted"] - flagged(out)
             if missed:
                 raise SystemExit(f"{kind}: {len(missed)} planted copies not flagged, e.g. {sorted(missed)[:3]}")
+    if server is not None:
+        server.stop()
     if removed(a.work / "out-jsonl-0") != removed(a.work / "out-parquet-0"):
         raise SystemExit("the JSONL and Parquet runs removed different documents")
+    if a.s3 and removed(a.work / "out-parquet-s3-0") != removed(a.work / "out-parquet-0"):
+        raise SystemExit("the S3 and local Parquet runs removed different documents")
     # the Parquet mix, re-read: equal row for row to the kept input rows
     rem = removed(a.work / "out-parquet-0")
     for f in sorted(pools["parquet"].iterdir()):
@@ -118,6 +155,8 @@ def main(argv: list[str] | None = None) -> dict:
                planted_removed=len(pools["planted"] & rem), jsonl_s=[round(w, 2) for w in walls["jsonl"]],
                parquet_s=[round(w, 2) for w in walls["parquet"]],
                parquet_speed_vs_jsonl=round(med["jsonl"] / med["parquet"], 3),
+               **({"parquet_s3_s": [round(w, 2) for w in walls["parquet-s3"]],
+                   "s3_speed_vs_local": round(med["parquet"] / med["parquet-s3"], 3)} if a.s3 else {}),
                parquet_mb=round(sum(p.stat().st_size for p in pools["parquet"].iterdir()) / 1e6, 1),
                machine=f"{platform.machine()} {os.cpu_count()} cores", date=time.strftime("%Y-%m-%d"))
     print(json.dumps(res, indent=2))

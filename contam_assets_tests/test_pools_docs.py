@@ -72,4 +72,4 @@ def test_the_parquet_benchmark_runs_as_documented(tmp_path):
     env |= {"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"}
     r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert '"parquet_speed_vs_jsonl"' in r.stdout and '"planted_removed"' in r.stdout
+    assert '"parquet_speed_vs_jsonl"' in r.stdout and '"planted_removed"' in r.stdout and '"s3_speed_vs_local"' in r.stdout
