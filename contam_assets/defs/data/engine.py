@@ -62,13 +62,19 @@ class ScanEngine(dg.ConfigurableResource):
             source: Path | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
         """(job, outcome or exception) in the jobs' order; ``idle()`` is called while the step waits for the next.
         ``source``: the index folder ``index`` and ``ref.records`` were read from (workers read it themselves)."""
-        todo = [j for j in jobs if j.plan.mode != "current"]
-        n = self.processes(len(todo))
-        if n > 1:  # a current shard's outcome is made here, not sent to a worker (an unchanged rerun starts no pool)
-            scanned = scan_in_processes(todo, index, ref.records, n, idle=idle, source=source)
+        if self.processes(len(jobs)) > 1:
+            # a current shard's outcome is made here, not sent to a worker (an unchanged rerun starts no pool)
+            todo = [j for j in jobs if j.plan.mode != "current"]
+            n = self.processes(len(todo))
+            scanned = (scan_in_processes(todo, index, ref.records, n, idle=idle, source=source) if n > 1
+                       else self._in_process(todo, index, ref))
             for job in jobs:
                 yield (job, current_outcome(job)) if job.plan.mode == "current" else next(scanned)
             return
+        yield from self._in_process(jobs, index, ref)
+
+    @staticmethod
+    def _in_process(jobs: list[ShardJob], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
         for job in jobs:
             try:
                 with frozen_heap():

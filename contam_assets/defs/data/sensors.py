@@ -1,7 +1,7 @@
 """Sensors and the nightly schedule that keep the match tables current (docs/automation.md).
 
-- new_shards_sensor: a new shard file becomes a `shards` partition and its scan is requested;
-  a scanned shard whose file changed is rescanned.
+- new_shards_sensor: a new shard file becomes a `shards` partition (or joins a group of small
+  files, store/units.py) and its scan is requested; a scanned shard whose file changed is rescanned.
 - new_tasks_sensor: a task spec added, changed or removed (or a benchmark file behind one)
   launches the rebuild of the registry, reference set and index (`build_reference`).
 - tasks_rescan_sensor: a new `ngram_index` materialization requests the rescans it implies:
@@ -63,12 +63,14 @@ def scan_request(group: list[str], run_key: str, mode: str = "auto", tags: dict 
            description="A new shard file in the pool becomes a `shards` partition and its scan is requested; a scanned "
            "shard whose file changed is rescanned. STOPPED unless CONTAM_AUTOMATION=1.")
 def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
-    """Adds a `shards` partition for every new shard file and requests its scan; a changed shard is rescanned.
+    """Adds a `shards` partition for every new work unit (a file, or a group of small files: store/units.py) and
+    requests its scan; the unit of a changed shard is rescanned.
 
     Cursor: a 16-hex digest of the pool listing (path, size, mtime); an unchanged listing is
-    a cheap no-op.  New shards are the ones without a partition (the partitions are added in
+    a cheap no-op.  New units are the ones without a partition (the partitions are added in
     the same tick, so they are requested once); changed shards are scanned shards whose
-    (size, mtime) differs from what their last scan read (table shard_scans).
+    (size, mtime) differs from what their last scan read (table shard_scans).  The partitions of
+    units the pool no longer holds are deleted; only files that left the pool are retired.
     """
     try:
         loc = contam_settings.pool_location  # LocationError: e.g. credentials in the URL (refused, never shown)
