@@ -71,6 +71,27 @@ def test_planted_rewordings_are_found_held_and_linked_to_their_item(gsm8k):
         assert r["training_text"] in docs[r["line"]].text and HOST not in r["training_text"]
 
 
+def test_a_task_named_in_paraphrase_remove_removes_instead_of_holding(gsm8k):
+    from contam_assets.detector.config import DetectConfig, validate
+
+    cfg, ref = gsm8k
+    rows = [r for r in jsonl(PARA / "gsmplus_testmini.jsonl") if r["kind"] == "problem understanding"][:10]
+    docs = [doc(i, r["question"]) for i, r in enumerate(rows)]
+    held = paraphrase_rows(docs, "web/a.jsonl", ref, cfg.replace(paraphrase_remove="mbpp"), "paraphrase", [])
+    removed = paraphrase_rows(docs, "web/a.jsonl", ref, cfg.replace(paraphrase_remove="mbpp, gsm8k"), "paraphrase", [])
+    every = paraphrase_rows(docs, "web/a.jsonl", ref, cfg.replace(paraphrase_remove="all"), "paraphrase", [])
+    assert len(held) == len(removed) == len(every) >= 5
+    assert all(r["needs_review"] for r in held) and not any(r["needs_review"] for r in removed + every)
+    assert [r["match_id"] for r in held] == [r["match_id"] for r in removed]
+    with pytest.raises(ConfigError, match="task names separated by commas"):
+        cfg.replace(paraphrase_remove="gsm8k mbpp")  # a space is no separator
+    with pytest.raises(ConfigError, match="needs the paraphrase part"):
+        DetectConfig(paraphrase_remove="gsm8k")  # without the part it would do nothing
+    assert not validate(cfg.replace(paraphrase_remove="gsm8k,all"))
+    assert cfg.replace(paraphrase_remove="gsm8k").digest() != cfg.digest()  # a change rescans
+    assert DetectConfig().digest() == DetectConfig(paraphrase_remove="").digest()
+
+
 def test_look_alikes_are_not_held(gsm8k):
     cfg, ref = gsm8k
     exact = set(ref.records["question"].str.strip_chars().to_list())
@@ -157,6 +178,20 @@ def test_the_documented_detect_command_end_to_end_on_a_tiny_pool(tmp_path):
     assert all(r[2] and r[3] and json.loads(r[5])["rule"] == "math" for r in rows)
     assert con.execute("select count(*) from removals").fetchone()[0] == 0  # held, not removed
     assert "evidence: similarity" in (run / "out" / "report.html").read_text()
+    con.close()
+    # the task named in --paraphrase-remove: the two rewordings removed at once, the mix without them
+    res = subprocess.run(["bash", "-c", cmd.replace("--out out", "--out out2") + " --paraphrase-remove gsm8k"], cwd=run,
+                         env=_env() | {"DAGSTER_HOME": str(tmp_path / "dh2")}, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    with duckdb.connect(str(run / "out2" / "contam.duckdb"), read_only=True) as con2:
+        assert sorted(r[0] for r in con2.execute("select line from removals").fetchall()) == [0, 1]
+    assert [json.loads(x)["id"] for x in (run / "out2" / "mix" / "web" / "part-0.jsonl").read_text().splitlines()] == \
+        ["d2", "d3", "d4"]
+    # a name the reference set does not hold: one line, a failed run
+    res = subprocess.run(["bash", "-c", cmd.replace("--out out", "--out out3") + " --paraphrase-remove gsm8kk"], cwd=run,
+                         env=_env() | {"DAGSTER_HOME": str(tmp_path / "dh3")}, capture_output=True, text=True, timeout=600)
+    assert res.returncode != 0 and "--paraphrase-remove names gsm8kk" in res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
 
 
 def test_the_documented_benchmark_command_at_a_tiny_size(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 
 from contam_assets.detector.text import DEFAULT_PUNCTUATION, CleanOptions
@@ -81,6 +82,7 @@ class DetectConfig:
     paraphrase: bool = False
     paraphrase_model: str = ""  # empty: WordLlama's bundled model; else a local model2vec folder
     paraphrase_min_similarity: float = 0.65  # cosine similarity a window needs before the verifier looks at it
+    paraphrase_remove: str = ""  # tasks (comma-separated, or "all") whose paraphrase rows remove; others are held
 
     def __post_init__(self):
         problems = validate(self)
@@ -153,9 +155,19 @@ def validate(cfg: DetectConfig) -> list[str]:
             out.append(f"{name} must not be negative, got {getattr(cfg, name)}")
     if not -1.0 <= cfg.paraphrase_min_similarity <= 1.0:
         out.append(f"paraphrase_min_similarity must lie in [-1, 1], got {cfg.paraphrase_min_similarity}")
+    bad = [t for t in paraphrase_removes(cfg) if not re.fullmatch(r"[A-Za-z0-9_.\-]+", t)]
+    if bad:
+        out.append(f"paraphrase_remove takes task names separated by commas (or all), got {bad[0]!r}")
+    if cfg.paraphrase_remove.strip() and not cfg.paraphrase:
+        out.append("paraphrase_remove needs the paraphrase part: add --paraphrase (or --preset paraphrase)")
     if cfg.dedup_by not in DEDUP_BY:
         out.append(f"dedup_by must be one of {', '.join(DEDUP_BY)}, got {cfg.dedup_by!r}")
     return out
+
+
+def paraphrase_removes(cfg: DetectConfig) -> set[str]:
+    """The tasks whose paraphrase rows remove their document (``{"all"}``: every task); the others' are held."""
+    return {t.strip() for t in cfg.paraphrase_remove.split(",") if t.strip()}
 
 
 @dataclass(frozen=True)
@@ -205,6 +217,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("report_floor", "--report-floor", None, "store every candidate scoring at least this, flagged or not"),
     Knob("max_doc_bytes", "--max-doc-bytes", None, "documents larger than this many bytes are rejected"),
     Knob("prefilter", "--prefilter", None, "skip, untokenized, documents that provably hold no match row (true/false)"),
+    Knob("paraphrase_remove", "--paraphrase-remove", None, "tasks (comma-separated, or all) whose paraphrase rows "
+         "remove their document instead of holding it for review (with --paraphrase)"),
 )
 KNOB_BY_FIELD = {k.field: k for k in KNOBS}
 
@@ -247,7 +261,7 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(DetectConfig)}
 _THOROUGH_FIELDS = ("markup", "dense_short_questions", "question_only", "question_only_min_tokens", "question_only_overlap",
                     "question_only_short_min_tokens", "question_only_short_min_idf",
                     "answer_suites", "answer_suite_min_words", "dump_min_items", "near_duplicates", "reference_overlap",
-                    "paraphrase", "paraphrase_model", "paraphrase_min_similarity")
+                    "paraphrase", "paraphrase_model", "paraphrase_min_similarity", "paraphrase_remove")
 # The parts of `thorough`, by the name a user switches each on with (contam detect --markup, CONTAM_PARTS=markup,...)
 THOROUGH_PARTS: dict[str, dict] = {
     "markup": {"markup": True},

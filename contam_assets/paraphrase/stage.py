@@ -1,7 +1,8 @@
 """The paraphrase part's match rows: after the n-gram detector has scanned a batch of documents,
 each document is searched for rewordings of the instances it has no row for yet.
 
-A row has ``reason = paraphrase``, is flagged and held for review (``needs_review``), scores the
+A row has ``reason = paraphrase``, is flagged and held for review (``needs_review``; not for the tasks the knob
+``paraphrase_remove`` names: their rows remove the document), scores the
 window's similarity, and carries its evidence as JSON (``evidence``: rule, similarity, the
 quantities, names or signature that matched, whether the window holds the gold answer).  It has
 no token spans: a span removal of an approved paraphrase removes the whole document.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.config import DetectConfig, paraphrase_removes
 from contam_assets.detector.matches import Reference, match_id
 from contam_assets.paraphrase.embed import load_embedder
 from contam_assets.paraphrase.search import ParaphraseIndex
@@ -33,6 +34,7 @@ def paraphrase_rows(docs: list, shard: str, ref: Reference, cfg: DetectConfig, p
                     tasks: set[str] | None = None) -> list[dict]:
     """Rows for rewordings in ``docs`` of instances that ``rows`` (the n-gram rows of these documents) lack."""
     px = paraphrase_index(ref, cfg)
+    removes = paraphrase_removes(cfg)
     keys = list(zip(px.records["task"], px.records["split"], px.records["instance_index"], px.records["subject"]))
     have: dict[int, set[tuple]] = {}
     for r in rows:
@@ -45,11 +47,12 @@ def paraphrase_rows(docs: list, shard: str, ref: Reference, cfg: DetectConfig, p
             rec = px.records.row(hit.item, named=True)
             if tasks is not None and rec["task"] not in tasks:
                 continue
-            out.append(row(doc, shard, rec, hit, preset, cfg.paraphrase_min_similarity))
+            out.append(row(doc, shard, rec, hit, preset, cfg.paraphrase_min_similarity,
+                           held=not ({"all", rec["task"]} & removes)))
     return out
 
 
-def row(doc, shard: str, rec: dict, hit, preset: str, required: float) -> dict:
+def row(doc, shard: str, rec: dict, hit, preset: str, required: float, held: bool = True) -> dict:
     window = doc.text[hit.start:hit.end].strip()
     sim = round(hit.evidence.similarity, 6)
     return {
@@ -57,7 +60,7 @@ def row(doc, shard: str, rec: dict, hit, preset: str, required: float) -> dict:
         "doc_id": doc.doc_id, "source": doc.source, "task": rec["task"], "suite": rec["suite"], "split": rec["split"],
         "instance_index": rec["instance_index"], "subject": rec["subject"], "choice_index": rec["choice_index"],
         "is_correct": rec["is_correct"], "record_id": rec["record_id"], "score": sim, "required_score": required,
-        "flagged": True, "needs_review": True, "question_overlap": None, "answer_overlap": None,
+        "flagged": True, "needs_review": held, "question_overlap": None, "answer_overlap": None,
         "passage_overlap": None, "question_start": None, "question_end": None, "answer_start": None,
         "answer_end": None, "passage_start": None, "passage_end": None, "n_matched_ngrams": 0,
         "doc_tokens": 0, "doc_chars": len(doc.text), "training_text": window,

@@ -27,7 +27,7 @@ from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_mis
 from contam_assets.defs.meta import DATA_OWNERS, DETECTOR_VERSION, SCAN_VERSION, check_metadata, tags
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, lm_eval_specs, load_task_specs
-from contam_assets.detector.config import settings_rows
+from contam_assets.detector.config import paraphrase_removes, settings_rows
 from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
@@ -277,6 +277,10 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     if cfg.prefilter:  # read (or built once and saved) beside the index; the workers receive it with the index
         ensure_prefilter(index, records, cfg, folder=artifacts.index_dir(contam_settings.out_path, digest))
     tasks_now = load_task_hashes(artifacts.index_dir(contam_settings.out_path, digest), records, cfg)
+    unknown = sorted(paraphrase_removes(cfg) - set(tasks_now) - {"all"}) if cfg.paraphrase else []
+    if unknown:  # a name that matches no task would remove nothing, silently
+        raise dg.Failure(f"--paraphrase-remove names {', '.join(unknown)}, which the reference set does not hold "
+                         f"(it holds {', '.join(sorted(tasks_now)) or 'no task'})")
     scan_cfg = scan_config_digest(cfg, contam_settings.content_key)
     cache_root = contam_scan_engine.cache_root(contam_settings.out_path)
     unit_files = partition_files(contam_settings, list(context.partition_keys))
