@@ -359,7 +359,7 @@ def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.Dags
     """Every shard of ``shards`` in scan_shards runs over ranges of partitions (their ``units``; one run where they are
     consecutive), its scans spread over ``processes`` worker processes (the run's step stays the only DuckDB writer);
     shard -> why it failed."""
-    units = units or Units(files={s: [s] for s in shards}, unit_of={s: s for s in shards})
+    units = units or Units.one_per_file(shards)
     keys = units.keys_of(shards)
     parts = stretches(instance.get_dynamic_partitions(shards_partitions.name), keys)
     log(f"scan {len(shards)} shard(s)" + (f" in {len(keys)} partition(s)" if len(keys) != len(shards) else "")
@@ -378,7 +378,7 @@ def mix_ranges(settings: ContamSettings, defs: dg.Definitions, instance: dg.Dags
                log: Callable[[str], None] = print, units: Units | None = None) -> dict[str, str]:
     """The mix of ``shards``, one write_mix run per stretch of consecutive partitions (their ``units``; a run per shard
     costs more than a small shard's mix); shard -> why its mix failed."""
-    units = units or Units(files={s: [s] for s in shards}, unit_of={s: s for s in shards})
+    units = units or Units.one_per_file(shards)
     keys = units.keys_of(shards)
     parts = stretches(instance.get_dynamic_partitions(shards_partitions.name), keys)
     failed = uncovered(parts, keys, log, units)

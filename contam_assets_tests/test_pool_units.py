@@ -154,3 +154,34 @@ def test_the_sensor_requests_a_changed_group_and_retires_only_files_that_left(gr
     # the files of the regrouped partition are still in the pool: their rows stay
     assert table(s, "select count(*) n from shard_stats")["n"][0] == N_FILES
     (pool / "part-003a.jsonl").unlink()
+
+
+def test_a_partition_of_a_group_the_pool_no_longer_holds_fails_in_one_line(grouped):
+    from contam_assets.defs.data.units import partition_files
+
+    stale = "part-000.jsonl (+3 files, deadbeef)"
+    with pytest.raises(dg.Failure, match=r"^1 partition\(s\) stand for a group of files the pool no longer holds"):
+        partition_files(grouped["s"], [stale])
+    assert partition_files(grouped["s"], ["part-001.jsonl"]) == {"part-001.jsonl": ["part-001.jsonl"]}  # no listing
+
+
+def test_hostile_file_names_are_grouped_and_every_document_accounted(tmp_path, shared_data, monkeypatch):
+    monkeypatch.setattr(units_mod, "GROUP_MIN_FILES", 4)
+    monkeypatch.setattr(units_mod, "GROUP_EVERY", 1000)
+    pool, tasks = tmp_path / "pool", make_tasks_dir(tmp_path / "tasks")
+    pool.mkdir()
+    names = [f"f{i:02d}.jsonl" for i in range(6)] + ["a\nb.jsonl", "a...b.jsonl", "\u202eevil.jsonl",
+                                                     "f00.jsonl (+3 files, deadbeef).jsonl"]
+    for i, n in enumerate(names):
+        (pool / n).write_text("".join(f'{{"id": "{i}-{j}", "text": "document {j} of a file with words"}}\n'
+                                      for j in range(i + 1)))
+    s = settings(tmp_path / "out", pool, tasks, shared_data)
+    inst = instance(tmp_path / "home")
+    res = run_detect(s, inst, log=lambda _: None)
+    keys = inst.get_dynamic_partitions("shards")
+    assert len(keys) == 1 and looks_grouped(keys[0])
+    assert res["shards"] == len(names) and res["failed"] == {}
+    assert res["read"] == res["kept"] == sum(range(1, len(names) + 1))
+    assert sorted(table(s, "select shard from shard_stats")["shard"]) == sorted(names)
+    for i, n in enumerate(names):
+        assert len((s.out_path / "mix" / n).read_text().splitlines()) == i + 1

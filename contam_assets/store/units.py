@@ -42,6 +42,11 @@ class Units:
     files: dict[str, list[str]] = field(default_factory=dict)
     unit_of: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def one_per_file(cls, shards) -> "Units":
+        """A unit per file, keyed by its path."""
+        return cls(files={s: [s] for s in shards}, unit_of={s: s for s in shards})
+
     @property
     def keys(self) -> list[str]:
         return list(self.files)
@@ -101,9 +106,7 @@ def plan_units(sizes: dict[str, int], *, small_bytes: int | None = None, min_fil
 
     names = sorted(sizes)
     if sum(sizes[s] < small_bytes for s in names) <= min_files:
-        for s in names:
-            add([s])
-        return units
+        return Units.one_per_file(names)
     group: list[str] = []
     group_bytes = 0
     for s in names:
