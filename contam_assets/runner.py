@@ -126,11 +126,12 @@ def _reason(err) -> str:
 
 
 def _run_job(defs: dg.Definitions, job, instance, partition_key=None, log: Callable[[str], None] = print,
-             tags: dict | None = None, ops: dict | None = None):
-    """Execute one of the named jobs in this process (``ops``: its ops' run config); asset warnings are printed, a
-    failure raises StepFailed."""
+             tags: dict | None = None, ops: dict | None = None, assets: list[str] | None = None):
+    """Execute one of the named jobs in this process (``ops``: its ops' run config; ``assets``: only these of its
+    assets); asset warnings are printed, a failure raises StepFailed."""
     result = defs.resolve_job_def(job.name).execute_in_process(
         instance=instance, partition_key=partition_key, raise_on_error=False, tags=tags,
+        asset_selection=[dg.AssetKey(a) for a in assets] if assets else None,
         run_config={"loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}, **({"ops": ops} if ops else {})})
     for entry in instance.all_logs(result.run_id):  # the warnings asset code logged, one line each
         if entry.level >= logging.WARNING and not entry.is_dagster_event and entry.user_message:

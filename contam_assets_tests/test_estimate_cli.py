@@ -7,6 +7,8 @@ import json
 import random
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from contam_assets_tests.automation_helpers import GSM8K_TEST_ONLY as GSM_TEST_ONLY
@@ -134,11 +136,11 @@ def test_a_planted_pool_is_estimated_close_to_its_truth(setup, shared_data, tmp_
     pool = tmp_path / "planted"
     truth = write_pool(pool, gsm, {"web": 30, "code": 10}, {"web": 0.1, "code": 0.3}, seed=4)
     out = tmp_path / "out"
-    r = estimate(base, shared_data, pool, out, "--fraction", "0.25", "--seed", "3")
+    r = estimate(base, shared_data, pool, out, "--fraction", "0.25", "--seed", "3", "--unit", "shard")
     assert r.returncode == 0, r.stderr[-3000:]
     est = json.loads((out / "estimate.json").read_text())
     rem = est["tasks"]["gsm8k"]["splits"]["test"]["removed_documents"]
-    assert est["sampled"]["units"] == 8 + 3 and est["sampled"]["bytes"] <= 1.2 * 11 / 40 * est["pool"]["bytes"]
+    assert est["unit"] == "shard" and est["sampled"]["units"] == 8 + 3 and est["sampled"]["bytes"] <= 1.2 * 11 / 40 * est["pool"]["bytes"]
     assert abs(rem["estimate"] - truth["removed"]) < 0.5 * truth["removed"]
     r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks-dir", base / "tasks",
                env_extra={"DAGSTER_HOME": str(base / "home")})
@@ -155,6 +157,45 @@ def test_a_planted_pool_is_estimated_close_to_its_truth(setup, shared_data, tmp_
             estimates.append(t["removed_documents"]["estimate"])
     assert covered >= 25 and share_covered >= 25, (covered, share_covered)
     assert sum(estimates) / len(estimates) == pytest.approx(truth["removed"], rel=0.1)
+
+
+def test_blocks_of_shards_cover_every_document_once_and_leave_the_full_run_s_tables_alone(setup, shared_data, tmp_path):
+    """A pool of few shards is sampled in blocks (auto); at F = 1 the blocks give exactly the full run's figures (every
+    line of every shard in one block, whatever the block size); the blocks' rows stay out of OUT's own tables."""
+    base, gsm = setup
+    pool = tmp_path / "few"
+    truth = write_pool(pool, gsm, {"web": 3, "code": 2}, {"web": 0.2, "code": 0.5}, docs=40, seed=5)
+    (pool / "web" / "part-000.jsonl").write_text((pool / "web" / "part-000.jsonl").read_text().rstrip("\n"))  # no final newline
+    out = tmp_path / "out"
+    r = estimate(base, shared_data, pool, out, "--fraction", "1", "--unit", "block")
+    assert r.returncode == 0, r.stderr[-3000:]
+    est = json.loads((out / "estimate.json").read_text())
+    test = est["tasks"]["gsm8k"]["splits"]["test"]
+    assert est["unit"] == "block" and est["sampled"]["units"] == est["pool"]["units"] > 5
+    assert est["sampled"]["documents"] == est["pool"]["documents"]["estimate"] == 5 * 40
+    assert test["removed_documents"] == {"estimate": truth["removed"], "low": truth["removed"], "high": truth["removed"]}
+    assert test["copies_per_item"]["estimate"] == pytest.approx(truth["copies"] / 1319, abs=1e-6)
+    assert test["items_present_share"]["estimate"] == pytest.approx(len(truth["items"]) / 1319, abs=1e-6)
+    assert f"sampled {est['pool']['units']} of {est['pool']['units']} blocks of {est['block_bytes']:,} bytes" in r.stdout
+    assert f"of its {est['pool']['units']} blocks of shards" in (out / "report.html").read_text()
+    r = estimate(base, shared_data, pool, out, "--fraction", "0.1", "--seed", "2")  # auto: 1 of 5 shards is too few
+    assert r.returncode == 0, r.stderr[-3000:]
+    est = json.loads((out / "estimate.json").read_text())
+    assert est["unit"] == "block" and est["sampled"]["bytes"] <= 1.2 * 0.1 * est["pool"]["bytes"] + 512
+    assert {u.split("/")[0] for u in est["not_scanned"]} <= set() and est["sampled"]["units"] >= 5
+    with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from shard_stats").fetchone()[0] == 0  # OUT's own tables untouched
+        assert con.execute("select distinct unit from pool_estimates").fetchall() == [("block",)]
+    parquet = tmp_path / "few_parquet"  # the same documents as Parquet: a block is a row group
+    for f in pool.rglob("*.jsonl"):
+        rows = [json.loads(line) for line in f.read_text().splitlines()]
+        (parquet / f.parent.name).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), parquet / f.parent.name / (f.stem + ".parquet"), row_group_size=8)
+    r = estimate(base, shared_data, parquet, tmp_path / "out_parquet", "--fraction", "1", "--unit", "block")
+    assert r.returncode == 0, r.stderr[-3000:]
+    est = json.loads((tmp_path / "out_parquet" / "estimate.json").read_text())
+    assert est["sampled"]["units"] == 5 * 40 // 8 and est["sampled"]["documents"] == 5 * 40
+    assert est["tasks"]["gsm8k"]["splits"]["test"]["removed_documents"]["estimate"] == truth["removed"]
 
 
 def test_the_sensor_asks_for_a_new_estimate_when_the_pool_changes(setup, tmp_path, monkeypatch):
@@ -199,5 +240,7 @@ def test_the_docs_commands_run_as_written(shared_data, tmp_path):
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "gsm8k test: ~" in r.stdout and "% of items present" in r.stdout
     est = json.loads((tmp_path / "estimate" / "estimate.json").read_text())
-    assert est["sampled"]["units"] == 3 + 1 and "web" in est["sources"]
+    # 4 of the 40 shards would be too few: blocks of every shard, a tenth of them
+    assert est["unit"] == "block" and est["sampled"]["units"] > 3 + 1 and "web" in est["sources"]
+    assert est["sampled"]["bytes"] <= 1.2 * 0.1 * est["pool"]["bytes"]
     assert json.loads((tmp_path / "calib" / "calibration.json").read_text())["rates"]["0.05"]["coverage"]

@@ -140,3 +140,51 @@ def test_the_expansion_estimator_is_unbiased_over_samples():
         idx = np.array([int(u.key.split("u")[-1]) for u in s.units])
         est.append(Design.of(["a"] * idx.size, {"a": 600}).weights @ y[idx])
     assert np.mean(est) == pytest.approx(y.sum(), rel=0.08)
+
+
+def test_a_pool_of_few_shards_is_sampled_in_blocks_that_tile_every_shard(tmp_path):
+    """auto: whole shards when the sample holds MIN_UNITS of them (or all), else blocks; JSON/JSONL blocks tile their
+    shard's bytes, a Parquet shard gives its row groups, a compressed shard stays whole."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from contam_assets.estimate.design import MIN_UNITS, choose_units
+
+    (tmp_path / "web").mkdir()
+    paths = {}
+    for i in range(3):
+        paths[f"web/p{i}.jsonl"] = tmp_path / "web" / f"p{i}.jsonl"
+        paths[f"web/p{i}.jsonl"].write_text("".join(f'{{"text": "doc {i} {j} {"x" * j}"}}\n' for j in range(200)))
+    paths["web/z.jsonl.gz"] = tmp_path / "web" / "z.jsonl.gz"
+    paths["web/z.jsonl.gz"].write_bytes(gzip.compress(b'{"text": "a"}\n' * 100))
+    paths["t.parquet"] = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(1000)]}), paths["t.parquet"], row_group_size=100)
+    shards = sorted(paths)
+    units_, kind, block = choose_units(shards, paths, 1.0)
+    assert kind == "shard" and [u.key for u in units_] == shards  # F = 1: the whole pool, reused by a full run
+    units_, kind, block = choose_units(shards, paths, 0.1)
+    assert kind == "block" and block >= 512
+    for s in shards[1:4]:
+        mine = [u for u in units_ if u.shard == s]
+        assert [(u.start, u.end) for u in mine] == [(k, min(k + block, paths[s].stat().st_size))
+                                                    for k in range(0, paths[s].stat().st_size, block)]
+    assert [u.start for u in units_ if u.shard == "t.parquet"] == list(range(10))
+    assert [u.key for u in units_ if u.shard == "web/z.jsonl.gz"] == ["web/z.jsonl.gz"]
+    assert choose_units(shards, paths, 0.1, unit="shard")[1] == "shard"
+    many = {f"s{i:04d}.jsonl": paths["web/p0.jsonl"] for i in range(int(MIN_UNITS / 0.1))}
+    assert choose_units(sorted(many), many, 0.1)[1] == "shard"  # 100 shards in the sample: whole shards
+    with pytest.raises(ValueError, match="unit"):
+        choose_units(shards, paths, 0.1, unit="rows")
+
+
+def test_the_share_of_items_present_is_bounded_above_by_the_copies():
+    """A heavy tail of items quoted once is invisible to Chao2; the upper bound is at least the copies' upper bound."""
+    d = Design.of(["a"] * 10, {"a": 1000})
+    incidence = [np.array([0])] * 6 + [np.array([1])] * 2 + [np.empty(0, dtype=np.int64)] * 2
+    plain = items_present(d, incidence, 500, replicates=50)
+    bounded = items_present(d, incidence, 500, replicates=50, copies_high=400.0)
+    assert plain.high < 400 and bounded.high == 400 and bounded.estimate == plain.estimate
+    census = Design.of(["a"] * 10, {"a": 10})
+    assert items_present(census, incidence, 500, copies_high=400.0).high == 2  # a census has no width

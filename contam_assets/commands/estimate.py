@@ -24,11 +24,11 @@ def detect_args(args) -> argparse.Namespace:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="estimate a pool's contamination from a random sample of its shards, with 95 %% "
                        "intervals, before a full scan",
-                       description="Scan a seeded stratified random sample of whole shards with the detector and settings "
-                                   "of a full run, and estimate for the whole pool, per task and split: documents removed "
+                       description="Scan a seeded stratified random sample of whole shards (or of blocks of shards, "
+                                   "when the pool has too few shards) with the detector and settings of a full run, and estimate for the whole pool, per task and split: documents removed "
                                    "and held for review and their tokens, copies per benchmark item and the share of items "
-                                   "present (docs/estimate.md).  The sample's rows stay in OUT: `contam detect` with the "
-                                   "same OUT does not scan those shards again.")
+                                   "present (docs/estimate.md).  A sample of whole shards keeps its rows in OUT: `contam detect` "
+                                   "with the same OUT does not scan those shards again.")
     p.add_argument("--pool", required=True, help="pool: a folder, file, glob or URL of JSON/JSONL, Parquet or Arrow files "
                    "(docs/pools.md)")
     p.add_argument("--fraction", required=True, type=float, help="share of the shards to sample, in (0, 1], e.g. 0.026")
@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
                    help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks)")
     p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth | thorough")
+    p.add_argument("--unit", choices=["auto", "shard", "block"], default="auto",
+                   help="what the sample draws: auto (default: whole shards when the sample holds at least 100, else "
+                        "blocks of shards: byte ranges of JSON/JSONL cut at line boundaries, Parquet row groups), "
+                        "shard or block")
     p.add_argument("--by", choices=["source"], help="source: also estimate per document source (the `source` field)")
     p.add_argument("--content-key", help="JSON key of the text (dots: a nested field); default text")
     p.add_argument("--dagster-home", help="Dagster instance folder (default: $DAGSTER_HOME, else OUT/.dagster_home)")
@@ -47,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_estimate(settings, instance, fraction: float, seed: int = 0,
-                 by_source: bool = False, log=print) -> dict:
+                 by_source: bool = False, log=print, unit: str = "auto") -> dict:
     """`contam estimate`: the reference set and index, then `estimate_pool` (the sampled shards scanned as a full run
     scans them, the estimate written), then the removals and the report; estimate.json's object with the stages'
     seconds under `seconds`."""
@@ -69,11 +73,14 @@ def run_estimate(settings, instance, fraction: float, seed: int = 0,
     clock.lap("reference")
     log(f"estimate from a {fraction:g} sample of {len(listing.shards)} shard(s)")
     runner._run_job(defs, data_estimate.estimate_job, instance, log=log,
-                    ops={"pool_estimate": {"config": {"fraction": fraction, "seed": seed, "by_source": by_source}}})
+                    ops={"pool_estimate": {"config": {"fraction": fraction, "seed": seed, "by_source": by_source,
+                                                           "unit": unit}}})
     clock.lap("sample")
-    runner._run_job(defs, report_job, instance, log=log)
-    clock.lap("report")
     result = json.loads((settings.out_path / "estimate.json").read_text())
+    # a block sample leaves OUT's own matches as they were: their removals stand, the report is rendered again
+    runner._run_job(defs, report_job, instance, log=log,
+                    assets=["removal_report"] if result.get("unit") == "block" else None)
+    clock.lap("report")
     return result | {"seconds": clock.laps}
 
 
@@ -100,14 +107,16 @@ def run(args) -> int:
         raise CliError(f"no .json/.jsonl shards (plain, .gz, .zst, .zstd, .bz2, .xz) in {settings.pool_path}")
     instance = runner.instance_for(settings.out_path, args.dagster_home)
     try:
-        result = run_estimate(settings, instance, args.fraction, args.seed, by_source=args.by == "source")
+        result = run_estimate(settings, instance, args.fraction, args.seed, by_source=args.by == "source",
+                              unit=args.unit)
     except (FileNotFoundError, runner.StepFailed) as exc:
         raise CliError(str(exc)) from exc
     s = result["sampled"]
-    print(f"\nsampled {s['units']} of {result['pool']['units']} shard(s): {s['documents']:,} documents, "
+    what = "shard(s)" if result.get("unit", "shard") == "shard" else f"blocks of {result['block_bytes']:,} bytes"
+    print(f"\nsampled {s['units']} of {result['pool']['units']} {what}: {s['documents']:,} documents, "
           f"{s['bytes']:,} of {result['pool']['bytes']:,} bytes (seed {result['seed']})")
-    for shard in result["not_scanned"]:
-        print(f"not scanned (left out of the estimate): {term_text(shard)}")
+    for unit in result["not_scanned"]:
+        print(f"not scanned (left out of the estimate): {term_text(unit)}")
     if not result["tasks"]:
         raise CliError("no task with indexed items: nothing to estimate")
     for line in sentences(result):

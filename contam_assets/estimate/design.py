@@ -1,12 +1,17 @@
 """The sampling design: units of a pool, and a seeded stratified random sample of them.
 
-A *unit* is what the sample reads whole; today that is a shard (`pool_units`, the one place that says
-so: a Parquet row group or a byte block of JSONL cut at line boundaries would be further units of the
-same shard, with their own key and byte count).  Units are grouped in *strata* by the shard's top-level
-folder (a pool's source folders; a flat pool is one stratum).  Within stratum h, n_h of its N_h units are
-drawn by simple random sampling without replacement, n_h = min(N_h, max(1, round(F * N_h))): every stratum
-is sampled, so every stratum's total is estimated from its own units.  The draw is seeded (numpy PCG64)
-over the units sorted by key, so the same pool, fraction and seed give the same sample.
+A *unit* is what the sample reads whole: a shard (`shard_units`), or a block of a shard (`block_units`): a byte
+range [start, end) of a plain JSON/JSONL shard, holding the lines that start in it (cut at line boundaries, so
+every line is in exactly one block), or one row group of a Parquet shard.  A compressed or Arrow shard cannot be
+read in part and stays one unit.  `choose_units` takes whole shards when the sample would hold at least
+MIN_UNITS of them (or the whole pool), else blocks of about F * pool bytes / MIN_UNITS bytes: with a few
+dozen shards, contamination clustered in some of them is missed by the sample too often for any interval to
+be honest (docs/estimate.md), while blocks of every shard spread the sample across all of them.  Units are
+grouped in *strata* by the shard's top-level folder (a pool's source folders; a flat pool is one stratum).
+Within stratum h, n_h of its N_h units are drawn by simple random sampling without replacement,
+n_h = min(N_h, max(1, round(F * N_h))): every stratum is sampled, so every stratum's total is estimated from its
+own units.  The draw is seeded (numpy PCG64) over the units sorted by key, so the same pool, fraction and seed
+give the same sample.
 """
 
 from __future__ import annotations
@@ -17,14 +22,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 ROOT_STRATUM = "(root)"
+MIN_UNITS = 100  # fewer sampled shards than this: the units are blocks of shards (`choose_units`)
+MIN_BLOCK_BYTES = 512  # the smallest block of a JSON/JSONL shard
+UNIT_KINDS = ("auto", "shard", "block")
 
 
 @dataclass(frozen=True)
 class Unit:
-    key: str  # the unit's own key (a shard key today)
+    key: str  # the unit's own key: the shard's, or for a block the shard's with `.b<start>.jsonl` / `.rg<i>.parquet`
     shard: str  # the shard it is read from
     stratum: str
     bytes: int
+    start: int = 0  # a JSON/JSONL block: its byte range [start, end) of the shard; a row group: its index in start
+    end: int = -1  # -1: the whole shard (a shard unit, or a row group)
+    kind: str = "shard"  # shard | bytes | row_group
 
 
 @dataclass
@@ -35,6 +46,8 @@ class Sample:
     pool_units: dict[str, int]  # stratum -> N_h
     pool_bytes: int
     strata: list[str] = field(default_factory=list)
+    unit: str = "shard"  # shard | block: what the units are
+    block_bytes: int = 0  # the block size of JSON/JSONL shards (blocks only)
 
     @property
     def shards(self) -> list[str]:
@@ -56,6 +69,76 @@ def pool_units(shards: list[str], paths: dict[str, os.PathLike]) -> list[Unit]:
     return [Unit(key=s, shard=s, stratum=stratum_of(s), bytes=os.stat(paths[s]).st_size) for s in sorted(shards)]
 
 
+shard_units = pool_units
+
+
+def _cuttable(shard: str) -> str:
+    """How a shard can be read in part: 'bytes' (plain JSON/JSONL), 'row_group' (Parquet) or '' (whole only)."""
+    if shard.endswith((".jsonl", ".json")):
+        return "bytes"
+    return "row_group" if shard.endswith(".parquet") else ""
+
+
+def block_units(shards: list[str], paths: dict[str, os.PathLike], block_bytes: int) -> list[Unit]:
+    """The blocks of a pool listing: byte ranges of ``block_bytes`` of its plain JSON/JSONL shards, the row groups of
+    its Parquet shards (their compressed size as bytes; a footer that cannot be read: the whole shard), and every
+    other shard whole."""
+    out = []
+    for s in sorted(shards):
+        size, how = os.stat(paths[s]).st_size, _cuttable(s)
+        if how == "bytes" and size > block_bytes:
+            out += [Unit(key=f"{s}.b{start:012d}.jsonl", shard=s, stratum=stratum_of(s), start=start,
+                         end=min(size, start + block_bytes), bytes=min(size, start + block_bytes) - start, kind="bytes")
+                    for start in range(0, size, block_bytes)]
+        elif how == "row_group" and (groups := _row_group_bytes(paths[s])) and len(groups) > 1:
+            out += [Unit(key=f"{s}.rg{i:06d}.parquet", shard=s, stratum=stratum_of(s), start=i, bytes=b, kind="row_group")
+                    for i, b in enumerate(groups)]
+        else:
+            out.append(Unit(key=s, shard=s, stratum=stratum_of(s), bytes=size))
+    return out
+
+
+def _row_group_bytes(path: os.PathLike) -> list[int]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except (OSError, pa.ArrowException):
+        return []  # the scan reports it
+    return [compressed_bytes(meta.row_group(i)) for i in range(meta.num_row_groups)]
+
+
+def compressed_bytes(group) -> int:
+    """A Parquet row group's bytes on disk: the compressed sizes of its column chunks."""
+    return sum(group.column(c).total_compressed_size for c in range(group.num_columns)) or group.total_byte_size
+
+
+def sample_size(units: list[Unit], fraction: float) -> int:
+    """How many of ``units`` a stratified sample at ``fraction`` draws."""
+    by: dict[str, int] = {}
+    for u in units:
+        by[u.stratum] = by.get(u.stratum, 0) + 1
+    return sum(allocation(n, fraction) for n in by.values())
+
+
+def choose_units(shards: list[str], paths: dict[str, os.PathLike], fraction: float, unit: str = "auto",
+                 min_units: int = MIN_UNITS) -> tuple[list[Unit], str, int]:
+    """(units, 'shard' or 'block', block bytes) of a pool for a sample at ``fraction``: whole shards when ``unit`` is
+    'shard', or when it is 'auto' and the sample would hold at least ``min_units`` shards (or every shard); else
+    blocks of max(MIN_BLOCK_BYTES, F * pool bytes / min_units) bytes (`block_units`)."""
+    if unit not in UNIT_KINDS:
+        raise ValueError(f"the unit must be one of {', '.join(UNIT_KINDS)}, got {unit!r}")
+    fraction = check_fraction(fraction)
+    shards_ = shard_units(shards, paths)
+    n = sample_size(shards_, fraction)
+    if unit == "shard" or (unit == "auto" and (n >= min(min_units, len(shards_)))):
+        return shards_, "shard", 0
+    pool_bytes = sum(u.bytes for u in shards_)
+    block = max(MIN_BLOCK_BYTES, int(np.ceil(fraction * pool_bytes / max(1, min_units))))
+    return block_units(shards, paths, block), "block", block
+
+
 def check_fraction(fraction: float) -> float:
     """The fraction, or ValueError naming the range."""
     if not (isinstance(fraction, (int, float)) and 0.0 < float(fraction) <= 1.0):
@@ -68,7 +151,8 @@ def allocation(n_units: int, fraction: float) -> int:
     return min(n_units, max(1, int(np.floor(fraction * n_units + 0.5))))
 
 
-def stratified_sample(units: list[Unit], fraction: float, seed: int = 0) -> Sample:
+def stratified_sample(units: list[Unit], fraction: float, seed: int = 0, unit: str = "shard",
+                      block_bytes: int = 0) -> Sample:
     """The seeded stratified sample of ``units`` at ``fraction`` (see the module's description)."""
     fraction = check_fraction(fraction)
     if not units:
@@ -85,7 +169,16 @@ def stratified_sample(units: list[Unit], fraction: float, seed: int = 0) -> Samp
         chosen += [members[i] for i in sorted(pick)]
     return Sample(fraction=fraction, seed=int(seed), units=sorted(chosen, key=lambda u: u.key),
                   pool_units={k: len(v) for k, v in sorted(by.items())}, pool_bytes=sum(u.bytes for u in units),
-                  strata=sorted(by))
+                  strata=sorted(by), unit=unit, block_bytes=block_bytes)
+
+
+def design_text(unit: str = "shard", block_bytes: int = 0) -> str:
+    """The design in one sentence, for estimate.json."""
+    what = ("whole shards" if unit == "shard" else
+            f"blocks of shards ({block_bytes:,}-byte ranges of JSON/JSONL shards cut at line boundaries, Parquet row "
+            "groups, other shards whole)")
+    return DESIGN.replace("whole shards", what).replace("sampled shards", "sampled units").replace(
+        "contaminated shards", "contaminated units")
 
 
 DESIGN = ("stratified by the shard's top-level folder; within each stratum a simple random sample of whole shards "

@@ -22,7 +22,10 @@ number of units in the pool (N_h).  Per-unit values come in as arrays, one row p
   unseen part, with the larger of Chao's variance formula (Q2 taken as at least 1) and the variance of a
   stratified unit bootstrap, finite-population corrected (1 - n/N); its upper bound at least the observed
   items plus, as for totals, the units that may hold items unseen, each with the mean number of items of the
-  units seen holding any (one when none was seen).
+  units seen holding any (one when none was seen), and at least the upper bound of the copies of the items
+  (``copies_high``): every item present has a copy, and which of the copies the sample missed are of items it
+  saw cannot be told from the sample (a heavy tail of items quoted once is invisible to Chao2, a lower-bound
+  estimator).
 """
 
 from __future__ import annotations
@@ -180,9 +183,10 @@ def _frequencies(incidence: list[np.ndarray], chosen: np.ndarray, n_items: int) 
 
 
 def items_present(design: Design, incidence: list[np.ndarray], n_items: int, replicates: int = REPLICATES,
-                  seed: int = 0) -> Interval:
+                  seed: int = 0, copies_high: float | None = None) -> Interval:
     """Items (0 .. n_items-1) present at least once in the pool, from the items each sampled unit holds
-    (``incidence[i]``: the distinct item ids of unit i).  See the module's description."""
+    (``incidence[i]``: the distinct item ids of unit i); ``copies_high``: the upper bound of the pool's copies of
+    the items.  See the module's description."""
     if n_items <= 0:
         return Interval(0.0, 0.0, 0.0)
     n, N = design.n, design.N
@@ -212,4 +216,6 @@ def items_present(design: Design, incidence: list[np.ndarray], n_items: int, rep
     typical = float(holding[holding > 0].mean()) if k else 1.0
     # units that may hold items unseen (as for totals), each with as many new items as a unit seen holds
     hi = max(hi, s_obs + max(0.0, positives_upper(k, n, N) - k_hat) * typical)
+    if copies_high is not None:
+        hi = max(hi, copies_high)
     return Interval(est, max(s_obs, min(lo, est)), min(float(n_items), max(hi, est)))

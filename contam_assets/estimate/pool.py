@@ -1,7 +1,9 @@
-"""The estimate of a pool from the match tables of its sampled shards (estimate.json, table `pool_estimates`).
+"""The estimate of a pool from the match tables of its sampled units (estimate.json, table `pool_estimates`).
 
-The sampled shards were scanned by the same scan as a full run (their rows are real rows of `matches`,
-`removals`, `shard_stats`); here they are read back per unit and handed to `estimators`.  What counts:
+The sampled units were scanned by the same scan as a full run: whole shards into OUT's own tables (their rows are
+real rows of `matches`, `removals`, `shard_stats`), blocks of shards into the tables of OUT/estimate_sample/, one
+table "shard" per block (estimate/blocks.py).  Here they are read back per unit (the `shard` column holds the
+unit's key) and handed to `estimators`.  What counts:
 
 - removed documents of a task: documents with a match of the task that removes them (tables.REMOVES);
 - held documents: documents with a flagged match of the task waiting for a review, not removed;
@@ -22,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from contam_assets import store
-from contam_assets.estimate.design import DESIGN, Sample
+from contam_assets.estimate.design import Sample, design_text
 from contam_assets.estimate.estimators import REPLICATES, Design, items_present, rao_wu_weights, total
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.tables import REMOVABLE_SQL, REMOVES
@@ -31,7 +33,7 @@ TABLE = "pool_estimates"
 TABLE_SCHEMA = {TABLE: """
     scope VARCHAR, source VARCHAR, task VARCHAR, split VARCHAR, measure VARCHAR, estimate DOUBLE, low DOUBLE,
     high DOUBLE, observed DOUBLE, items BIGINT, fraction DOUBLE, seed BIGINT, units_sampled BIGINT, units_total BIGINT,
-    estimated_at TIMESTAMP
+    estimated_at TIMESTAMP, unit VARCHAR
 """}
 MEASURES = ("removed_documents", "held_documents", "removed_tokens", "held_tokens", "copies_per_item",
             "items_present_share")
@@ -91,7 +93,7 @@ def _group(docs: pl.DataFrame, items: pl.DataFrame, universe: list[str], shards:
     count, tokens = pl.len(), pl.col("tokens").sum()
     y_copies = _per_unit(pairs, shards, pl.len())
     copies = total(design, y_copies, boot)
-    share = items_present(design, incidence, n_items, replicates, seed)
+    share = items_present(design, incidence, n_items, replicates, seed, copies_high=copies.high)
     out = {
         "removed_documents": total(design, _per_unit(removed, shards, count), boot),
         "held_documents": total(design, _per_unit(held, shards, count), boot),
@@ -113,13 +115,13 @@ def estimate(con, sample: Sample, by_source: bool = False, tasks: list[str] | No
              replicates: int = REPLICATES) -> dict:
     """The estimate.json object of ``sample`` from the tables (its shards scanned); see docs/estimate.md."""
     stats = store.query_df(con, """select shard, read, bytes, tokens, coalesce(status, 'ok') status from shard_stats
-                                   where shard in (select unnest(?::varchar[]))""", [sample.shards])
+                                   where shard in (select unnest(?::varchar[]))""", [[u.key for u in sample.units]])
     scanned = {r["shard"]: r for r in stats.to_dicts() if r["status"] != "failed"}
-    units = [u for u in sample.units if u.shard in scanned]
-    missing = [u.key for u in sample.units if u.shard not in scanned]
+    units = [u for u in sample.units if u.key in scanned]
+    missing = [u.key for u in sample.units if u.key not in scanned]
     pool_units = {s: n for s, n in sample.pool_units.items() if any(u.stratum == s for u in units)}
     unsampled = sorted(set(sample.pool_units) - set(pool_units))
-    shards = [u.shard for u in units]
+    shards = [u.key for u in units]
     design = Design.of([u.stratum for u in units], pool_units)
     boot = rao_wu_weights(design, replicates, sample.seed)
     read = np.array([float(scanned[s]["read"] or 0) for s in shards])
@@ -129,7 +131,8 @@ def estimate(con, sample: Sample, by_source: bool = False, tasks: list[str] | No
     if tasks:
         universe = universe.filter(pl.col("task").is_in(tasks))
     result = {
-        "fraction": sample.fraction, "seed": sample.seed, "design": DESIGN,
+        "fraction": sample.fraction, "seed": sample.seed, "design": design_text(sample.unit, sample.block_bytes),
+        "unit": sample.unit, **({"block_bytes": sample.block_bytes} if sample.unit == "block" else {}),
         "sampled": {"units": len(units), "documents": int(read.sum()), "bytes": int(sum(u.bytes for u in units))},
         "pool": {"units": design.N, "bytes": sample.pool_bytes,
                  "documents": total(design, read, boot).to_dict(0)},
@@ -168,7 +171,8 @@ def table_rows(result: dict) -> pl.DataFrame:
     """The long rows of `pool_estimates`: one per scope, source, task, split and measure."""
     at = datetime.now(timezone.utc).replace(tzinfo=None)
     common = dict(fraction=result["fraction"], seed=result["seed"], units_sampled=result["sampled"]["units"],
-                  units_total=result["pool"]["units"], estimated_at=at)
+                  units_total=result["pool"]["units"], estimated_at=at,
+                  unit=result.get("unit", "shard"))
     rows = []
 
     def add(scope, source, task, split, entry):
@@ -186,7 +190,7 @@ def table_rows(result: dict) -> pl.DataFrame:
     schema = {"scope": pl.Utf8, "source": pl.Utf8, "task": pl.Utf8, "split": pl.Utf8, "measure": pl.Utf8,
               "estimate": pl.Float64, "low": pl.Float64, "high": pl.Float64, "observed": pl.Float64, "items": pl.Int64,
               "fraction": pl.Float64, "seed": pl.Int64, "units_sampled": pl.Int64, "units_total": pl.Int64,
-              "estimated_at": pl.Datetime("us")}
+              "estimated_at": pl.Datetime("us"), "unit": pl.Utf8}
     return pl.DataFrame(rows, schema=schema)
 
 

@@ -26,11 +26,13 @@ def estimate_section(con) -> tuple[str, str] | None:
     if not table_exists(con, "pool_estimates"):
         return None
     rows = con.execute("""select scope, coalesce(source, ''), task, coalesce(split, ''), measure, estimate, low, high,
-                                 observed, items, fraction, seed, units_sampled, units_total
+                                 observed, items, fraction, seed, units_sampled, units_total,
+                                 coalesce(unit, 'shard')
                           from pool_estimates order by scope = 'source', source, task, split nulls first""").fetchall()
     if not rows:
         return None
-    fraction, seed, n, N = rows[0][10:14]
+    fraction, seed, n, N, unit = rows[0][10:15]
+    units = "shards" if unit == "shard" else "blocks of shards"
     table: dict[tuple, dict] = {}
     for scope, source, task, split, measure, est, lo, hi, obs, items, *_ in rows:
         r = table.setdefault((scope, source, task, split), {"items": items})
@@ -45,9 +47,10 @@ def estimate_section(con) -> tuple[str, str] | None:
                          f"{_fmt(m, obs)})</span></td>")
         name = f"{source} · {task}" if scope == "source" else f"{task} {split}".strip()
         body.append(f"<tr><td>{html_text(name)}</td><td>{r['items']:,}</td>{''.join(cells)}</tr>")
-    intro = (f"<p>Estimated for the whole pool from a random sample of {n:,} of its {N:,} shards (fraction "
+    design = "whole shards" if unit == "shard" else units
+    intro = (f"<p>Estimated for the whole pool from a random sample of {n:,} of its {N:,} {units} (fraction "
              f"{fraction:g}, seed {seed}); each figure with its 95 % interval and what the sample itself holds "
-             "(docs/estimate.md: stratified sample of whole shards, Horvitz-Thompson totals, cluster-bootstrap "
+             f"(docs/estimate.md: stratified sample of {design}, Horvitz-Thompson totals, cluster-bootstrap "
              "intervals, Chao2 for the share of items present).</p>")
-    return (f"Pool estimate from a {fraction:g} sample ({n:,} of {N:,} shards)",
+    return (f"Pool estimate from a {fraction:g} sample ({n:,} of {N:,} {units})",
             f"{intro}<table><tr><th>task / split</th><th>items</th>{head}</tr>{''.join(body)}</table>")

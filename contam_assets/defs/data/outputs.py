@@ -24,6 +24,11 @@ from contam_assets.store.files import atomic_write_text
 from contam_assets.store.pool import shard_path
 
 
+def _has_estimate(con) -> bool:
+    """OUT holds a pool estimate (a block sample's rows are in OUT/estimate_sample/, not in OUT's own tables)."""
+    return store.table_exists(con, "pool_estimates") and con.execute("select count(*) from pool_estimates").fetchone()[0] > 0
+
+
 @dg.asset(**_DATA, deps=[removals], kinds={"html", "duckdb"}, output_required=False,
           automation_condition=on_new_removals(REPORT_REFRESH_CRON),
           freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=36), warn_window=timedelta(hours=26)),
@@ -39,7 +44,7 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
     if contam_settings.decon_config:
         settings["decon config"] = str(Path(contam_settings.decon_config).resolve())
     with contam_db.connect(read_only=True) as con:
-        if not _scanned_shards(con):
+        if not _scanned_shards(con) and not _has_estimate(con):  # a block sample's estimate is in OUT's tables alone
             return skip_for_missing_inputs(context, "no shard has been scanned yet: there is nothing to report")
         if store.table_exists(con, "detect_settings"):
             for name, value, decon_name, origin in con.execute(
