@@ -128,10 +128,18 @@ def _materialization(home: Path) -> dict:
 def setup(tmp_path_factory, shared_data):
     """The head node (the docs' commands), the pool, and the in-process baseline (`contam detect`), run while the
     head starts."""
+    from moto.server import ThreadedMotoServer
+
     tmp = tmp_path_factory.mktemp("raycluster")
     ray_dir = Path(tempfile.mkdtemp(prefix="cr", dir="/tmp"))  # Ray's socket paths must stay short
+    s3_port = _free_port()  # an S3 server on loopback, its variables in every node's environment (the last test)
+    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=s3_port, verbose=False)
+    s3.start()
+    aws = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{s3_port}", "AWS_ACCESS_KEY_ID": "contam-test-key",
+           "AWS_SECRET_ACCESS_KEY": "contam-test-secret", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_EC2_METADATA_DISABLED": "true"}
     env = _env(RAY_AUTH_MODE="token", CONTAM_RAY_DIR=str(ray_dir), RAY_AUTH_TOKEN_PATH=str(ray_dir / "auth_token"),
-               RAY_PORT=str(_free_port()), RAY_CLIENT_PORT=str(_free_port()), RAY_DASHBOARD_PORT=str(_free_port()))
+               RAY_PORT=str(_free_port()), RAY_CLIENT_PORT=str(_free_port()), RAY_DASHBOARD_PORT=str(_free_port()), **aws)
     r = _bash(command(DOC, 'python -c "import secrets'), env)
     assert r.returncode == 0 and len((ray_dir / "auth_token").read_text().strip()) == 64, r.stderr
     head = Node(command(DOC, "ray start --head --block"), env, tmp / "head.log")
@@ -144,8 +152,9 @@ def setup(tmp_path_factory, shared_data):
         assert want["matches"].height > 0 and want["removals"].height > 0
         head.wait_started()
         yield {"tmp": tmp, "pool": pool, "tasks": tasks, "shared": shared_data, "want": want, "env": env,
-               "ray_dir": ray_dir}
+               "ray_dir": ray_dir, "aws": aws}
     finally:
+        s3.stop()
         head.kill()
         _kill_leftovers(ray_dir)
         shutil.rmtree(ray_dir, ignore_errors=True)
@@ -297,3 +306,76 @@ def test_worker_node_killed_mid_shard_loses_only_that_shard(setup):
     assert len(md["ray_nodes"]) == 1  # both shards' rows came from the head node in the end
     assert "attempt 1 lost" in out and "submitting it again (retry 1 of 2)" in out
     _finish_and_compare(setup, s, home, env)
+
+
+def _worker_sees(env: dict, path: Path) -> bool:
+    """Whether a task placed on the worker node (its `contam_worker` resource) finds ``path``, asked by a separate
+    driver."""
+    code = ("import os, ray; ray.init(address='127.0.0.1:' + os.environ['RAY_PORT'], log_to_driver=False)\n"
+            "def sees(p): return os.path.exists(p)\n"
+            f"print('SEES', ray.get(ray.remote(resources={{'contam_worker': 1}})(sees).remote({str(path)!r})))")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return next(line for line in r.stdout.splitlines() if line.startswith("SEES ")) == "SEES True"
+
+
+def test_nodes_sharing_no_folder_fetch_their_shards_from_the_store(setup):
+    """The pool in S3 (moto's server on loopback), the worker node in a mount namespace where the test's folder (the
+    pool, the mirror, every output and Dagster home) is an empty tmpfs: with CONTAM_RAY_SHARED_FOLDER=0 each task
+    fetches its shard from the store and returns its rows; the tables, removals and mix equal the in-process run's."""
+    import shlex
+
+    import boto3
+
+    from contam_assets.store.location import mirror_or_fail
+
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no mount namespaces on this machine (unshare -m): a node cannot be given a folder of its own")
+    aws = setup["aws"]
+    client = boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"], aws_access_key_id=aws["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=aws["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    client.create_bucket(Bucket="contam-bucket")
+    for f in sorted(p for p in setup["pool"].rglob("*") if p.is_file()):
+        client.upload_file(str(f), "contam-bucket", f"pool/{f.relative_to(setup['pool']).as_posix()}")
+    hidden = setup["tmp"]
+    node_env = setup["env"]  # the store's variables included
+    for attempt in range(4):
+        inner = f"mount -t tmpfs tmpfs {shlex.quote(str(hidden))} && exec {command(DOC, 'ray start --block --address')}"
+        worker = Node(f"unshare -m --propagation private bash -c {shlex.quote(inner)}", node_env,
+                      Path(tempfile.mkdtemp(prefix="cr-log")) / f"worker3-{attempt}.log")
+        try:
+            s = settings(hidden / f"no_shared{attempt}", "s3://contam-bucket/pool", setup["tasks"], setup["shared"])
+            home = hidden / f"home_no_shared{attempt}"
+            inst = instance(home)
+            build_reference(s, inst)
+            with mock.patch.dict(os.environ, aws):
+                mirror_or_fail(s.pool_location, s.pool_path, log=lambda line: None)  # as new_shards_sensor does
+            inst.add_dynamic_partitions("shards", SHARDS)
+            env = {**node_env, "DAGSTER_HOME": str(home), "CONTAM_OUT": s.out_dir, "CONTAM_POOL": s.pool_dir,
+                   "CONTAM_BENCHMARKS": str(setup["shared"]), "CONTAM_TASKS_DIR": str(setup["tasks"])}
+            worker.wait_started()
+            _wait_for_worker_node(setup["env"])
+            assert not _worker_sees(setup["env"], s.pool_path / SHARDS[1])  # the node sees no mirror, no output
+            r = _bash(command(DOC, "CONTAM_SCAN_ENGINE=ray CONTAM_RAY_ADDRESS=127.0.0.1:$RAY_PORT "
+                                   "CONTAM_RAY_SHARED_FOLDER=0"), env)
+            assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+            md = _materialization(home)
+        finally:
+            worker.kill(signal.SIGINT)
+        if len(md["ray_nodes"]) == 2:
+            break
+    else:
+        raise AssertionError("in 4 attempts Ray never placed a shard on the worker node")
+    assert md["shards_full"] == 2 and md["shard_retries"] == 0
+    scanned = _tables(s)
+    for name in ("matches", "shard_stats"):
+        assert scanned[name].equals(setup["want"][name]), f"{name} from nodes sharing no folder differs"
+    assert not [p for p in (s.out_path / "parts").rglob("*") if p.is_file()]  # the rows came back in the results
+    assert not list((s.out_path / "token_cache").rglob("tokens.bin"))  # no cache the nodes could share
+    with mock.patch.dict(os.environ, aws):
+        assert _detect(s, home)["failed"] == {}
+    assert _materialization(home)["shards_current"] >= 1
+    _assert_same(_tables(s), setup["want"])
+    r = _bash(command(DOC, "CONTAM_SCAN_ENGINE=ray CONTAM_RAY_ADDRESS=127.0.0.1:$RAY_PORT CONTAM_RAY_SHARED_FOLDER=0"),
+              {**env, "CONTAM_POOL": str(setup["pool"])})  # a local pool cannot be read by such nodes: one line
+    assert r.returncode != 0 and "must be a URL they can read" in r.stdout + r.stderr

@@ -167,6 +167,8 @@ class ShardJob:
     fingerprint: str
     identity: str
     parts_dir: str | None = None  # where match rows are written as Parquet (None: returned in memory)
+    source: object = None  # a remote pool: its store.location.Location (no credentials), to fetch the shard from
+    size: int = -1  # the shard's size as listed (-1: not known); a fetched copy of another size is refused
 
     def parts(self) -> Path | None:
         """This shard's Parquet part (a fresh name per job, so two runs never share one)."""
@@ -230,6 +232,39 @@ def run_shard_job_shared(job: ShardJob, index: NgramIndex, records: pl.DataFrame
     out = run_shard_job(job, index, ref)
     out.node = _ray_node()
     return out
+
+
+def fetch_shard(job: ShardJob, folder: Path) -> Path:
+    """The job's shard fetched from its remote pool into ``folder`` (fsspec's get, with retries), under its own name so
+    its reader is chosen as for the pool's copy; OSError when the store's copy is not the size the pool listed."""
+    from contam_assets.store.location import retrying
+
+    loc = job.source
+    dst = folder / Path(job.shard).name
+    retrying(loc.filesystem().get, loc.url(job.shard), str(dst))
+    if job.size >= 0 and dst.stat().st_size != job.size:
+        raise OSError(f"{job.shard}: {dst.stat().st_size} bytes in the store, {job.size} when listed (changed since; "
+                      "list the pool again)")
+    return dst
+
+
+def run_shard_job_detached(job: ShardJob, index: NgramIndex, records: pl.DataFrame) -> ShardOutcome:
+    """Entry point for a worker that shares no folder with the driver (a Ray node of its own): the shard is fetched
+    from the remote pool into a temporary folder of this node, scanned with no token cache, and its match rows
+    come back in the outcome (not as a Parquet part in the driver's folder); the copy is removed after."""
+    import dataclasses
+    import shutil
+    import tempfile
+
+    if job.plan.mode == "current":
+        return current_outcome(job)
+    folder = Path(tempfile.mkdtemp(prefix="contam-shard-"))
+    try:
+        path = fetch_shard(job, folder)
+        local = dataclasses.replace(job, path=str(path), parts_dir=None, cache_root=None)
+        return run_shard_job_shared(local, index, records)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _ray_node() -> str:

@@ -31,7 +31,13 @@ from pydantic import Field
 
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference
-from contam_assets.rescan.jobs import ShardJob, current_outcome, run_shard_job, run_shard_job_shared
+from contam_assets.rescan.jobs import (
+    ShardJob,
+    current_outcome,
+    run_shard_job,
+    run_shard_job_detached,
+    run_shard_job_shared,
+)
 from contam_assets.rescan.pool_scan import available_cpus, scan_in_processes
 from contam_assets.rescan.processes import frozen_heap
 from contam_assets.rescan.shard import ShardOutcome
@@ -99,6 +105,9 @@ class RayScanEngine(ScanEngine):
     num_cpus_per_shard: float = Field(1.0, description="Ray CPUs reserved per shard task")
     scheduling_strategy: str = Field("SPREAD", description="Ray's placement of the shard tasks: SPREAD over the "
                                      "cluster's nodes (default), or DEFAULT (Ray's: fill the driver's node first)")
+    shared_folder: bool = Field(True, description="the nodes see the driver's output folder and pool (default); "
+                                "False: a remote pool's shards are fetched by the node that scans them and their rows "
+                                "come back to the driver in the task's result, with no token cache")
 
     def processes(self, n_jobs: int) -> int:
         return 1  # the Ray cluster decides
@@ -118,10 +127,17 @@ class RayScanEngine(ScanEngine):
         if not ray.is_initialized():
             raise dg.Failure("Ray is not connected: the ray_cluster resource did not run ray.init()")
         log = dg.get_dagster_logger()
+        entry = run_shard_job_shared
+        if not self.shared_folder:
+            local = [j for j in jobs if j.source is None]
+            if local:
+                raise dg.Failure(f"CONTAM_RAY_SHARED_FOLDER=0: the nodes share no folder with the driver, so the pool "
+                                 f"must be a URL they can read (s3://, gs://, ...), not a local folder ({local[0].shard})")
+            entry = run_shard_job_detached
         index_ref, records_ref = ray.put(index), ray.put(ref.records)
         # Ray's own retries are off: a lost shard is resubmitted here, where it is counted and logged
         task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0,
-                          scheduling_strategy=self.scheduling_strategy)(run_shard_job_shared)
+                          scheduling_strategy=self.scheduling_strategy)(entry)
         pending = {task.remote(job, index_ref, records_ref): (job, 1) for job in jobs}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=None if idle is None else 1.0)
@@ -195,5 +211,7 @@ def engine_from_env(env=os.environ) -> ScanEngine:
         return RayScanEngine(token_cache_dir=cache, ray_cluster=cluster,
                              num_cpus_per_shard=float(env.get("CONTAM_RAY_CPUS_PER_SHARD", "1")),
                              shard_retries=int(env.get("CONTAM_RAY_SHARD_RETRIES", "2")),
-                             scheduling_strategy=env.get("CONTAM_RAY_SCHEDULING", "SPREAD").strip().upper() or "SPREAD")
+                             scheduling_strategy=env.get("CONTAM_RAY_SCHEDULING", "SPREAD").strip().upper() or "SPREAD",
+                             shared_folder=env.get("CONTAM_RAY_SHARED_FOLDER", "1").strip().lower() not in
+                             ("0", "false", "no", "off"))
     raise ValueError(f"CONTAM_SCAN_ENGINE must be 'local' or 'ray', got {kind!r}")

@@ -36,6 +36,8 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
     scan_cfg = scan_config_digest(cfg, settings.content_key)
     jobs, sigs, failed = [], {}, {}
     many = len(shards) > STREAM_ALL_MAX_SHARDS
+    loc = settings.pool_location
+    remote = None if loc.is_local else loc  # a worker with no shared folder fetches its shard from there
     for shard in shards:
         path, why = check_shard(settings.pool_path, shard, settings.follow_links)
         if path is None:
@@ -57,6 +59,7 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
         keep_stream = cache_root is not None and not (many and st.st_size < STREAM_MIN_BYTES)
         jobs.append(ShardJob(shard=shard, path=str(path), plan=plan, cfg=cfg, content_key=settings.content_key,
                              preset=settings.preset, digest=digest, cache_root=str(cache_root) if keep_stream else None,
-                             fingerprint=fp, identity=identity, parts_dir=str(settings.out_path / "parts")))
+                             fingerprint=fp, identity=identity, parts_dir=str(settings.out_path / "parts"),
+                             source=None if remote is None else remote, size=st.st_size))
         sigs[shard] = (st.st_size, st.st_mtime_ns)
     return jobs, sigs, failed
