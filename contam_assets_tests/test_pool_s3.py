@@ -133,3 +133,50 @@ def test_the_shard_sensor_mirrors_an_s3_pool_and_skips_a_missing_bucket_with_its
     gone = ContamSettings(out_dir=str(tmp_path / "out2"), pool_dir="s3://no-such-bucket/pool")
     r = new_shards_sensor(dg.build_sensor_context(instance=inst, resources={"contam_settings": gone}))
     assert r.skip_reason and "no-such-bucket" in str(r.skip_reason) and not r.run_requests
+
+
+def test_a_node_without_the_pool_fetches_jsonl_and_reads_parquet_by_range_requests(s3, monkeypatch):
+    """What a Ray node that shares no folder with the run does (jobs.run_shard_job_detached, here in this process):
+    a JSONL shard fetched whole, a Parquet shard read in place — only its footer and the columns scanned come over
+    the wire — and the same rows as the run that read the mirror."""
+    import dataclasses
+    import os
+
+    import numpy as np
+    import pyarrow as pa
+    import s3fs
+
+    from contam_assets.defs.data.scan_jobs import plan_jobs
+    from contam_assets.defs.resources import ContamSettings, detect_config
+    from contam_assets.rescan.jobs import run_shard_job_detached
+    from contam_assets.rescan.plan import load_task_hashes
+    from contam_assets.store import artifacts
+
+    for k, v in s3["env"].items():
+        monkeypatch.setenv(k, v)
+    out = s3["tmp"] / "out-s3"
+    settings = ContamSettings(out_dir=str(out), pool_dir=f"s3://{BUCKET}/pool", tasks_dir=str(s3["tasks"]))
+    cfg = detect_config(settings)
+    index, records, digest = artifacts.load_index(out)
+    tasks_now = load_task_hashes(artifacts.index_dir(out, digest), records, cfg)
+    jobs, _, failed = plan_jobs(settings, ["a.jsonl", "web/b.parquet"], cfg, digest, tasks_now, None, "full", {})
+    assert not failed and all(j.source is not None for j in jobs)
+    fetched = []
+    real = s3fs.core.S3File._fetch_range
+    monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", lambda self, start, end: fetched.append(end - start) or real(self, start, end))
+    for job in jobs:
+        got = run_shard_job_detached(dataclasses.replace(job, path="/nonexistent"), index, records)
+        want = rows(out, f"select line, instance_index, flagged from matches where shard = '{job.shard}' order by all")
+        assert sorted(got.matches.select("line", "instance_index", "flagged").iter_rows()) == want and want, got.stats
+    # a wide Parquet file: 6 MB of incompressible bytes beside a small text column
+    rng = np.random.default_rng(0)
+    wide = s3["tmp"] / "wide.parquet"
+    pq.write_table(pa.table({"text": ["a clean line of text about the weather"] * 3,
+                             "blob": [rng.bytes(2 << 20) for _ in range(3)]}), wide, compression="none")
+    s3["client"].upload_file(str(wide), BUCKET, "pool/wide/w.parquet")
+    fetched.clear()
+    job = dataclasses.replace(jobs[1], shard="wide/w.parquet", path="/nonexistent", size=os.path.getsize(wide))
+    got = run_shard_job_detached(job, index, records)
+    assert got.stats["read"] == 3 and sum(fetched) < os.path.getsize(wide) / 10, (sum(fetched), os.path.getsize(wide))
+    with pytest.raises(OSError, match="changed since"):  # the store's copy is not what the pool listed
+        run_shard_job_detached(dataclasses.replace(job, size=job.size + 1), index, records)

@@ -184,7 +184,7 @@ def current_outcome(job: ShardJob) -> ShardOutcome:
 
 def run_shard_job(job: ShardJob, index: NgramIndex, ref: Reference) -> ShardOutcome:
     """Carry out a plan; no database access (the caller writes the outcome)."""
-    path = Path(job.path)
+    path = job.path if "://" in job.path else Path(job.path)  # a URL: a remote Parquet shard read in place
     plan = job.plan
     # token streams are cached for JSON/JSONL units only (their rescans re-read lines by byte offset); a Parquet or
     # Arrow unit takes the plain path: read and scanned in full whenever it is scanned
@@ -250,14 +250,24 @@ def fetch_shard(job: ShardJob, folder: Path) -> Path:
 
 def run_shard_job_detached(job: ShardJob, index: NgramIndex, records: pl.DataFrame) -> ShardOutcome:
     """Entry point for a worker that shares no folder with the driver (a Ray node of its own): the shard is fetched
-    from the remote pool into a temporary folder of this node, scanned with no token cache, and its match rows
-    come back in the outcome (not as a Parquet part in the driver's folder); the copy is removed after."""
+    from the remote pool into a temporary folder of this node (a Parquet shard is read in place, by range
+    requests), scanned with no token cache, and its match rows come back in the outcome (not as a Parquet part in
+    the driver's folder); the copy is removed after."""
     import dataclasses
     import shutil
     import tempfile
 
     if job.plan.mode == "current":
         return current_outcome(job)
+    if job.shard.endswith(".parquet"):  # read where it is, by range requests: the footer and the columns scanned
+        from contam_assets.store.location import retrying
+
+        url = job.source.url(job.shard)
+        size = retrying(job.source.filesystem().size, url)
+        if job.size >= 0 and size != job.size:
+            raise OSError(f"{job.shard}: {size} bytes in the store, {job.size} when listed (changed since; list the "
+                          "pool again)")
+        return run_shard_job_shared(dataclasses.replace(job, path=url, parts_dir=None, cache_root=None), index, records)
     folder = Path(tempfile.mkdtemp(prefix="contam-shard-"))
     try:
         path = fetch_shard(job, folder)

@@ -21,6 +21,17 @@ from contam_assets.store.readers.columns import BATCH, BATCH_BYTES, columns_for,
 ERRORS = (OSError, EOFError, pa.ArrowException)
 
 
+def open_source(path: Path | str):
+    """The unit opened for reading: a local regular file, or an object of a remote pool by its URL (``s3://…``: the
+    reads are range requests of fsspec's file, so only the footer and the column chunks read are fetched)."""
+    text = str(path)
+    if "://" in text and not text.startswith("file://"):
+        from contam_assets.store.location import filesystem, retrying, scheme_of
+
+        return retrying(filesystem(scheme_of(text)).open, text, "rb", cache_type="none")  # pyarrow asks for exact ranges
+    return open_regular(path)
+
+
 def batch_rows(row_group: pq.RowGroupMetaData) -> int:
     """Rows per batch for one row group: about BATCH_BYTES of (uncompressed) data, BATCH rows at most, 1 at least;
     a file of huge rows is read a few rows at a time however small it is compressed."""
@@ -46,7 +57,7 @@ class ParquetReader:
              max_doc_bytes: int = 8 << 20) -> Iterator[Document | Reject | StreamFailure]:
         line = 0
         try:
-            with open_regular(path) as fh:
+            with open_source(path) as fh:
                 pf = _as_stored(fh, content_key)
                 cols = columns_for(pf.schema_arrow.names, content_key)
                 for i in range(pf.metadata.num_row_groups):
