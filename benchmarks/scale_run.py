@@ -157,10 +157,15 @@ telemetry:
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: {dequeue}
 concurrency:
   runs:
     max_concurrent_runs: {runs}
 """
+
+
+DEQUEUE_S = {"value": 5}  # the daemon's queue tick (--dequeue-s): Dagster's default, as deploy/dagster.prod.yaml runs
 
 
 def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str) -> dict:
@@ -172,11 +177,13 @@ def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str)
     out = work / "dagster-backfill"
     shutil.rmtree(out, ignore_errors=True)
     home = out / ".dagster_home"
-    env = base_env(home, 1) | dict(CONTAM_OUT=str(out), CONTAM_POOL=str(pool), CONTAM_BENCHMARKS=str(shared))
-    (home / "dagster.yaml").write_text(QUEUED_YAML.format(runs=workers))
+    env = base_env(home, 1) | dict(CONTAM_OUT=str(out), CONTAM_POOL=str(pool))
+    if shared is not None:  # None: the embedded default reference
+        env["CONTAM_BENCHMARKS"] = str(shared)
+    (home / "dagster.yaml").write_text(QUEUED_YAML.format(runs=workers, dequeue=DEQUEUE_S["value"]))
     if tasks:
         env["CONTAM_TASKS"] = tasks
-    shards = pool_shards(pool)
+    shards = unit_keys(pool)
     bin_dir = Path(sys.executable).parent
     t0, load0 = time.perf_counter(), load()
     inst = _instance(home)
@@ -213,12 +220,21 @@ def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str)
     m = dict(wall_s=round(wall, 2), cpu_s=round(sum(sampler.cpu.values()) + cli_cpu, 2), processes=len(sampler.hwm),
              driver_peak_rss_mb=round(sampler.hwm.get(daemon.pid, 0) / 1e6, 1),
              worker_peak_rss_mb=round(max((h for p, h in sampler.hwm.items() if p != daemon.pid), default=0) / 1e6, 1),
-             load_before=load0, load_after=load(), commands_s=phases, dagster_runs=len(runs),
+             load_before=load0, load_after=load(), commands_s=phases, dequeue_s=DEQUEUE_S["value"], dagster_runs=len(runs),
              runs_failed=sum(r.status == dg.DagsterRunStatus.FAILURE for r in runs))
     m["stages_s"] = {**step_seconds(home), "table_writes": write_seconds(home)}
     m["multiprocess_executor"] = any("multiprocess" in (e.user_message or "").lower()
                                      for r in runs[:3] for e in inst.all_logs(r.run_id))
     return m | artefacts(out) | {"out": str(out)}
+
+
+def unit_keys(pool: Path) -> list[str]:
+    """The `shards` partition keys of a pool, as new_shards_sensor adds them: a key per file, or per group of small
+    files (store/units.py)."""
+    from contam_assets.defs.data.units import pool_units
+    from contam_assets.store.pool import list_pool
+
+    return pool_units(list_pool(pool)).keys
 
 
 def wait_for_runs(inst, job: str, n_runs: int, daemon: subprocess.Popen, timeout_s: float = 4 * 3600) -> None:
@@ -236,7 +252,7 @@ def wait_for_runs(inst, job: str, n_runs: int, daemon: subprocess.Popen, timeout
             return
         if daemon.poll() is not None:
             raise RuntimeError(f"dagster-daemon exited {daemon.returncode} while {job} ran")
-        time.sleep(1.0)
+        time.sleep(0.25)
     raise TimeoutError(f"{job}: {n_runs} run(s) did not end within {timeout_s} s")
 
 
@@ -379,8 +395,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--ahead", choices=["on", "off"], default=None,
                     help="CONTAM_TOKENIZE_AHEAD on every run (on: new shards tokenized while the reference set is built); "
                          "folders get a -ahead-VALUE suffix")
+    ap.add_argument("--dequeue-s", type=int, default=5, help="dagster-backfill: seconds between the daemon's looks at "
+                    "the run queue (run_coordinator dequeue_interval_seconds; 5, Dagster's default, is what "
+                    "deploy/dagster.prod.yaml runs; the test's tiny pool uses 1)")
     ap.add_argument("--json", type=Path, default=None, help="write the figures as one JSON object")
     args = ap.parse_args(argv)
+    DEQUEUE_S["value"] = args.dequeue_s
     if args.ahead is not None:
         KNOBS["suffix"] += f"-ahead-{args.ahead}"
         KNOBS["env"] = KNOBS["env"] | {"CONTAM_TOKENIZE_AHEAD": args.ahead}

@@ -10,6 +10,11 @@ run from a fresh output folder and Dagster home except the rerun.  The figures a
 ``--rounds``; the ratio is many / few of the same round.  It checks that both pools remove the same documents, every
 planted one among them, and that the rerun scans nothing (its tables equal the first run's).
 
+``--backfill`` runs both pools instead through the daemon, as production does (scale_run.py's `backfill_run`:
+`dagster-daemon run` with queued runs, as many at once as cores; `dagster job launch` of build_reference and
+apply_reviews, `dagster job backfill --all` of scan_shards and write_mix: a run per `shards` partition, which for
+the many-shard pool is a group of files), and checks the same removals.
+
     python benchmarks/small_shards.py --files 5000 --shards 5 --work /tmp/small-shards --json small.json
 """
 
@@ -88,6 +93,41 @@ def detect(pool: Path, out: Path, fresh: bool = True) -> dict:
     return {"wall_s": round(wall, 2), "removed": removed, "files": files, "scans": scans, "stdout": p.stdout}
 
 
+def backfill(pool: Path, work: Path) -> dict:
+    """Both steps of the pool through the daemon's backfill (scale_run.backfill_run, the embedded default reference
+    as `contam detect` here uses); wall seconds, runs and the removed documents."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from scale_run import backfill_run
+
+    m = backfill_run(work, pool, None, os.cpu_count() or 1, "")
+    with duckdb.connect(str(Path(m["out"]) / "contam.duckdb"), read_only=True) as con:
+        removed = sorted(r[0] for r in con.execute("select doc_id from removals").fetchall())
+        files = con.execute("select count(*) from shard_stats").fetchone()[0]
+    return {"wall_s": m["wall_s"], "runs": m["dagster_runs"], "removed": removed, "files": files,
+            "commands_s": m["commands_s"]}
+
+
+def main_backfill(args, lines: list[str], planted: set[int], many: Path, few: Path) -> None:
+    rounds = []
+    for _ in range(args.rounds):
+        f = backfill(few, args.work / "backfill-few")
+        m = backfill(many, args.work / "backfill-many")
+        checks = {"same_removals": f["removed"] == m["removed"], "every_file_scanned": m["files"] == args.files,
+                  "planted_removed": {f"doc-{i:05d}" for i in planted} <= set(m["removed"])}
+        if not all(checks.values()):
+            sys.exit(f"check failed: {checks}")
+        rounds.append({"few_s": f["wall_s"], "many_s": m["wall_s"], "ratio": round(m["wall_s"] / f["wall_s"], 2),
+                       "runs_few": f["runs"], "runs_many": m["runs"], "commands_many_s": m["commands_s"],
+                       "commands_few_s": f["commands_s"]})
+    res = {"files": args.files, "shards": args.shards, "backfill": True, "rounds": rounds,
+           "few_s": statistics.median(r["few_s"] for r in rounds), "many_s": statistics.median(r["many_s"] for r in rounds),
+           "ratio": statistics.median(r["ratio"] for r in rounds), "checks": checks, "cpus": os.cpu_count()}
+    print(f"| {args.files:,} one-document shards vs {args.shards} shards, daemon backfill | {res['many_s']:.1f} s "
+          f"({rounds[-1]['runs_many']} runs) vs {res['few_s']:.1f} s ({rounds[-1]['runs_few']} runs): {res['ratio']:.2f} x |")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--files", type=int, default=5000, help="documents, one file each in the many-shard pool")
@@ -96,9 +136,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--work", type=Path, default=Path("/tmp/contam-small-shards"))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--backfill", action="store_true", help="through the daemon's backfill instead of contam detect")
     args = ap.parse_args()
     lines, planted = documents(args.files, args.plant_every)
     many, few = write_pools(args.work, lines, args.shards)
+    if args.backfill:
+        return main_backfill(args, lines, planted, many, few)
     rounds = []
     for _ in range(args.rounds):
         f = detect(few, args.work / "out-few")

@@ -5,9 +5,9 @@ A run's scan outcomes are merged by the step, the one DuckDB writer (rescan/stat
 8-billion-document pool, what matters is whether a shard's merge costs the same when the
 tables already hold thousands of shards.  This benchmark fills a DuckDB file with
 ``--stored`` shards of ``--rows`` match rows each (synthetic rows of the real schema,
-~600 bytes of text per row, a few review decisions), then times merging ``--shards`` new
+~600 bytes of text per row, a few review decisions; filled once, then copied), then times merging ``--shards`` new
 shards, each a full-scan outcome whose rows are in a Parquet part (as the worker pool
-writes them), in batches of ``--batch``: in bulk and, on a second copy, shard by shard
+writes them), in batches of ``--batch``: in bulk on one copy and, on a second copy, shard by shard
 (``write_outcomes(bulk=False)``, the merge before the bulk one).  It checks that the tables hold exactly the rows written (matches,
 shard_stats, removals; no duplicates; three of the new shards replace stored ones), that
 the two copies' tables are equal, and reports seconds per shard of each.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -90,16 +91,30 @@ def fill(con, n_shards: int, rows: int, rng: random.Random) -> None:
     tables.recompute_removals(con)
 
 
-def merge(stored: int, shards: int, rows: int, batch: int, work: Path, bulk: bool) -> tuple[dict, duckdb.DuckDBPyConnection]:
-    """A DuckDB file with ``stored`` shards, then ``shards`` new ones merged ``batch`` at a time, in bulk or shard by
-    shard (same seed: same rows)."""
+def filled(stored: int, rows: int, work: Path) -> tuple[Path, tuple, float]:
+    """A DuckDB file with ``stored`` shards, filled once for both merges (each merges into a copy of it); the
+    generator's state after the fill (the new shards' rows follow from it) and the fill's seconds."""
     rng = random.Random(17 + stored)
-    db, parts = work / f"bench-{stored}-{bulk}.duckdb", work / f"parts-{stored}-{bulk}"
-    parts.mkdir(parents=True, exist_ok=True)
+    db = work / f"filled-{stored}.duckdb"
     con = duckdb.connect(str(db))
     t0 = time.perf_counter()
     fill(con, stored, rows, rng)
     fill_s = time.perf_counter() - t0
+    con.close()  # a checkpoint: the file holds everything, no WAL beside it
+    return db, rng.getstate(), fill_s
+
+
+def merge(stored: int, shards: int, rows: int, batch: int, work: Path, bulk: bool,
+          base: tuple[Path, tuple, float]) -> tuple[dict, duckdb.DuckDBPyConnection]:
+    """A copy of the DuckDB file ``base`` with ``stored`` shards, then ``shards`` new ones merged ``batch`` at a
+    time, in bulk or shard by shard (same generator state: same rows)."""
+    filled_db, rng_state, fill_s = base
+    rng = random.Random()
+    rng.setstate(rng_state)
+    db, parts = work / f"bench-{stored}-{bulk}.duckdb", work / f"parts-{stored}-{bulk}"
+    parts.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(filled_db, db)
+    con = duckdb.connect(str(db))
     # three of the new shards are rescans of stored ones: their old rows must go
     new = [f"old-{i:06d}" for i in range(min(3, stored))] + [f"new-{i:06d}" for i in range(shards - min(3, stored))]
     outs = [outcome(s, match_rows(s, rows, rng), parts) for s in new]
@@ -129,8 +144,10 @@ COMPARE = [("matches", "select * from matches order by rowid"),
 
 def run(stored: int, shards: int, rows: int, batch: int, work: Path) -> dict:
     """The merge in batches of ``batch``, in bulk and shard by shard, timed; their tables must be equal."""
-    batched, con_b = merge(stored, shards, rows, batch, work, bulk=True)
-    single, con_1 = merge(stored, shards, rows, batch, work, bulk=False)
+    base = filled(stored, rows, work)
+    batched, con_b = merge(stored, shards, rows, batch, work, bulk=True, base=base)
+    single, con_1 = merge(stored, shards, rows, batch, work, bulk=False, base=base)
+    base[0].unlink()
     for name, sql in COMPARE:
         a, b = store.query_df(con_b, sql), store.query_df(con_1, sql)
         assert a.equals(b), f"{name}: the bulk and the shard-by-shard merge differ"

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from contam_assets_tests.doc_commands import ROOT, command
 
 START = "python benchmarks/scale_run.py"
@@ -22,18 +24,28 @@ def test_readme_and_scale_doc_show_the_same_command():
     assert command("README.md", START) == command("docs/scale.md", START)
 
 
-def test_scale_run_at_a_tiny_size_reports_every_figure(tmp_path, shared_data):
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, shared_data):
+    """The documented line at 2 MB, run once for the file: its six runs (compiled steps on, the default) are what
+    the figures test reads and what the compiled-off test compares its tables with.  `--dequeue-s 1`: the daemon
+    looks at the run queue every second (Dagster's 5 s tick would be a third of a tiny backfill's wall time)."""
+    tmp_path = tmp_path_factory.mktemp("scale_run")
     cmd = command("docs/scale.md", START)
     cmd = re.sub(r"--size \S+", "--size 2MB", cmd)
     cmd = re.sub(r"--work \S+", f"--work {tmp_path / 'work'}", cmd)
     cmd = re.sub(r"--json \S+", f"--json {tmp_path / 'scale.json'}", cmd)
-    cmd += f" --tasks gsm8k,humaneval,mbpp --workers 2 --tiktoken-mb 1 --ceiling-mb 1 --benchmarks {shared_data}"
+    cmd += (f" --tasks gsm8k,humaneval,mbpp --workers 2 --tiktoken-mb 1 --ceiling-mb 1 --dequeue-s 1"
+            f" --benchmarks {shared_data}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
     env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "WANDB_MODE": "offline",
             "HF_HUB_OFFLINE": "1"}
     r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    res = json.loads((tmp_path / "scale.json").read_text())
+    return json.loads((tmp_path / "scale.json").read_text())
+
+
+def test_scale_run_at_a_tiny_size_reports_every_figure(tiny_run):
+    res = tiny_run
     assert res["pool"]["planted"] > 0 and res["pool"]["shards"] == 3 and res["all_planted_removed"]
     assert [x["run"] for x in res["runs"]] == ["detect-1", "detect-1-ranged", "detect-2-on-1-core", "detect-2", "dagster",
                                                "dagster-backfill"]
@@ -63,36 +75,42 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tmp_path, shared_data):
     assert "| detect-1 |" in res["markdown"]
     # the daemon's backfills: a run per shard partition for the scan and the mix, one for the reference and the report
     assert res["tables_identical_backfill"]
-    assert backfill["dagster_runs"] == 1 + 3 + 1 + 3 and backfill["runs_failed"] == 0, backfill
+    assert backfill["dagster_runs"] == 1 + 3 + 1 + 3 and backfill["runs_failed"] == 0 and backfill["dequeue_s"] == 1, backfill
     assert backfill["multiprocess_executor"] and set(backfill["commands_s"]) == {"build_reference", "scan_shards",
                                                                                   "apply_reviews", "write_mix"}
     assert {"shard_matches", "decontaminated_mix", "decontaminated_mix_mix_conservation"} <= set(backfill["stages_s"])
 
 
-def test_scale_run_with_the_compiled_steps_off_gives_the_same_tables(tmp_path, shared_data):
+def test_scale_run_with_the_compiled_steps_off_gives_the_same_tables(tmp_path, shared_data, tiny_run):
     """`scale_run.py --compiled off` (docs/scale.md, the README table) runs `contam detect` on the plain paths: its
-    runs carry the suffix, remove every planted copy, and their tables equal the compiled runs' on the same pool."""
+    runs carry the suffix, remove every planted copy, agree with each other (pinned to one core and not), and their
+    tables equal those of the compiled runs on the same pool (the documented line's, compiled on by default)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from scale_run import tables
 
+    def compiled_by_default() -> bool:
+        r = subprocess.run([sys.executable, "-c", "from contam_assets.detector import compiled; print(compiled.enabled())"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        return r.stdout.strip() == "True"
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
     env |= {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
-    res = {}
-    for mode in ("on", "off"):
-        cmd = [sys.executable, "benchmarks/scale_run.py", "--size", "2MB", "--work", str(tmp_path / "work"),
-               "--skip", "detect-1,detect-1-ranged,dagster,dagster-backfill", "--tasks", "gsm8k,humaneval,mbpp",
-               "--workers", "2", "--tiktoken-mb", "1", "--benchmarks", str(shared_data), "--compiled", mode,
-               "--json", str(tmp_path / f"{mode}.json")]
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        res[mode] = json.loads((tmp_path / f"{mode}.json").read_text())
-    for mode, r in res.items():
-        assert [x["run"] for x in r["runs"]] == ["detect-2-on-1-core", "detect-2"]
-        assert all(Path(x["out"]).name.endswith(f"-compiled-{mode}") for x in r["runs"])  # each mode in its own folders
-        assert r["all_planted_removed"] and r["tables_identical_one_core"]
-        assert all(x["planted_removed"] > 0 and not x["planted_missed"] for x in r["runs"])
-    on, off = (Path(res[m]["runs"][1]["out"]) for m in ("on", "off"))
-    assert on != off and tables(on) == tables(off)
+    work = Path(tiny_run["pool"]["path"]).parent  # the documented run's folder: its pool, runs in folders of their own
+    cmd = [sys.executable, "benchmarks/scale_run.py", "--size", "2MB", "--work", str(work),
+           "--skip", "detect-1,detect-1-ranged,dagster,dagster-backfill", "--tasks", "gsm8k,humaneval,mbpp",
+           "--workers", "2", "--tiktoken-mb", "1", "--benchmarks", str(shared_data), "--compiled", "off",
+           "--json", str(tmp_path / "off.json")]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    off = json.loads((tmp_path / "off.json").read_text())
+    assert [x["run"] for x in off["runs"]] == ["detect-2-on-1-core", "detect-2"]
+    assert all(Path(x["out"]).name.endswith("-compiled-off") for x in off["runs"])  # in folders of its own
+    assert off["all_planted_removed"] and off["tables_identical_one_core"]
+    assert all(x["planted_removed"] > 0 and not x["planted_missed"] for x in off["runs"])
+    assert off["pool"] == tiny_run["pool"]  # the same pool
+    on = next(x for x in tiny_run["runs"] if x["run"] == "detect-2")
+    assert compiled_by_default()  # the documented line sets no CONTAM_COMPILED: its runs are the compiled ones
+    assert tables(Path(on["out"])) == tables(Path(off["runs"][1]["out"]))
 
 
 def test_cores_ceiling_as_docs_show_it(tmp_path):
