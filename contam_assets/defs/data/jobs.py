@@ -1,14 +1,29 @@
 """Jobs of the data side: what sensors, the schedule, the CLI (runner.py) and the demo launch by name."""
 
+from pathlib import Path
+
 import dagster as dg
 
 _TAGS = {"contam/side": "data"}
-# The multiprocess executor starts each step from a forkserver that has imported the code location
-# once per run: a run per shard otherwise spent ~3.4 s of CPU starting each of its step processes
-# (the scan and its two checks: 10 of a run's 25 s, docs/scale.md).  Defaults: a run's config can set
-# another start method, or `execution: config: in_process: {}`.
+
+
+def defs_modules() -> list[str]:
+    """Every module under contam_assets/defs/, the ones `load_from_defs_folder` imports when a step loads the location."""
+    root = Path(__file__).resolve().parents[1]
+    names = []
+    for f in sorted(root.rglob("*.py")):
+        parts = f.relative_to(root.parent.parent).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+# The multiprocess executor starts each step from a forkserver that has imported the code location once per run,
+# its definitions' modules included (importing `contam_assets.definitions` alone imports dagster; the modules under
+# defs/ and what they import, ~2 s, would otherwise be imported again by every step): a run per shard otherwise spent
+# ~3.4 s of CPU starting each of its step processes (the scan and its two checks, docs/scale.md).  Defaults: a run's
+# config can set another start method, or `execution: config: in_process: {}`.
 RUN_CONFIG = {"execution": {"config": {"multiprocess": {"start_method": {
-    "forkserver": {"preload_modules": ["contam_assets.definitions"]}}}}}}
+    "forkserver": {"preload_modules": ["contam_assets.definitions", *defs_modules()]}}}}}}
 
 reference_job = dg.define_asset_job(
     "build_reference", selection=dg.AssetSelection.assets("task_registry", "reference_set", "ngram_index"),
