@@ -23,6 +23,9 @@ def pytest_configure(config):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # one torch (OpenMP) thread per process: the suite runs a worker per core, and two workers' tiny-model probes on
+    # two threads each fight for the same cores (greedy generation took 23 s instead of 0.3 s on a busy 2-core machine)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
