@@ -180,3 +180,16 @@ def test_a_node_without_the_pool_fetches_jsonl_and_reads_parquet_by_range_reques
     assert got.stats["read"] == 3 and sum(fetched) < os.path.getsize(wide) / 10, (sum(fetched), os.path.getsize(wide))
     with pytest.raises(OSError, match="changed since"):  # the store's copy is not what the pool listed
         run_shard_job_detached(dataclasses.replace(job, size=job.size + 1), index, records)
+
+
+def test_a_new_endpoint_in_the_same_process_gets_its_own_filesystem(monkeypatch):
+    """fsspec caches a filesystem by its constructor's arguments only: a second S3 endpoint set later in the same
+    process (another server, new credentials) must not reach the first one's instance."""
+    from contam_assets.store.location import filesystem
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    first = filesystem("s3")
+    assert filesystem("s3") is first
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")
+    second = filesystem("s3")
+    assert second is not first and filesystem("s3") is second

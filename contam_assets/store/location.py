@@ -121,8 +121,15 @@ def scheme_of(spec: str) -> str:
     return spec.split("://", 1)[0].lower()
 
 
+STORE_ENV = ("AWS_", "GOOGLE_", "GCS", "HF_", "HUGGING_FACE", "AZURE_")  # what a store's filesystem is built from
+_FILESYSTEMS: dict[tuple, object] = {}
+
+
 def filesystem(scheme: str):
-    """fsspec's filesystem for a scheme; LocationError naming the package to install when it is missing."""
+    """fsspec's filesystem for a scheme; LocationError naming the package to install when it is missing.  One instance
+    per process and state of the stores' environment variables: fsspec's own instance cache is keyed by the
+    constructor's arguments only, so an endpoint or credentials set later in the same process (a new
+    AWS_ENDPOINT_URL) would otherwise keep reaching the first one."""
     import fsspec
 
     protocol, package, _ = SCHEMES[scheme]
@@ -130,7 +137,11 @@ def filesystem(scheme: str):
         cls = fsspec.get_filesystem_class(protocol)
     except (ImportError, ValueError):
         raise LocationError(f"{scheme}:// needs the {package} package (pip install {package})") from None
-    return cls()
+    key = (protocol, os.getpid(), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(STORE_ENV))))
+    fs = _FILESYSTEMS.get(key)
+    if fs is None:
+        fs = _FILESYSTEMS[key] = cls(skip_instance_cache=True)
+    return fs
 
 
 def _split_glob(path: str) -> tuple[str, str]:
