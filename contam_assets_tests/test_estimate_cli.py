@@ -68,6 +68,12 @@ def test_bad_input_is_one_line_and_exit_2(setup, shared_data, tmp_path):
     assert r.returncode == 2 and "names no task" in r.stderr
     r = estimate(base, shared_data, pool, tmp_path / "out", "--fraction", "0.5", "--tasks", "nosuchtask")
     assert r.returncode == 2 and "unknown task" in r.stderr
+    keyed = tmp_path / "keyed"  # the text under `content`: every document would be rejected
+    keyed.mkdir()
+    (keyed / "p.jsonl").write_text("".join(json.dumps({"content": f"text {i}"}) + "\n" for i in range(20)))
+    r = estimate(base, shared_data, keyed, tmp_path / "out_keyed", "--fraction", "0.5")
+    assert r.returncode == 2 and "no 'text' in p.jsonl; it has: content — pass --content-key content" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_fraction_one_equals_the_full_run_and_detect_reuses_the_scans(setup, shared_data, tmp_path):

@@ -25,6 +25,7 @@ from contam_assets.rescan.plan import load_task_hashes, scan_config_digest
 from contam_assets.store import artifacts
 from contam_assets.store import db as store_db
 from contam_assets.store import shards as shards_db
+from contam_assets.store.door import DoorError, check_units
 from contam_assets.store.pool import list_pool
 
 DEFAULT_FRACTION = 0.026  # seed 003's sample
@@ -122,6 +123,10 @@ def pool_estimate(context: dg.AssetExecutionContext, config: EstimateConfig, con
         units, kind, block_bytes = choose_units(listing.shards, listing.paths, config.fraction, config.unit)
         sample = stratified_sample(units, config.fraction, config.seed, unit=kind, block_bytes=block_bytes)
     except ValueError as exc:
+        raise dg.Failure(str(exc)) from exc
+    try:  # the door of `contam detect`, for the sampled shards only: no sample whose every document is rejected
+        check_units({s: listing.paths[s] for s in sorted({u.shard for u in sample.units})}, contam_settings.content_key)
+    except DoorError as exc:
         raise dg.Failure(str(exc)) from exc
     what = "shard(s)" if kind == "shard" else f"block(s) of {block_bytes:,} bytes of {len(listing.shards)} shard(s)"
     context.log.info(f"sample: {len(sample.units)} of {len(units)} {what}, {sample.bytes:,} of "
