@@ -3,52 +3,36 @@ do): the same tables and mix as the same pool in a local folder, credentials nev
 
 from __future__ import annotations
 
-import socket
-
 import duckdb
 import pyarrow.parquet as pq
 import pytest
 
 from contam_assets_tests.pool_formats import contam, docs, tasks_dir, write_jsonl, write_parquet
+from contam_assets_tests.s3_server import s3_client, s3_server
 
 SECRET = "s3cr3t-never-written-7f3a9c"
 BUCKET = "contam-bucket"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory, shared_data):
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "contam-test-key",
-           "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=SECRET, region_name="us-east-1")
-    client.create_bucket(Bucket=BUCKET)
-    tmp = tmp_path_factory.mktemp("s3")
-    pool = tmp / "pool"
-    write_jsonl(pool / "a.jsonl", docs(shared_data, "a", 2, 3, 100))
-    write_parquet(pool / "web" / "b.parquet", docs(shared_data, "b", 2, 4, 110))
-    for f in sorted(p for p in pool.rglob("*") if p.is_file()):
-        client.upload_file(str(f), BUCKET, f"pool/{f.relative_to(pool).as_posix()}")
-    tasks = tasks_dir(tmp / "tasks")
-    run = {}
-    for name, spec, out in (("local", pool, tmp / "out-local"), ("s3", f"s3://{BUCKET}/pool", tmp / "out-s3"),
-                            ("s3out", f"s3://{BUCKET}/pool", f"s3://{BUCKET}/results/run1")):
-        run[name] = contam("detect", "--pool", spec, "--out", out, "--benchmarks", shared_data, "--tasks-dir", tasks,
-                           env_extra={**env, "DAGSTER_HOME": str(tmp / f"home-{name}"), "CONTAM_WORK_DIR": str(tmp / "work")})
-    yield dict(env=env, client=client, tmp=tmp, run=run, tasks=tasks, pool=pool)
-    server.stop()
+    with s3_server(secret=SECRET) as env:
+        client = s3_client(env)
+        client.create_bucket(Bucket=BUCKET)
+        tmp = tmp_path_factory.mktemp("s3")
+        pool = tmp / "pool"
+        write_jsonl(pool / "a.jsonl", docs(shared_data, "a", 2, 3, 100))
+        write_parquet(pool / "web" / "b.parquet", docs(shared_data, "b", 2, 4, 110))
+        for f in sorted(p for p in pool.rglob("*") if p.is_file()):
+            client.upload_file(str(f), BUCKET, f"pool/{f.relative_to(pool).as_posix()}")
+        tasks = tasks_dir(tmp / "tasks")
+        run = {}
+        for name, spec, out in (("local", pool, tmp / "out-local"), ("s3", f"s3://{BUCKET}/pool", tmp / "out-s3"),
+                                ("s3out", f"s3://{BUCKET}/pool", f"s3://{BUCKET}/results/run1")):
+            run[name] = contam("detect", "--pool", spec, "--out", out, "--benchmarks", shared_data, "--tasks-dir",
+                               tasks, env_extra={**env, "DAGSTER_HOME": str(tmp / f"home-{name}"),
+                                                 "CONTAM_WORK_DIR": str(tmp / "work")})
+        yield dict(env=env, client=client, tmp=tmp, run=run, tasks=tasks, pool=pool)
 
 
 def rows(out, sql):
@@ -193,3 +177,13 @@ def test_a_new_endpoint_in_the_same_process_gets_its_own_filesystem(monkeypatch)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")
     second = filesystem("s3")
     assert second is not first and filesystem("s3") is second
+
+
+def test_each_s3_server_starts_empty():
+    """moto keeps buckets per process, not per server: a later module's server must not list an earlier one's
+    objects (it did, and a Ray test read this module's pool along with its own)."""
+    with s3_server() as env:
+        s3_client(env).create_bucket(Bucket="left-behind")
+        s3_client(env).put_object(Bucket="left-behind", Key="pool/a.jsonl", Body=b"{}\n")
+    with s3_server() as env:
+        assert s3_client(env).list_buckets()["Buckets"] == []

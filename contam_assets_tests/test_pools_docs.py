@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 
-import boto3
 import pyarrow.parquet as pq
 
 from contam_assets_tests.bad_pool import FILLER, humaneval_copies
 from contam_assets_tests.doc_commands import command
 from contam_assets_tests.pool_formats import write_parquet
-from contam_assets_tests.test_pool_s3 import free_port
+from contam_assets_tests.s3_server import s3_client, s3_server
 
 
 def host_rows() -> list[dict]:
@@ -36,17 +35,9 @@ def test_the_pools_page_commands_run_as_written(tmp_path):
     mix = pq.read_table(tmp_path / "out-parquet" / "mix" / "CC-MAIN-2024-10" / "000_00000.parquet")
     assert mix.column("id").to_pylist() == [f"c{i}" for i in range(5)]
 
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
-               "AWS_DEFAULT_REGION": "us-east-1", "DAGSTER_HOME": str(tmp_path / "h2"),
-               "CONTAM_WORK_DIR": str(tmp_path / "work")}
-        client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="k",
-                              aws_secret_access_key="s", region_name="us-east-1")
+    with s3_server(key="k", secret="s") as aws:
+        env = {**aws, "DAGSTER_HOME": str(tmp_path / "h2"), "CONTAM_WORK_DIR": str(tmp_path / "work")}
+        client = s3_client(env)
         client.create_bucket(Bucket="my-bucket")
         client.upload_file(str(tmp_path / "pool" / "CC-MAIN-2024-10" / "000_00000.parquet"), "my-bucket",
                            "fineweb/data/CC-MAIN-2024-10/000_00000.parquet")
@@ -56,8 +47,6 @@ def test_the_pools_page_commands_run_as_written(tmp_path):
         keys = {o["Key"] for o in client.list_objects_v2(Bucket="my-bucket", Prefix="contam/run1/")["Contents"]}
         assert "contam/run1/mix/CC-MAIN-2024-10/000_00000.parquet" in keys
         assert "contam/run1/tables/removals/part-0.parquet" in keys
-    finally:
-        server.stop()
 
 
 def test_the_parquet_benchmark_runs_as_documented(tmp_path):

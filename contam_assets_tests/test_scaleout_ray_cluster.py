@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from contam_assets_tests.automation_helpers import (
     write_pool,
 )
 from contam_assets_tests.doc_commands import ROOT, command
+from contam_assets_tests.s3_server import free_port, s3_client, s3_server
 
 DOC = "docs/automation.md"
 BIN = Path(sys.executable).parent
@@ -41,12 +41,6 @@ SHARDS = ["web/part-000.jsonl.gz", "web/part-001.jsonl"]  # the range of the doc
 
 pytestmark = pytest.mark.skipif(not (BIN / "ray").exists() and shutil.which("ray") is None,
                                 reason="the `ray` CLI is not installed (pip install 'ray[default]')")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(**extra) -> dict:
@@ -128,36 +122,29 @@ def _materialization(home: Path) -> dict:
 def setup(tmp_path_factory, shared_data):
     """The head node (the docs' commands), the pool, and the in-process baseline (`contam detect`), run while the
     head starts."""
-    from moto.server import ThreadedMotoServer
-
     tmp = tmp_path_factory.mktemp("raycluster")
     ray_dir = Path(tempfile.mkdtemp(prefix="cr", dir="/tmp"))  # Ray's socket paths must stay short
-    s3_port = _free_port()  # an S3 server on loopback, its variables in every node's environment (the last test)
-    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=s3_port, verbose=False)
-    s3.start()
-    aws = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{s3_port}", "AWS_ACCESS_KEY_ID": "contam-test-key",
-           "AWS_SECRET_ACCESS_KEY": "contam-test-secret", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_EC2_METADATA_DISABLED": "true"}
-    env = _env(RAY_AUTH_MODE="token", CONTAM_RAY_DIR=str(ray_dir), RAY_AUTH_TOKEN_PATH=str(ray_dir / "auth_token"),
-               RAY_PORT=str(_free_port()), RAY_CLIENT_PORT=str(_free_port()), RAY_DASHBOARD_PORT=str(_free_port()), **aws)
-    r = _bash(command(DOC, 'python -c "import secrets'), env)
-    assert r.returncode == 0 and len((ray_dir / "auth_token").read_text().strip()) == 64, r.stderr
-    head = Node(command(DOC, "ray start --head --block"), env, tmp / "head.log")
-    try:
-        pool, tasks = tmp / "pool", make_tasks_dir(tmp / "tasks")
-        _pool(pool, shared_data, tmp / "staging")
-        local = settings(tmp / "local", pool, tasks, shared_data)
-        assert _detect(local, tmp / "home_local")["failed"] == {}
-        want = _tables(local)
-        assert want["matches"].height > 0 and want["removals"].height > 0
-        head.wait_started()
-        yield {"tmp": tmp, "pool": pool, "tasks": tasks, "shared": shared_data, "want": want, "env": env,
-               "ray_dir": ray_dir, "aws": aws}
-    finally:
-        s3.stop()
-        head.kill()
-        _kill_leftovers(ray_dir)
-        shutil.rmtree(ray_dir, ignore_errors=True)
+    with s3_server() as aws:  # an S3 server on loopback, its variables in every node's environment (the last test)
+        env = _env(RAY_AUTH_MODE="token", CONTAM_RAY_DIR=str(ray_dir), RAY_AUTH_TOKEN_PATH=str(ray_dir / "auth_token"),
+                   RAY_PORT=str(free_port()), RAY_CLIENT_PORT=str(free_port()), RAY_DASHBOARD_PORT=str(free_port()),
+                   **aws)
+        r = _bash(command(DOC, 'python -c "import secrets'), env)
+        assert r.returncode == 0 and len((ray_dir / "auth_token").read_text().strip()) == 64, r.stderr
+        head = Node(command(DOC, "ray start --head --block"), env, tmp / "head.log")
+        try:
+            pool, tasks = tmp / "pool", make_tasks_dir(tmp / "tasks")
+            _pool(pool, shared_data, tmp / "staging")
+            local = settings(tmp / "local", pool, tasks, shared_data)
+            assert _detect(local, tmp / "home_local")["failed"] == {}
+            want = _tables(local)
+            assert want["matches"].height > 0 and want["removals"].height > 0
+            head.wait_started()
+            yield {"tmp": tmp, "pool": pool, "tasks": tasks, "shared": shared_data, "want": want, "env": env,
+                   "ray_dir": ray_dir, "aws": aws}
+        finally:
+            head.kill()
+            _kill_leftovers(ray_dir)
+            shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def _detect(s, home: Path) -> dict:
@@ -325,15 +312,12 @@ def test_nodes_sharing_no_folder_fetch_their_shards_from_the_store(setup):
     fetches its shard from the store and returns its rows; the tables, removals and mix equal the in-process run's."""
     import shlex
 
-    import boto3
-
     from contam_assets.store.location import mirror_or_fail
 
     if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
         pytest.skip("no mount namespaces on this machine (unshare -m): a node cannot be given a folder of its own")
     aws = setup["aws"]
-    client = boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"], aws_access_key_id=aws["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=aws["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    client = s3_client(aws)
     client.create_bucket(Bucket="contam-bucket")
     for f in sorted(p for p in setup["pool"].rglob("*") if p.is_file()):
         client.upload_file(str(f), "contam-bucket", f"pool/{f.relative_to(setup['pool']).as_posix()}")
