@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from unittest import mock
 
 import dagster as dg
 import duckdb
@@ -29,8 +30,7 @@ def contam(*args, home):
 
 
 def last_reference_build(home) -> dict:
-    os.environ["DAGSTER_HOME"] = str(home)
-    with dg.DagsterInstance.get() as instance:
+    with mock.patch.dict(os.environ, {"DAGSTER_HOME": str(home)}), dg.DagsterInstance.get() as instance:
         ev = instance.get_latest_materialization_event(dg.AssetKey("reference_set"))
         return {k: v.value for k, v in ev.asset_materialization.metadata.items()}
 

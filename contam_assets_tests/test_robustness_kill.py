@@ -94,7 +94,7 @@ def test_two_runs_at_once_on_a_fresh_output_folder(clean_run):
     assert not temporaries(out)
 
 
-def test_a_shard_that_left_the_pool_is_retired(clean_run):
+def test_a_shard_that_left_the_pool_is_retired(clean_run, monkeypatch):
     tmp, _ = clean_run
     pool, out, home = tmp / "pool-retire", tmp / "retire", {"DAGSTER_HOME": str(tmp / "home-retire")}
     build_pool(pool)
@@ -110,9 +110,7 @@ def test_a_shard_that_left_the_pool_is_retired(clean_run):
     assert con.execute("select matches, removals from retired_shards where shard = 'web.jsonl.gz'").fetchone() == (2, 2)
     con.close()
     assert "web.jsonl.gz" in (out / "report.html").read_text()
-    import os
-
     import dagster as dg
 
-    os.environ["DAGSTER_HOME"] = home["DAGSTER_HOME"]
+    monkeypatch.setenv("DAGSTER_HOME", home["DAGSTER_HOME"])
     assert "web.jsonl.gz" not in dg.DagsterInstance.get().get_dynamic_partitions("shards")

@@ -112,11 +112,11 @@ def test_nothing_outside_the_pool_is_read_and_every_skip_is_reported(run):
     assert "outside_pool" in page and "broken/truncated.jsonl.zst" in page
 
 
-def test_the_conservation_check_names_the_broken_shards(run):
+def test_the_conservation_check_names_the_broken_shards(run, monkeypatch):
     tmp, _, _ = run
     import dagster as dg
 
-    os.environ["DAGSTER_HOME"] = str(tmp / "home")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp / "home"))
     inst = dg.DagsterInstance.get()
     evals = []
     for rec in inst.get_runs(limit=100):
