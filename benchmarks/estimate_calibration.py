@@ -144,7 +144,7 @@ def main() -> None:
     import duckdb
 
     from contam_assets.estimate import pool as estimate_pool
-    from contam_assets.estimate.design import choose_units, pool_units, stratified_sample
+    from contam_assets.estimate.design import choose_units, shard_units, stratified_sample
     from contam_assets.store.pool import list_pool
 
     out = Path(a.out).resolve()
@@ -164,7 +164,7 @@ def main() -> None:
             print(f"rate {rate:g}: full scan {wall:.1f}s", flush=True)
         listing = list_pool(pool)
         with duckdb.connect(str(full / "contam.duckdb"), read_only=True) as con:
-            true = estimate_pool.estimate(con, stratified_sample(pool_units(listing.shards, listing.paths), 1.0),
+            true = estimate_pool.estimate(con, stratified_sample(shard_units(listing.shards, listing.paths), 1.0),
                                           replicates=10)["tasks"]["gsm8k"]["splits"]["test"]
         units, kind, block = choose_units(listing.shards, listing.paths, a.fraction, a.unit)
         results["rates"][f"{rate:g}"] = {"unit": kind, "block_bytes": block, "units": len(units)}

@@ -85,7 +85,9 @@ def measure(cmd: list[str], env: dict, log: Path, cpus: set[int] | None = None) 
 
 # -- the three runs ----------------------------------------------------------------
 
-KNOBS = {"args": [], "suffix": "", "env": {}}  # --prefilter: the detector knob on every run
+# the command line's knobs on every run: --prefilter (the detector's), --ahead, --compiled; --dequeue-s, the daemon's
+# queue tick in dagster-backfill (5, Dagster's default, as deploy/dagster.prod.yaml runs)
+KNOBS = {"args": [], "suffix": "", "env": {}, "dequeue_s": 5}
 
 
 def base_env(home: Path, workers: int) -> dict:
@@ -165,9 +167,6 @@ concurrency:
 """
 
 
-DEQUEUE_S = {"value": 5}  # the daemon's queue tick (--dequeue-s): Dagster's default, as deploy/dagster.prod.yaml runs
-
-
 def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str) -> dict:
     """The production path: `dagster-daemon run` with queued runs (``workers`` at once), `dagster job launch` of
     build_reference and apply_reviews, and `dagster job backfill` of scan_shards and write_mix over every shard
@@ -180,7 +179,7 @@ def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str)
     env = base_env(home, 1) | dict(CONTAM_OUT=str(out), CONTAM_POOL=str(pool))
     if shared is not None:  # None: the embedded default reference
         env["CONTAM_BENCHMARKS"] = str(shared)
-    (home / "dagster.yaml").write_text(QUEUED_YAML.format(runs=workers, dequeue=DEQUEUE_S["value"]))
+    (home / "dagster.yaml").write_text(QUEUED_YAML.format(runs=workers, dequeue=KNOBS["dequeue_s"]))
     if tasks:
         env["CONTAM_TASKS"] = tasks
     shards = unit_keys(pool)
@@ -220,7 +219,7 @@ def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str)
     m = dict(wall_s=round(wall, 2), cpu_s=round(sum(sampler.cpu.values()) + cli_cpu, 2), processes=len(sampler.hwm),
              driver_peak_rss_mb=round(sampler.hwm.get(daemon.pid, 0) / 1e6, 1),
              worker_peak_rss_mb=round(max((h for p, h in sampler.hwm.items() if p != daemon.pid), default=0) / 1e6, 1),
-             load_before=load0, load_after=load(), commands_s=phases, dequeue_s=DEQUEUE_S["value"], dagster_runs=len(runs),
+             load_before=load0, load_after=load(), commands_s=phases, dequeue_s=KNOBS["dequeue_s"], dagster_runs=len(runs),
              runs_failed=sum(r.status == dg.DagsterRunStatus.FAILURE for r in runs))
     m["stages_s"] = {**step_seconds(home), "table_writes": write_seconds(home)}
     m["multiprocess_executor"] = any("multiprocess" in (e.user_message or "").lower()
@@ -400,7 +399,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "deploy/dagster.prod.yaml runs; the test's tiny pool uses 1)")
     ap.add_argument("--json", type=Path, default=None, help="write the figures as one JSON object")
     args = ap.parse_args(argv)
-    DEQUEUE_S["value"] = args.dequeue_s
+    KNOBS["dequeue_s"] = args.dequeue_s
     if args.ahead is not None:
         KNOBS["suffix"] += f"-ahead-{args.ahead}"
         KNOBS["env"] = KNOBS["env"] | {"CONTAM_TOKENIZE_AHEAD": args.ahead}

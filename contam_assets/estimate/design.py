@@ -64,12 +64,9 @@ def stratum_of(shard: str) -> str:
     return head if sep else ROOT_STRATUM
 
 
-def pool_units(shards: list[str], paths: dict[str, os.PathLike]) -> list[Unit]:
+def shard_units(shards: list[str], paths: dict[str, os.PathLike]) -> list[Unit]:
     """The units of a pool listing: one per shard, its size on disk as its bytes."""
     return [Unit(key=s, shard=s, stratum=stratum_of(s), bytes=os.stat(paths[s]).st_size) for s in sorted(shards)]
-
-
-shard_units = pool_units
 
 
 def _cuttable(shard: str) -> str:

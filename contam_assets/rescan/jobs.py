@@ -242,10 +242,15 @@ def fetch_shard(job: ShardJob, folder: Path) -> Path:
     loc = job.source
     dst = folder / Path(job.shard).name
     retrying(loc.filesystem().get, loc.url(job.shard), str(dst))
-    if job.size >= 0 and dst.stat().st_size != job.size:
-        raise OSError(f"{job.shard}: {dst.stat().st_size} bytes in the store, {job.size} when listed (changed since; "
-                      "list the pool again)")
+    _refuse_changed(job, dst.stat().st_size)
     return dst
+
+
+def _refuse_changed(job: ShardJob, size: int) -> None:
+    """OSError when the store's copy of the job's shard is not the size the pool listed."""
+    if job.size >= 0 and size != job.size:
+        raise OSError(f"{job.shard}: {size} bytes in the store, {job.size} when listed (changed since; list the pool "
+                      "again)")
 
 
 def run_shard_job_detached(job: ShardJob, index: NgramIndex, records: pl.DataFrame) -> ShardOutcome:
@@ -263,10 +268,7 @@ def run_shard_job_detached(job: ShardJob, index: NgramIndex, records: pl.DataFra
         from contam_assets.store.location import retrying
 
         url = job.source.url(job.shard)
-        size = retrying(job.source.filesystem().size, url)
-        if job.size >= 0 and size != job.size:
-            raise OSError(f"{job.shard}: {size} bytes in the store, {job.size} when listed (changed since; list the "
-                          "pool again)")
+        _refuse_changed(job, retrying(job.source.filesystem().size, url))
         return run_shard_job_shared(dataclasses.replace(job, path=url, parts_dir=None, cache_root=None), index, records)
     folder = Path(tempfile.mkdtemp(prefix="contam-shard-"))
     try:

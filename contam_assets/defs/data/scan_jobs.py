@@ -60,6 +60,6 @@ def plan_jobs(settings: ContamSettings, shards: list[str], cfg: DetectConfig, di
         jobs.append(ShardJob(shard=shard, path=str(path), plan=plan, cfg=cfg, content_key=settings.content_key,
                              preset=settings.preset, digest=digest, cache_root=str(cache_root) if keep_stream else None,
                              fingerprint=fp, identity=identity, parts_dir=str(settings.out_path / "parts"),
-                             source=None if remote is None else remote, size=st.st_size))
+                             source=remote, size=st.st_size))
         sigs[shard] = (st.st_size, st.st_mtime_ns)
     return jobs, sigs, failed
