@@ -93,12 +93,14 @@ def detect(pool: Path, out: Path, fresh: bool = True) -> dict:
     return {"wall_s": round(wall, 2), "removed": removed, "files": files, "scans": scans, "stdout": p.stdout}
 
 
-def backfill(pool: Path, work: Path) -> dict:
+def backfill(pool: Path, work: Path, dequeue_s: int) -> dict:
     """Both steps of the pool through the daemon's backfill (scale_run.backfill_run, the embedded default reference
-    as `contam detect` here uses); wall seconds, runs and the removed documents."""
+    as `contam detect` here uses; the daemon looks at its run queue every ``dequeue_s`` seconds); wall seconds, runs
+    and the removed documents."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from scale_run import backfill_run
+    from scale_run import KNOBS, backfill_run
 
+    KNOBS["dequeue_s"] = dequeue_s
     m = backfill_run(work, pool, None, os.cpu_count() or 1, "")
     with duckdb.connect(str(Path(m["out"]) / "contam.duckdb"), read_only=True) as con:
         removed = sorted(r[0] for r in con.execute("select doc_id from removals").fetchall())
@@ -107,11 +109,11 @@ def backfill(pool: Path, work: Path) -> dict:
             "commands_s": m["commands_s"]}
 
 
-def main_backfill(args, lines: list[str], planted: set[int], many: Path, few: Path) -> None:
+def main_backfill(args, planted: set[int], many: Path, few: Path) -> None:
     rounds = []
     for _ in range(args.rounds):
-        f = backfill(few, args.work / "backfill-few")
-        m = backfill(many, args.work / "backfill-many")
+        f = backfill(few, args.work / "backfill-few", args.dequeue_s)
+        m = backfill(many, args.work / "backfill-many", args.dequeue_s)
         checks = {"same_removals": f["removed"] == m["removed"], "every_file_scanned": m["files"] == args.files,
                   "planted_removed": {f"doc-{i:05d}" for i in planted} <= set(m["removed"])}
         if not all(checks.values()):
@@ -119,7 +121,8 @@ def main_backfill(args, lines: list[str], planted: set[int], many: Path, few: Pa
         rounds.append({"few_s": f["wall_s"], "many_s": m["wall_s"], "ratio": round(m["wall_s"] / f["wall_s"], 2),
                        "runs_few": f["runs"], "runs_many": m["runs"], "commands_many_s": m["commands_s"],
                        "commands_few_s": f["commands_s"]})
-    res = {"files": args.files, "shards": args.shards, "backfill": True, "rounds": rounds,
+    res = {"files": args.files, "shards": args.shards, "backfill": True, "planted": len(planted),
+           "removed": len(m["removed"]), "rounds": rounds,
            "few_s": statistics.median(r["few_s"] for r in rounds), "many_s": statistics.median(r["many_s"] for r in rounds),
            "ratio": statistics.median(r["ratio"] for r in rounds), "checks": checks, "cpus": os.cpu_count()}
     print(f"| {args.files:,} one-document shards vs {args.shards} shards, daemon backfill | {res['many_s']:.1f} s "
@@ -137,11 +140,13 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/contam-small-shards"))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--backfill", action="store_true", help="through the daemon's backfill instead of contam detect")
+    ap.add_argument("--dequeue-s", type=int, default=5, help="--backfill: seconds between the daemon's looks at its run "
+                    "queue (5, Dagster's default; the test's tiny pools use 1)")
     args = ap.parse_args()
     lines, planted = documents(args.files, args.plant_every)
     many, few = write_pools(args.work, lines, args.shards)
     if args.backfill:
-        return main_backfill(args, lines, planted, many, few)
+        return main_backfill(args, planted, many, few)
     rounds = []
     for _ in range(args.rounds):
         f = detect(few, args.work / "out-few")
