@@ -125,6 +125,7 @@ def test_a_node_without_the_pool_fetches_jsonl_and_reads_parquet_by_range_reques
     the wire — and the same rows as the run that read the mirror."""
     import dataclasses
     import os
+    import tempfile
 
     import numpy as np
     import pyarrow as pa
@@ -148,8 +149,10 @@ def test_a_node_without_the_pool_fetches_jsonl_and_reads_parquet_by_range_reques
     fetched = []
     real = s3fs.core.S3File._fetch_range
     monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", lambda self, start, end: fetched.append(end - start) or real(self, start, end))
+    read = {}
     for job in jobs:
         got = run_shard_job_detached(dataclasses.replace(job, path="/nonexistent"), index, records)
+        read[job.shard] = got.stats["read"]
         want = rows(out, f"select line, instance_index, flagged from matches where shard = '{job.shard}' order by all")
         assert sorted(got.matches.select("line", "instance_index", "flagged").iter_rows()) == want and want, got.stats
     # a wide Parquet file: 6 MB of incompressible bytes beside a small text column
@@ -162,8 +165,15 @@ def test_a_node_without_the_pool_fetches_jsonl_and_reads_parquet_by_range_reques
     job = dataclasses.replace(jobs[1], shard="wide/w.parquet", path="/nonexistent", size=os.path.getsize(wide))
     got = run_shard_job_detached(job, index, records)
     assert got.stats["read"] == 3 and sum(fetched) < os.path.getsize(wide) / 10, (sum(fetched), os.path.getsize(wide))
-    with pytest.raises(OSError, match="changed since"):  # the store's copy is not what the pool listed
-        run_shard_job_detached(dataclasses.replace(job, size=job.size + 1), index, records)
+    node_tmp = s3["tmp"] / "node_tmp"  # the node's temporary folder: each fetched copy is removed, refused or not
+    node_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(node_tmp))
+    for changed in (job, dataclasses.replace(jobs[0], path="/nonexistent")):  # Parquet in place, JSONL fetched
+        with pytest.raises(OSError, match=f"{changed.shard}: {changed.size} bytes in the store, {changed.size + 1} when"):
+            run_shard_job_detached(dataclasses.replace(changed, size=changed.size + 1), index, records)
+    again = run_shard_job_detached(dataclasses.replace(jobs[0], path="/nonexistent"), index, records)
+    assert again.stats["read"] == read[jobs[0].shard] > 0
+    assert list(node_tmp.iterdir()) == []
 
 
 def test_a_new_endpoint_in_the_same_process_gets_its_own_filesystem(monkeypatch):
