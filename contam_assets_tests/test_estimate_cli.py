@@ -74,6 +74,22 @@ def test_bad_input_is_one_line_and_exit_2(setup, shared_data, tmp_path):
     r = estimate(base, shared_data, keyed, tmp_path / "out_keyed", "--fraction", "0.5")
     assert r.returncode == 2 and "no 'text' in p.jsonl; it has: content — pass --content-key content" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    long_lines = tmp_path / "long_lines"  # one 100 kB line per shard: a 0.05 sample of 512-byte blocks holds no line start
+    long_lines.mkdir()
+    for i in range(3):
+        (long_lines / f"s{i}.jsonl").write_text(json.dumps({"text": "word " * 20000}) + "\n")
+    r = estimate(base, shared_data, long_lines, tmp_path / "out_long", "--fraction", "0.05", "--seed", "1")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "contam estimate: error: the sample of 29 block(s) of 512 bytes of 3 shard(s) holds no document (every "
+        "sampled block lies inside a line longer than a block: pass a larger --fraction or --unit shard)"), r.stderr
+    assert not (tmp_path / "out_long" / "estimate.json").exists()  # no estimate of nothing
+    broken = tmp_path / "broken"  # not gzip at all: the one sampled shard's stream fails
+    broken.mkdir()
+    (broken / "a.jsonl.gz").write_bytes(b"Q\x90" + bytes(range(256)) * 4)
+    r = estimate(base, shared_data, broken, tmp_path / "out_broken", "--fraction", "1")
+    assert r.returncode == 2 and r.stderr.startswith("contam estimate: error: none of the 1 sampled shard(s) could be "
+                                                     "scanned: a.jsonl.gz: corrupt at compressed byte"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "out_broken" / "estimate.json").exists()
 
 
 def test_fraction_one_equals_the_full_run_and_detect_reuses_the_scans(setup, shared_data, tmp_path):

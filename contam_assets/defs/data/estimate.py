@@ -141,11 +141,19 @@ def pool_estimate(context: dg.AssetExecutionContext, config: EstimateConfig, con
     tasks = list(contam_settings.task_filter or []) or None
     with db.connect() as con:
         result = estimate_pool.estimate(con, sample, by_source=config.by_source, tasks=tasks)
+        if not result["sampled"]["units"]:  # why each failed, as its scan recorded it
+            failed |= dict(con.execute("""select shard, status_reason from shard_stats where status = 'failed'
+                                          and shard in (select unnest(?::varchar[]))""",
+                                       [[u.key for u in sample.units]]).fetchall())
+    if not result["sampled"]["units"]:  # no estimate is written from nothing
+        raise dg.Failure(f"none of the {len(sample.units)} sampled {what} could be scanned: "
+                         + "; ".join(f"{k}: {v}" for k, v in sorted(failed.items())[:5]))
+    if not result["sampled"]["documents"]:
+        hint = ("every sampled block lies inside a line longer than a block: pass a larger --fraction or --unit shard"
+                if kind == "block" else "the sampled shards hold no document: pass a larger --fraction")
+        raise dg.Failure(f"the sample of {result['sampled']['units']} {what} holds no document ({hint})")
     with contam_db.connect() as con:
         estimate_pool.write(con, contam_settings.out_path, result)
-    if not result["sampled"]["units"]:
-        raise dg.Failure(f"none of the {len(sample.units)} sampled shard(s) could be scanned: "
-                         + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]))
     return dg.MaterializeResult(metadata={
         "fraction": config.fraction, "seed": config.seed, "units_sampled": result["sampled"]["units"],
         "units_total": result["pool"]["units"], "bytes_sampled": result["sampled"]["bytes"],
