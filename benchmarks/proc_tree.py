@@ -1,4 +1,5 @@
-"""CPU seconds and peak RSS of a process and all its descendants, sampled from /proc (benchmarks/scale_run.py)."""
+"""CPU seconds, peak RSS and peak summed PSS of a process and all its descendants, sampled from /proc
+(benchmarks/scale_run.py, reference_scale.py, decoded_memory.py)."""
 
 from __future__ import annotations
 
@@ -39,14 +40,55 @@ class TreeSampler(threading.Thread):
     def run(self):
         while not self.stop.is_set():
             table = _proc_table()
-            tree, grew = {self.root}, True
-            while grew:
-                more = {p for p, (pp, _, _) in table.items() if pp in tree and p not in tree}
-                tree |= more
-                grew = bool(more)
+            tree = _descendants(self.root, {p: row[0] for p, row in table.items()})
             for p in tree & table.keys():
                 self.cpu[p] = max(self.cpu.get(p, 0.0), table[p][1])
                 self.hwm[p] = max(self.hwm.get(p, 0), table[p][2])
+            self.stop.wait(self.every)
+
+
+def _descendants(root: int, parents: dict[int, int]) -> set[int]:
+    tree, grew = {root}, True
+    while grew:
+        more = {p for p, pp in parents.items() if pp in tree and p not in tree}
+        tree |= more
+        grew = bool(more)
+    return tree
+
+
+def _memory_table() -> dict[int, tuple[int, int, int]]:
+    """pid -> (ppid, proportional set size, resident set size) in bytes of every process we can read."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{d}/stat").read()
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            mem = {k: int(v.split()[0]) * 1024 for k, v in
+                   (line.split(":", 1) for line in open(f"/proc/{d}/smaps_rollup") if line.startswith(("Pss:", "Rss:")))}
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(d)] = (ppid, mem.get("Pss", 0), mem.get("Rss", 0))
+    return out
+
+
+class TreeMemory(threading.Thread):
+    """Peaks of a process tree, sampled until stopped: ``pss``, the summed PSS of the process and its descendants
+    (shared pages counted once, split between their sharers), and ``rss``, the largest RSS of any one of them."""
+
+    def __init__(self, root: int, every: float = 0.1):
+        super().__init__(daemon=True)
+        self.root, self.every, self.stop = root, every, threading.Event()
+        self.pss = self.rss = 0
+
+    def run(self):
+        while not self.stop.is_set():
+            table = _memory_table()
+            tree = _descendants(self.root, {p: row[0] for p, row in table.items()})
+            mine = [table[p] for p in tree if p in table]
+            self.pss = max(self.pss, sum(r[1] for r in mine))
+            self.rss = max([self.rss] + [r[2] for r in mine])
             self.stop.wait(self.every)
 
 

@@ -40,9 +40,10 @@ from contam_assets.store import tables
 from contam_assets.store.door import check_units
 from contam_assets.store.export import export_tables
 from contam_assets.store.files import atomic_write_text, sweep_temp_files
-from contam_assets.store.location import mirror_or_fail
+from contam_assets.store.mirror import mirror_or_fail
 from contam_assets.store.pool import list_pool
 from contam_assets.store.readers import FORMATS
+from contam_assets.store.translations import DIRECT
 from contam_assets.store.units import Units
 
 # The CLI prints the warnings that asset code logs and one line per failure; Dagster's own
@@ -122,7 +123,8 @@ def _reason(err) -> str:
     while err.cause is not None:  # the user-facing reason is at the bottom of the chain
         err = err.cause
     msg = err.message.strip()
-    return re.sub(r"^dagster\._core\.definitions\.events\.Failure: ", "", msg)
+    # our own errors (and a database wait's TimeoutError, store/db.py) carry a message for the user: no class name
+    return re.sub(r"^(dagster\._core\.definitions\.events\.Failure|contam_assets\.[\w.]+|TimeoutError): ", "", msg)
 
 
 def _run_job(defs: dg.Definitions, job, instance, partition_key=None, log: Callable[[str], None] = print,
@@ -220,6 +222,11 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
             except StepFailed as exc:
                 failed |= _failures(settings, units.files[key], ("scan", "write"), str(exc), log)
     clock.lap("scan")
+    with store.connect(settings.db_path) as con:  # a file no scan run reached (no partition) has its row too
+        scanned = {r[0] for r in con.execute("select shard from shard_stats").fetchall()}
+        for shard in sorted(set(failed) - scanned):
+            shards_db.record_failed(con, shard, "scan", failed[shard], settings.out_path)
+    scan_failed = len(failed)
     log("removals and report")
     _run_job(defs, report_job, instance, log=log)
     clock.lap("report")
@@ -233,6 +240,8 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
         except StepFailed as exc:
             failed |= _failures(settings, units.files[key], ("mix",), str(exc), log, what="mix of ")
     clock.lap("mix")
+    if len(failed) > scan_failed:  # a mix failed after the report was written: the report names it too
+        _run_job(defs, report_job, instance, log=log)
     extra = decon_outputs(settings, log)
     clock.lap("decon")
     export_parquet(settings)
@@ -247,6 +256,10 @@ def _failures(settings: ContamSettings, files: list[str], steps: tuple[str, ...]
     with store.connect(settings.db_path, read_only=True) as con:
         errs = {e["shard"]: e["message"] for e in shards_db.errors(con) if e["step"] in steps and e["shard"] in want}
     failed = errs or dict.fromkeys(files, why)  # none recorded: the run failed as a whole
+    if not errs:  # recorded here, so the tables (and every count made from them) hold each of these files
+        with store.connect(settings.db_path) as con:
+            for shard in files:
+                shards_db.record_error(con, shard, steps[0], why)
     for shard, reason in failed.items():
         log(f"  {what}{shard} failed: {reason}")
     return failed
@@ -452,19 +465,24 @@ def summary(settings: ContamSettings, extra: dict | None = None, retired: list[d
     with store.connect(settings.db_path, read_only=True) as con:
         row = con.execute("""select count(*), coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(kept),0),
                              coalesce(sum(rejected),0), coalesce(sum(pending_review),0) from shard_stats""").fetchone()
-        flagged = con.execute("select count(*) from matches where flagged").fetchone()[0]
-        stored = con.execute("select count(*) from matches").fetchone()[0]
+        flagged = con.execute(f"select count(*) from matches where flagged and {DIRECT}").fetchone()[0]
+        stored = con.execute(f"select count(*) from matches where {DIRECT}").fetchone()[0]
         incomplete = {}
-        for s, st, why in con.execute("""select shard, status, status_reason from shard_stats
-                                         where coalesce(status, 'ok') <> 'ok' order by shard""").fetchall():
-            (failed if st == "failed" else incomplete)[s] = f"{why}" if st == "incomplete" else f"nothing readable: {why}"
         for e in shards_db.errors(con):
             failed.setdefault(e["shard"], f"{e['step']}: {e['message']}")
+        for s, st, why in con.execute("""select shard, status, status_reason from shard_stats
+                                         where coalesce(status, 'ok') <> 'ok' order by shard""").fetchall():
+            if st == "failed":
+                failed.setdefault(s, f"nothing readable: {why}")
+            elif s not in failed:
+                incomplete[s] = f"{why}"
+        files = shards_db.file_counts(con)
         cut = con.execute("select coalesce(sum(cut), 0) from mix_stats").fetchone()[0]
         lm_eval = _lm_eval_reports(settings)
         reference = store.query_df(con, "select * from reference_summary order by task, split").to_dicts() \
             if store.table_exists(con, "reference_summary") else []
-    return dict(reference=reference, lm_eval=lm_eval, shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
+    shards_db.record_counts(settings.out_path, files)  # run.json says them too
+    return dict(reference=reference, lm_eval=lm_eval, files=files, shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
                 flagged_matches=flagged, stored_matches=stored, cut=int(cut), db=str(settings.db_path),
                 report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"),
                 skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern).skipped],

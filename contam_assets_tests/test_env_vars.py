@@ -131,6 +131,16 @@ def test_contam_lm_eval_include(clean_env, pool, tmp_path):
     assert detect_settings("--pool", pool, "--out", tmp_path / "o").lm_eval_include == str(tmp_path)
 
 
+def test_contam_trust_task_code(clean_env, pool, tmp_path):
+    from contam_assets.defs.resources import ContamSettings
+
+    assert detect_settings("--pool", pool, "--out", tmp_path / "o").trust_task_code is False
+    assert detect_settings("--pool", pool, "--out", tmp_path / "o", "--trust-task-code").trust_task_code is True
+    clean_env.setenv("CONTAM_TRUST_TASK_CODE", "1")
+    assert detect_settings("--pool", pool, "--out", tmp_path / "o").trust_task_code is True
+    assert ContamSettings.from_env().trust_task_code is True
+
+
 def test_every_variable_of_the_configuration_table_has_its_test_here():
     """docs/usage.md's table of variables, read as written: each row names a variable a test above sets."""
     import re

@@ -14,7 +14,8 @@ import fsspec
 import pytest
 
 from contam_assets.defs.resources import ContamSettings
-from contam_assets.store.location import LocationError, mirror, redact, resolve
+from contam_assets.store.location import LocationError, redact, resolve
+from contam_assets.store.mirror import mirror
 from contam_assets.store.pool import check_shard, list_pool, read_shard
 from contam_assets_tests.pool_formats import docs, write_jsonl
 

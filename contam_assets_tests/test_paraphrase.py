@@ -204,4 +204,4 @@ def test_the_documented_benchmark_command_at_a_tiny_size(tmp_path):
     files = {e["file"] for e in out["recall"] + out["look_alikes"]}
     assert {"GSM-Plus", "ReCode HumanEval", "Skywork mock GSM8K (eval 1419, question)"} <= files
     assert all(0 <= e["held"] <= 1 and e["rows"] > 0 for e in out["recall"] + out["look_alikes"])
-    assert [c["n"] for c in out["clean"]] == [40, 40] and all(c["MB_per_s_per_core"] > 0 for c in out["clean"])
+    assert [c["n"] for c in out["clean"]] == [40, 40, 40] and all(c["MB_per_s_per_core"] > 0 for c in out["clean"])

@@ -312,7 +312,7 @@ def test_nodes_sharing_no_folder_fetch_their_shards_from_the_store(setup):
     fetches its shard from the store and returns its rows; the tables, removals and mix equal the in-process run's."""
     import shlex
 
-    from contam_assets.store.location import mirror_or_fail
+    from contam_assets.store.mirror import mirror_or_fail
 
     if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
         pytest.skip("no mount namespaces on this machine (unshare -m): a node cannot be given a folder of its own")

@@ -44,6 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "through lm_eval offline: datasets from the local HF cache or the task's local files")
     p.add_argument("--lm-eval-include", default=os.environ.get("CONTAM_LM_EVAL_INCLUDE", ""),
                    help="a folder of your own lm-eval task YAMLs (lm_eval's include_path)")
+    p.add_argument("--trust-task-code", action="store_true",
+                   default=env.get("CONTAM_TRUST_TASK_CODE", "").strip().lower() in ("1", "true", "yes"),
+                   help="run the Python that lm-eval task YAMLs name with !function outside the installed lm_eval "
+                        "(an include folder's utils.py); without it such a task is refused, nothing imported "
+                        "($CONTAM_TRUST_TASK_CODE)")
     p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
                    help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks; "
                         "'catalogue': the shipped catalogue over the Hub's layouts)")
@@ -163,14 +168,40 @@ def check_tasks(tasks: str | None, tasks_dir: str | None) -> None:
 
 
 
+def check_task_code(args) -> None:
+    """One line (CliError) when building the --lm-eval-tasks would import the include folder's Python (a
+    ``!function``) and --trust-task-code is off; nothing is imported to find out (sources/lm_eval_code.py)."""
+    include, names = getattr(args, "lm_eval_include", ""), getattr(args, "lm_eval_tasks", "")
+    if not include or not names or getattr(args, "trust_task_code", False) or not Path(include).is_dir():
+        return
+    from contam_assets.sources.lm_eval_code import include_code, refusal, task_code
+
+    if not include_code(Path(include)):
+        return
+    from contam_assets.cli import CliError
+    from contam_assets.sources.lm_eval_tasks import offline, task_manager
+
+    offline(False)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    try:
+        tm = task_manager(wanted, str(Path(include).resolve()))
+    except ImportError:
+        return  # the task_registry step says lm_eval is missing
+    code = task_code(tm, wanted)
+    if code:
+        raise CliError(refusal(code))
+
+
 def precheck(args) -> None:
-    """The mistakes that can be found before Dagster is imported: --out, --dagster-home, --tasks."""
+    """The mistakes that can be found before Dagster is imported: --out, --dagster-home, --tasks, untrusted task
+    code."""
     check_out(getattr(args, "out", None))
     home = getattr(args, "dagster_home", None)
     check_out(home or os.environ.get("DAGSTER_HOME") or None, "--dagster-home" if home else "DAGSTER_HOME")
     if getattr(args, "tasks_dir", None) and not resolve_tasks_dir(args.tasks_dir).is_dir():
         return  # settings_from_args says so
     check_tasks(getattr(args, "tasks", None), getattr(args, "tasks_dir", None))
+    check_task_code(args)
 
 
 def settings_from_args(args, pool: Path | str | None = None):
@@ -249,6 +280,7 @@ def settings_from_args(args, pool: Path | str | None = None):
             decon_cleaned_dir=str(Path(cleaned).resolve()) if cleaned else "", purify=bool(purify),
             allow_missing=args.allow_missing, knobs=knobs, lm_eval_tasks=args.lm_eval_tasks,
             lm_eval_include=str(Path(args.lm_eval_include).resolve()) if args.lm_eval_include else "", removal=args.removal,
+            trust_task_code=bool(getattr(args, "trust_task_code", False)),
             parts=",".join(name for name in PART_FLAGS if getattr(args, f"part_{name}", False))
             or os.environ.get("CONTAM_PARTS", ""),
         )
@@ -280,6 +312,10 @@ def print_summary(s: dict) -> None:
     print(f"\nshards {s['shards']}  documents read {s['read']:,}  removed {s['removed']:,}  kept {s['kept']:,}  "
           f"rejected {s['rejected']:,}  pending review {s['pending_review']:,}")
     print(f"matches stored {s['stored_matches']:,} (flagged {s['flagged_matches']:,})")
+    if s.get("files"):  # every pool file in exactly one class (store.shards.file_counts)
+        from contam_assets.store.shards import file_counts_line
+
+        print(file_counts_line(s["files"]))
     if s.get("cut"):
         print(f"span removal: {s['cut']:,} removed document(s) kept with their matched spans cut out (table cuts, report)")
     for name, reason in s.get("skipped_files", []):
@@ -301,7 +337,17 @@ def print_summary(s: dict) -> None:
         print(f"purified {s['decon_cleaned']}/ ({s['decon_cleaned_files']} file(s))")
 
 
+RESUME_HINT = "rerun the same command to resume (shards scanned whole are kept)"
+
+
 def run(args) -> int:
+    from contam_assets.cli import stop_on_signals
+
+    with stop_on_signals("detect", RESUME_HINT):  # a signal: one line and exit 128 + its number, never a trace
+        return _run(args)
+
+
+def _run(args) -> int:
     precheck(args)  # one line for a mistake, before any work (and before the heavy imports)
     from contam_assets.cli import CliError
     from contam_assets.rescan.processes import warm_forkserver
@@ -344,7 +390,7 @@ def exit_code(s: dict) -> int:
         return 1
     failed, incomplete = len(s.get("failed", {})), len(s.get("incomplete", {}))
     bad = failed + incomplete
-    if bad:  # s["shards"] counts the scanned shards: the incomplete ones, not the failed ones
-        print(f"\n{failed} shard(s) failed, {incomplete} incomplete; "
-              f"the other {max(0, s.get('shards', 0) - incomplete)} shard(s) are complete")
+    if bad:  # the complete ones: store.shards.file_counts, the classes the counts line above adds up
+        ok = s["files"]["ok"] if s.get("files") else max(0, s.get("shards", 0) - incomplete - failed)
+        print(f"\n{failed} shard(s) failed, {incomplete} incomplete; the other {ok} shard(s) are complete")
     return 1 if bad else 0

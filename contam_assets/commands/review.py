@@ -92,6 +92,8 @@ def _record_decisions(con, args) -> int:
 
 
 def _print_stats(con) -> None:
+    from contam_assets.store.translations import DIRECT
+
     def table(sql, title):
         cur = con.execute(sql)
         cols = [d[0] for d in cur.description]
@@ -106,15 +108,23 @@ def _print_stats(con) -> None:
     table("""select count(*) shards, sum(read) read, sum(removed) removed, sum(kept) kept, sum(rejected) rejected,
              sum(pending_review) pending_review from shard_stats""",
           "totals, in documents (pending_review: documents with a match held for a review decision)")
-    table("""select task, split, count(*) filter (where flagged) flagged_matches,
+    table(f"""select task, split, count(*) filter (where flagged) flagged_matches,
              count(*) filter (where not flagged) near_miss_matches,
              count(distinct case when flagged then shard||':'||line end) flagged_documents from matches
-             group by 1,2 order by 3 desc""", "per task and split")
-    table("""select coalesce(reason, 'question+answer') reason, count(*) matches, count(*) filter (where flagged) flagged_matches,
-             count(*) filter (where flagged and needs_review) held_matches from matches group by 1 order by 2 desc""",
+             where {DIRECT} group by 1,2 order by 3 desc""", "per task and split")
+    table(f"""select coalesce(reason, 'question+answer') reason, count(*) matches, count(*) filter (where flagged) flagged_matches,
+             count(*) filter (where flagged and needs_review) held_matches from matches where {DIRECT}
+             group by 1 order by 2 desc""",
           "per reason, in matches")
     table("select coalesce(source,'(none)') source, count(*) removed_documents from removals group by 1 order by 2 desc",
           "removed per source")
+    from contam_assets.store.translations import exposure_lines
+
+    lines = exposure_lines(con)
+    if lines:
+        print("\ntranslated tasks, in items exposed through their sources (they remove nothing of their own)")
+        for line in lines:
+            print("  " + term_text(line))
     table("select shard, read, removed, kept, rejected, pending_review, seconds from shard_stats order by shard",
           "per shard, in documents")
     from contam_assets.store import table_exists
@@ -169,8 +179,11 @@ def run(args) -> int:
                 raise CliError(f"no matches for task {args.task!r}; tasks with matches: {', '.join(sorted(known)) or 'none'}")
             where.append("task = ?")
             params.append(args.task)
+        else:  # a translated task's rows repeat a direct match: shown when that task is asked for
+            where.append("coalesce(via_task, '') = ''")
         if args.pending:
-            where.append("flagged and needs_review and match_id not in (select match_id from review_decisions where match_id is not null)")
+            where.append("flagged and needs_review and coalesce(via_task, '') = '' "  # a translation's rows wait for nothing
+                         "and match_id not in (select match_id from review_decisions where match_id is not null)")
         if args.near_misses:
             where.append("not flagged")
         if args.reason:
@@ -193,6 +206,8 @@ def run(args) -> int:
         print(f"   overlaps: question {fmt(m['question_overlap'])}  answer {fmt(m['answer_overlap'])}  passage {fmt(m['passage_overlap'])}"
               f"   match {m['match_id']}")
         print(f"   why: {m.get('reason') or 'question+answer'}" + (f"   twins: {_twins(m['twins'])}" if m.get("twins") else ""))
+        if m.get("via_task"):
+            print(term_text(f"   via: {m['via_task']} (a match of the item this one translates; it removes nothing itself)"))
         print(c("36", "   EVAL QUESTION: ") + term_text((m["eval_question"] or "")[:600]))
         if m["eval_answer"]:
             print(c("36", "   EVAL ANSWER:   ") + term_text(m["eval_answer"][:300]))

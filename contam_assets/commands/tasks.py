@@ -52,7 +52,7 @@ def list_lm_eval(args) -> None:
     names = [t.strip() for t in args.lm_eval_tasks.split(",") if t.strip()]
     with tempfile.TemporaryDirectory(prefix="contam-tasks-") as tmp:
         try:
-            _, reports = materialize(names, Path(tmp), args.lm_eval_include or None)
+            _, reports = materialize(names, Path(tmp), args.lm_eval_include or None, refuse_code=False)
         except LmEvalError as exc:
             raise CliError(str(exc)) from None
     print(f"\nlm-eval tasks {', '.join(names)}: {sum(r.ok for r in reports)} of {len(reports)} leaf task(s) with docs")

@@ -62,6 +62,7 @@ class ContamSettings(dg.ConfigurableResource):
     follow_symlinks: bool = False  # CONTAM_FOLLOW_SYMLINKS=1: read symlinks that lead outside the pool
     lm_eval_tasks: str = ""  # CONTAM_LM_EVAL_TASKS: lm-evaluation-harness tasks or groups (docs/benchmarks.md)
     lm_eval_include: str = ""  # CONTAM_LM_EVAL_INCLUDE: a folder of the user's own lm-eval task YAMLs
+    trust_task_code: bool = False  # CONTAM_TRUST_TASK_CODE=1: build lm-eval tasks whose !function runs the include's code
     allow_missing: bool = False  # CONTAM_ALLOW_MISSING=1: a task with no source files is a warning, not an error
     knobs: DetectorKnobs = Field(default_factory=DetectorKnobs,  # CONTAM_KNOBS='{"threshold": 0.9}'
                                  description="detector knobs over the preset (and the decon config)")
@@ -185,6 +186,7 @@ class ContamSettings(dg.ConfigurableResource):
             decon_config=env.get("CONTAM_DECON_CONFIG", ""),
             lm_eval_tasks=env.get("CONTAM_LM_EVAL_TASKS", ""),
             lm_eval_include=env.get("CONTAM_LM_EVAL_INCLUDE", ""),
+            trust_task_code=env.get("CONTAM_TRUST_TASK_CODE", "").lower() in ("1", "true", "yes"),
             allow_missing=env.get("CONTAM_ALLOW_MISSING", "").lower() in ("1", "true", "yes"),
             follow_symlinks=env.get("CONTAM_FOLLOW_SYMLINKS", "").lower() in ("1", "true", "yes"),
             knobs=DetectorKnobs(**json.loads(env["CONTAM_KNOBS"])) if env.get("CONTAM_KNOBS") else DetectorKnobs(),
@@ -241,7 +243,7 @@ def lm_eval_specs(settings: ContamSettings, refresh: bool = False):
         if kept is not None:
             return kept
     try:
-        return materialize(settings.lm_eval_list, folder, include)
+        return materialize(settings.lm_eval_list, folder, include, trust_code=settings.trust_task_code)
     except LmEvalError as exc:
         raise dg.Failure(str(exc)) from exc
 

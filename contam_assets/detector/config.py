@@ -83,11 +83,14 @@ class DetectConfig:
     paraphrase_model: str = ""  # empty: WordLlama's bundled model; else a local model2vec folder
     paraphrase_min_similarity: float = 0.65  # cosine similarity a window needs before the verifier looks at it
     paraphrase_remove: str = ""  # tasks (comma-separated, or "all") whose paraphrase rows remove; others are held
+    paraphrase_kinds: str = "math"  # paraphrase rules: "math" (math, code signature, other), plus "mc", "code" ("all")
 
     def __post_init__(self):
         problems = validate(self)
         if problems:
             raise ConfigError("; ".join(problems))
+        # one spelling per meaning ("MC", "mc,math", "math,mc" alike; "all" spelled out), so equal meanings share a digest
+        object.__setattr__(self, "paraphrase_kinds", ",".join(sorted(paraphrase_kinds(self))))
 
     @property
     def clean_options(self) -> CleanOptions:
@@ -160,6 +163,12 @@ def validate(cfg: DetectConfig) -> list[str]:
         out.append(f"paraphrase_remove takes task names separated by commas (or all), got {bad[0]!r}")
     if cfg.paraphrase_remove.strip() and not cfg.paraphrase:
         out.append("paraphrase_remove needs the paraphrase part: add --paraphrase (or --preset paraphrase)")
+    bad = sorted(set(_kind_names(cfg)) - set(PARAPHRASE_KINDS) - {"all"})
+    if bad or not _kind_names(cfg):
+        out.append(f"paraphrase_kinds takes {', '.join(PARAPHRASE_KINDS)} separated by commas (or all), "
+                   f"got {cfg.paraphrase_kinds!r}")
+    if paraphrase_kinds(cfg) != {"math"} and not cfg.paraphrase:
+        out.append("paraphrase_kinds needs the paraphrase part: add --paraphrase (or --preset paraphrase)")
     if cfg.dedup_by not in DEDUP_BY:
         out.append(f"dedup_by must be one of {', '.join(DEDUP_BY)}, got {cfg.dedup_by!r}")
     return out
@@ -168,6 +177,20 @@ def validate(cfg: DetectConfig) -> list[str]:
 def paraphrase_removes(cfg: DetectConfig) -> set[str]:
     """The tasks whose paraphrase rows remove their document (``{"all"}``: every task); the others' are held."""
     return {t.strip() for t in cfg.paraphrase_remove.split(",") if t.strip()}
+
+
+PARAPHRASE_KINDS = ("math", "mc", "code")  # math: the rules every item has (math, code signature, other)
+
+
+def _kind_names(cfg: DetectConfig) -> list[str]:
+    return [t.strip().lower() for t in str(cfg.paraphrase_kinds).split(",") if t.strip()]
+
+
+def paraphrase_kinds(cfg: DetectConfig) -> frozenset[str]:
+    """The paraphrase rules switched on: always ``math`` (with the code-signature and generic rules), and
+    ``mc`` (multiple choice: word gate, margin and coverage) and ``code`` (a task renamed and rewritten) when named."""
+    names = set(_kind_names(cfg))
+    return frozenset(PARAPHRASE_KINDS) if "all" in names else frozenset(names | {"math"})
 
 
 @dataclass(frozen=True)
@@ -219,6 +242,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("prefilter", "--prefilter", None, "skip, untokenized, documents that provably hold no match row (true/false)"),
     Knob("paraphrase_remove", "--paraphrase-remove", None, "tasks (comma-separated, or all) whose paraphrase rows "
          "remove their document instead of holding it for review (with --paraphrase)"),
+    Knob("paraphrase_kinds", "--paraphrase-kinds", None, "paraphrase rules (with --paraphrase): math (the default), "
+         "or add mc (multiple choice reworded) and code (a task renamed and rewritten): math,mc,code or all; "
+         "slower (docs/paraphrase.md)"),
 )
 KNOB_BY_FIELD = {k.field: k for k in KNOBS}
 
@@ -261,7 +287,7 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(DetectConfig)}
 _THOROUGH_FIELDS = ("markup", "dense_short_questions", "question_only", "question_only_min_tokens", "question_only_overlap",
                     "question_only_short_min_tokens", "question_only_short_min_idf",
                     "answer_suites", "answer_suite_min_words", "dump_min_items", "near_duplicates", "reference_overlap",
-                    "paraphrase", "paraphrase_model", "paraphrase_min_similarity", "paraphrase_remove")
+                    "paraphrase", "paraphrase_model", "paraphrase_min_similarity", "paraphrase_remove", "paraphrase_kinds")
 # The parts of `thorough`, by the name a user switches each on with (contam detect --markup, CONTAM_PARTS=markup,...)
 THOROUGH_PARTS: dict[str, dict] = {
     "markup": {"markup": True},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import uuid
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -26,7 +27,7 @@ from contam_assets.detector.ngrams import ngram_hash, segment_ngram_hashes, uniq
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # a folder of .npy files (one per array) and meta.json, mapped when loaded
 
 
 def write_npz(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -72,6 +73,7 @@ class NgramIndex:
     p_idf_total: np.ndarray
     hot_threshold: int = 0
     config_json: str = "{}"
+    SAVED_EXTRAS = ("_slots",)  # tables computed on the index that save() keeps beside its arrays
 
     @property
     def n_records(self) -> int:
@@ -161,23 +163,52 @@ class NgramIndex:
 
     # -- persistence ---------------------------------------------------------
     def save(self, path: Path) -> None:
+        """A folder of one .npy per array, meta.json and (where numba is installed) the lookup table ``_slots``,
+        written under a temporary name and renamed into place whole."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         arrays = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
+        from contam_assets.detector import key_table
+
+        if key_table.AVAILABLE and len(self.q_keys):  # built once here, mapped by every process that loads the index
+            table = self.__dict__.get("_slots")
+            arrays["_slots"] = table if isinstance(table, np.ndarray) else key_table.slots_for(self.q_keys)
         meta = dict(version=FORMAT_VERSION, bloom_bits=self.bloom_bits, hot_threshold=self.hot_threshold,
-                    config_json=self.config_json)
-        write_npz(path, meta, arrays)
+                    config_json=self.config_json, arrays=sorted(arrays))
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        old = path.with_name(f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            tmp.mkdir()
+            for name, a in arrays.items():
+                np.save(tmp / f"{name}.npy", np.ascontiguousarray(a), allow_pickle=False)
+            (tmp / "meta.json").write_text(json.dumps(meta))
+            if path.exists():
+                path.rename(old)
+            tmp.rename(path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(old, ignore_errors=True)
 
     @classmethod
     def load(cls, path: Path) -> "NgramIndex":
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(bytes(z["__meta__"]).decode())
-            if meta.get("version") != FORMAT_VERSION:
-                raise ValueError(f"{path}: index format {meta.get('version')} != {FORMAT_VERSION}; rebuild it")
-            known = {f.name for f in fields(cls)}
-            arrays = {k: z[k] for k in z.files if k in known}  # arrays of other (older) fields are ignored
-        return cls(**arrays, bloom_bits=meta["bloom_bits"], hot_threshold=meta["hot_threshold"],
-                   config_json=meta["config_json"])
+        """The index saved in folder ``path``, its arrays mapped copy-on-write: every process that loads it shares
+        the file's pages (a page written to becomes that process's own)."""
+        path = Path(path)
+        if not (path / "meta.json").exists() and (path.with_name("index.npz")).exists():
+            raise ValueError(f"{path.parent}: the n-gram index is in an earlier format (index.npz); rebuild it: run "
+                             f"`contam detect` or materialize `ngram_index`")
+        meta = json.loads((path / "meta.json").read_text())  # FileNotFoundError where there is no index
+        if meta.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{path}: index format {meta.get('version')} != {FORMAT_VERSION}; rebuild it")
+        known = {f.name for f in fields(cls)}
+        arrays = {k: np.asarray(np.load(path / f"{k}.npy", mmap_mode="c", allow_pickle=False))
+                  for k in meta["arrays"] if k in known or k == "_slots"}
+        slots = arrays.pop("_slots", None)
+        index = cls(**arrays, bloom_bits=meta["bloom_bits"], hot_threshold=meta["hot_threshold"],
+                    config_json=meta["config_json"])
+        if slots is not None:
+            index.__dict__["_slots"] = slots
+        return index
 
     def keys_digest(self) -> str:
         """xxh3 of the question keys and record ids: tells two indexes apart in milliseconds, without a copy."""
@@ -217,21 +248,37 @@ def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return cs[offsets[1:]] - cs[offsets[:-1]]
 
 
+ENCODE_CHUNK = 10_000  # texts cleaned and tokenized at once
+
+
 def encode_texts(texts: list[str], cfg: DetectConfig, cleaned_out: list | None = None) -> list[np.ndarray]:
     """Clean and tokenize texts, encoding each distinct text once (MMLU repeats questions per choice)."""
     tok = get_tokenizer(cfg.tokenizer)
     opts = cfg.clean_options
-    by_raw = {t: clean_text(t, opts) if t else "" for t in dict.fromkeys(texts)}  # each distinct text cleaned once
-    cleaned = [by_raw[t] for t in texts]
-    if cleaned_out is not None:
-        cleaned_out.extend(cleaned)
-    distinct = list(dict.fromkeys(cleaned))
-    enc = dict(zip(distinct, tok.encode_many(distinct)))
-    return [enc[c] for c in cleaned]
+    out: list[np.ndarray] = []
+    for start in range(0, len(texts), ENCODE_CHUNK):  # bounded: a chunk's cleaned texts and ids at a time
+        chunk = texts[start:start + ENCODE_CHUNK]
+        by_raw = {t: clean_text(t, opts) if t else "" for t in dict.fromkeys(chunk)}  # each distinct text cleaned once
+        cleaned = [by_raw[t] for t in chunk]
+        if cleaned_out is not None:
+            cleaned_out.extend(cleaned)
+        distinct = list(dict.fromkeys(cleaned))
+        enc = dict(zip(distinct, _compact(tok.encode_many(distinct))))
+        out.extend(enc[c] for c in cleaned)
+    return out
 
 
-def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
-    """Index the records with indexed == True."""
+def _compact(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """The same ids as views of one array of their total length: the compiled walk returns views of buffers sized
+    for the text's bytes (a few times the ids), which the views would otherwise keep alive."""
+    if len(arrays) < 2 or len({a.dtype for a in arrays}) != 1:
+        return arrays
+    return np.split(np.concatenate(arrays), np.cumsum([len(a) for a in arrays[:-1]]))
+
+
+def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None) -> NgramIndex:
+    """Index the records with indexed == True; ``progress``: a build_budget.BuildProgress, or None."""
+    step = progress.indexed if progress is not None else (lambda what, share: None)
     recs = records.filter(pl.col("indexed")).sort("record_id")
     n_rec = recs.height
     if n_rec == 0:
@@ -239,12 +286,15 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
     N = float(n_rec)
     n, an, pn = cfg.ngram_size, cfg.answer_ngram_size, cfg.passage_ngram_size
 
+    step("tokenizing questions", 0.0)
     q_tokens = encode_texts(recs["question"].to_list(), cfg)
+    step("tokenizing answers and passages", 0.3)
     answers = recs["answer"].to_list() if cfg.index_answers else [None] * n_rec
     passages = recs["passage"].to_list() if cfg.index_passages else [None] * n_rec
     a_tokens = encode_texts([a or "" for a in answers], cfg)
     p_tokens = encode_texts([p or "" for p in passages], cfg)
 
+    step("question n-grams", 0.5)
     # -- question postings: unique n-grams per record --------------------------
     q_len = np.array([len(t) for t in q_tokens], dtype=np.int32)
     h, seg = segment_ngram_hashes(q_tokens, n)
@@ -253,17 +303,21 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
     h = np.concatenate([h, np.array([ngram_hash(q_tokens[i]) for i in short], dtype=np.uint64)])
     seg = np.concatenate([seg, np.array(short, dtype=np.int64)])
     all_h, seg = unique_per_segment(h, seg)  # per record, in record order: what np.unique per record gives
+    del h  # each temporary of the question postings freed once used: the build's peak is their sum
     q_unique = np.bincount(seg, minlength=n_rec).astype(np.int32)
     all_d = seg.astype(np.int32)
     order = np.lexsort((all_d, all_h))
     all_h, all_d = all_h[order], all_d[order]
+    del order, seg
     q_keys, first, df = np.unique(all_h, return_index=True, return_counts=True)
     q_offsets = np.append(first, len(all_h)).astype(np.int64)
+    del all_h, first
     # decon rule: idf = ln(N / df) over indexed records
     q_idf = np.log(N / df)
     key_of_pair = np.repeat(np.arange(len(q_keys)), df)
     q_idf_sum = np.zeros(n_rec, dtype=np.float64)
     np.add.at(q_idf_sum, all_d, q_idf[key_of_pair])
+    del key_of_pair
     # decon rule: an n-gram in more than max(2*floor(sqrt(N)), 2000) records is hot
     hot_threshold = max(2 * int(math.isqrt(n_rec)), 2000)
     hot = df > hot_threshold
@@ -272,10 +326,13 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig) -> NgramIndex:
     bloom = np.zeros((1 << bloom_bits) // 64, dtype=np.uint64)
     bidx = q_keys >> np.uint64(64 - bloom_bits)
     np.bitwise_or.at(bloom, (bidx >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), bidx & np.uint64(63)))
+    del bidx
 
+    step("token frequencies and answer n-grams", 0.75)
     # -- token frequencies (decon: per field, unique tokens per record) ---------
     uniq = [_unique_tokens(f) for f in (q_tokens, a_tokens, p_tokens)]
     vocab, tok_df = np.unique(np.concatenate([u for u, _ in uniq]), return_counts=True)
+    del q_tokens
 
     # -- answers --------------------------------------------------------------
     a_len = np.array([len(t) for t in a_tokens], dtype=np.int32)

@@ -184,6 +184,7 @@ def rows_for_doc(doc: Document, shard: str, cleaned: str | None, tokens: np.ndar
             "preset": preset, "contamination_score": round(length_adjusted_score(c.score, c.required, threshold), 6),
             "answer_spans": _spans_json(a_spans) if a_spans else None, "cluster_end": c.cluster_end,
             "reason": reason_of(c, rec), "twins": rec.get("twins"), "evidence": None,
+            "via_task": "",
         })
     return rows
 
@@ -204,6 +205,9 @@ MATCH_SCHEMA = {
     "reason": pl.Utf8, "twins": pl.Utf8,
     # beyond thorough: what a paraphrase row's verifier matched (JSON, contam_assets/paraphrase/stage.py), else null
     "evidence": pl.Utf8,
+    # a translated task's row made from a match of the item it translates names the source task, else ""
+    # (store/translations.py)
+    "via_task": pl.Utf8,
 }
 
 

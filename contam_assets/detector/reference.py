@@ -162,14 +162,17 @@ def _decon_record(src, spec: TaskSpec) -> dict | None:
 
 
 def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceStats,
-                  derived_suites: bool = True) -> list[dict]:
-    """Raw reference records of one task (before the same-answer rule and the decon filters)."""
+                  derived_suites: bool = True, progress=None) -> list[dict]:
+    """Raw reference records of one task (before the same-answer rule and the decon filters); ``progress``: a
+    build_budget.BuildProgress told of the files and rows read."""
     f = spec.fields
     records: list[dict] = []
     for split in spec.splits:
         avail = locate(spec, split, benchmarks_dir)
         n_rows = 0
         for src, err in iter_split(spec, split, avail):
+            if progress is not None:
+                progress.row(src.source_file if src is not None else "")
             if src is None:
                 stats.bad_rows.append(f"{spec.name}/{split.name}: {err}")
                 stats.skip(spec.name, split.name, "unreadable")
@@ -260,7 +263,21 @@ def apply_same_answer_rule(records: list[dict], stats: ReferenceStats) -> None:
                     r["answer"] = None
 
 
-def apply_decon_filters(records: list[dict], cfg: DetectConfig) -> None:
+FILTER_CHUNK = 10_000  # records whose texts are cleaned and tokenized at once (bounds the filters' memory)
+
+
+def apply_decon_filters(records: list[dict], cfg: DetectConfig, progress=None) -> None:
+    """The decon filters of every record, in record order, ``FILTER_CHUNK`` records at a time (a record's token
+    count depends on its own texts only; the duplicate check carries its seen set from chunk to chunk).
+    ``progress(done, total)``: called after each chunk."""
+    seen: set[tuple[str, str]] = set()
+    for start in range(0, len(records), FILTER_CHUNK):
+        _filter_chunk(records[start:start + FILTER_CHUNK], cfg, seen)
+        if progress is not None:
+            progress(min(start + FILTER_CHUNK, len(records)), len(records))
+
+
+def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: set[tuple[str, str]]) -> None:
     tok = get_tokenizer(cfg.tokenizer)
     opts = cfg.clean_options
     cleaned: dict[str, str] = {}  # raw -> cleaned: MMLU repeats a question for each of its choices
@@ -280,16 +297,14 @@ def apply_decon_filters(records: list[dict], cfg: DetectConfig) -> None:
         if cfg.index_answers and r["answer"]:
             parts.append(clean(r["answer"]))
         parts_of.append([p for p in parts if p])
-    words = {c: c.split() for c in dict.fromkeys(cleaned.values())}
     # Every tokenizer encodes the " ".join of texts in cleaned form as their ids back to back (the word
     # rule, tokenize.py), so a record's tokens are counted once per distinct part; a record with a part
     # that is not in that form (str.split sees whitespace the cleaner kept) is encoded whole, as decon does.
-    odd = {c for c, ws in words.items() if " ".join(ws) != c}
+    odd = {c for c in dict.fromkeys(cleaned.values()) if " ".join(c.split()) != c}
     whole = {i: " ".join(parts) for i, parts in enumerate(parts_of) if odd and not odd.isdisjoint(parts)}
-    distinct = [c for c in words if c and c not in odd]
+    distinct = [c for c in dict.fromkeys(cleaned.values()) if c and c not in odd]
     non_space = dict(zip(distinct, tok.count_non_space_many(tok.encode_many(distinct)).tolist()))
     whole_count = dict(zip(whole, tok.count_non_space_many(tok.encode_many(list(whole.values()))).tolist()))
-    seen: set[tuple[str, str]] = set()
     for i, (r, parts) in enumerate(zip(records, parts_of)):
         n_tokens = whole_count[i] if i in whole else sum(non_space.get(p, 0) for p in parts)
         given = r.get("fingerprint")  # decon reference files carry their own
@@ -300,7 +315,7 @@ def apply_decon_filters(records: list[dict], cfg: DetectConfig) -> None:
         reason = None
         if cfg.eval_min_token_length and n_tokens < cfg.eval_min_token_length:
             reason = "min_tokens"  # decon rule: fewer than eval_min_token_length tokens
-        elif cfg.eval_min_unique_words and len({w for p in parts for w in words[p]}) < cfg.eval_min_unique_words:
+        elif cfg.eval_min_unique_words and len({w for p in parts for w in p.split()}) < cfg.eval_min_unique_words:
             reason = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
         elif cfg.eval_dedup and dedup_key[1] is not None and dedup_key in seen:
             reason = "duplicate"  # decon rule: exact duplicates dropped per suite (eval_key) by fingerprint
@@ -312,16 +327,18 @@ def apply_decon_filters(records: list[dict], cfg: DetectConfig) -> None:
         r["skip_reason"] = reason
 
 
-def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig) -> tuple[pl.DataFrame, ReferenceStats]:
+def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig,
+                        progress=None) -> tuple[pl.DataFrame, ReferenceStats]:
+    """``progress``: a build_budget.BuildProgress (lines during a long build), or None."""
     stats = ReferenceStats()
     records: list[dict] = []
     for spec in specs:
-        records.extend(rows_for_task(spec, benchmarks_dir, stats, derived_suites=cfg.derived_suites))
+        records.extend(rows_for_task(spec, benchmarks_dir, stats, derived_suites=cfg.derived_suites, progress=progress))
     if cfg.answer_suites:
         records.extend(add_answer_suites(records, cfg, stats))
     if cfg.same_answer_rule:
         apply_same_answer_rule(records, stats)
-    apply_decon_filters(records, cfg)
+    apply_decon_filters(records, cfg, progress=progress.filtered if progress is not None else None)
     for i, r in enumerate(records):
         r["record_id"] = i
     if cfg.reference_overlap and records:

@@ -65,6 +65,22 @@ class Fields:
 
 
 @dataclass(frozen=True)
+class Translation:
+    """What a task translates (``translation_of`` and ``[translation]`` in its spec; detector/translations.py)."""
+
+    of: str  # the source task
+    split: str = ""  # the source split ("": the split of the same name)
+    splits: tuple[str, ...] = ()  # the translated task's splits it covers (empty: all of them)
+    align: str = "index"  # index: item k is the source's item offset + k; id: the rows share an id field
+    id: str = ""  # align = "id": the id field (a dotted path) of the translated rows
+    source_id: str = ""  # and of the source rows ("": the same path)
+    offset: int = 0  # align = "index": the source item the first translated item translates
+    limit: int | None = None  # align = "index": over this many source items from offset (None: all the rest)
+    unavailable: str = ""  # why the items cannot be aligned (a shipped lm-eval entry): refused when used
+    shipped: bool = False  # from the lm-eval table (sources/translations.py), not a spec: skipped without its source
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     name: str
     kind: str
@@ -76,6 +92,7 @@ class TaskSpec:
     spec_path: str = ""
     format: str = "contam"  # contam: fields mapped by the spec; decon: decon reference records
     hub: str = ""  # "org/name": split files are relative to that Hub dataset's folder (hf_files.hub_roots)
+    translation: Translation | None = None  # the task translates another task's items
 
     @property
     def derived_suite(self) -> str | None:
@@ -151,6 +168,7 @@ def load_spec(path: Path) -> TaskSpec:
             solution_suite=raw.get("solution_suite", raw["kind"] == "code"),
             spec_path=str(path),
             hub=raw.get("hub", ""),
+            translation=_translation_from(raw, path),
         )
     except KeyError as exc:
         raise TaskSpecError(f"{path}: missing required key {exc}") from exc
@@ -161,6 +179,32 @@ def load_spec(path: Path) -> TaskSpec:
     if spec.solution_suite and not spec.fields.solution:
         raise TaskSpecError(f"{path}: a solution suite needs fields.solution")
     return spec
+
+
+def _translation_from(raw: dict, path: Path) -> Translation | None:
+    """``translation_of = "task"`` and the optional ``[translation]`` table (split, splits, align, id, source_id,
+    offset, limit), checked for their types."""
+    of, extra = raw.get("translation_of"), raw.get("translation", {})
+    if of is None:
+        if extra:
+            raise TaskSpecError(f"{path}: [translation] needs translation_of = \"<source task>\"")
+        return None
+    if not isinstance(of, str) or not of or not isinstance(extra, dict):
+        raise TaskSpecError(f"{path}: translation_of must name a task, and translation must be a table")
+    unknown = sorted(set(extra) - {"split", "splits", "align", "id", "source_id", "offset", "limit"})
+    if unknown:
+        raise TaskSpecError(f"{path}: unknown [translation] key(s) {unknown}")
+    splits = extra.get("splits", ())
+    t = Translation(of=of, split=extra.get("split", ""), splits=(splits,) if isinstance(splits, str) else tuple(splits),
+                    align=extra.get("align", "index"), id=extra.get("id", ""), source_id=extra.get("source_id", ""),
+                    offset=extra.get("offset", 0), limit=extra.get("limit"))
+    if t.align not in ("index", "id"):
+        raise TaskSpecError(f"{path}: [translation] align must be \"index\" or \"id\", got {t.align!r}")
+    if t.align == "id" and not t.id:
+        raise TaskSpecError(f"{path}: [translation] align = \"id\" needs id = \"<field>\"")
+    if not isinstance(t.offset, int) or t.offset < 0 or (t.limit is not None and (not isinstance(t.limit, int) or t.limit < 1)):
+        raise TaskSpecError(f"{path}: [translation] offset must be an integer >= 0 and limit an integer >= 1")
+    return t
 
 
 def _decon_spec_from(raw: dict, path: Path) -> TaskSpec:

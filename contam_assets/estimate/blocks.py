@@ -5,7 +5,8 @@ scan of a full run reads as a shard: only the block's bytes (and the rest of its
   means a line starts at start; anything else is the tail of the previous block's last line, skipped) and stops at
   the first line that starts at or after end.  Every line of a shard is in exactly one block, whatever the block
   size (a line longer than a block leaves the blocks it spans empty).
-- A Parquet row group is written as a Parquet file of that one row group, with the shard's schema.
+- A Parquet row group is written as a Parquet file of that one row group, with the shard's schema, a bounded slice of
+  rows at a time (store/readers/parquet.copy_rows).
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ def cut_row_group(src: Path, dst: Path, index: int) -> int:
     """Row group ``index`` of the Parquet file ``src`` written to ``dst``; the bytes of the row group."""
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(src)
-    pq.write_table(pf.read_row_group(index), dst)
-    return compressed_bytes(pf.metadata.row_group(index))
+    from contam_assets.store.readers.parquet import copy_rows
+
+    copy_rows(src, dst, [index])  # decoded a bounded slice at a time: a small row group can decode to gigabytes
+    return compressed_bytes(pq.ParquetFile(src).metadata.row_group(index))
 
 
 def cut(unit: Unit, src: Path, folder: Path) -> int:

@@ -28,6 +28,7 @@ from contam_assets.estimate.design import Sample, design_text
 from contam_assets.estimate.estimators import REPLICATES, Design, items_present, rao_wu_weights, total
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.tables import REMOVABLE_SQL, REMOVES
+from contam_assets.store.translations import language_name
 
 TABLE = "pool_estimates"
 TABLE_SCHEMA = {TABLE: """
@@ -156,6 +157,15 @@ def estimate(con, sample: Sample, by_source: bool = False, tasks: list[str] | No
             entry["splits"][split] = one(d.filter(pl.col("split") == split), it.filter(pl.col("split") == split),
                                          u.filter(pl.col("split") == split)["item"].to_list())
         result["tasks"][task] = entry
+    translated = _translations(con)
+    for task in sorted(set(translated["task"].to_list())):  # items exposed through the source they translate
+        g = translated.filter(pl.col("task") == task)
+        src, keys = g["source_task"][0], g["item"].to_list()
+        it = items.filter((pl.col("task") == src) & pl.col("item").is_in(keys))
+        d = docs.filter(pl.col("task") == src).join(it.select("shard", "line").unique(), on=["shard", "line"])
+        e = one(d, it, keys)
+        result.setdefault("translations", {})[task] = {"source": src, "language": g["language"][0], "items": len(keys),
+                                                       "items_present_share": e["items_present_share"]}
     if by_source:
         result["sources"] = {}
         for source in sorted(set(docs["source"].to_list())):
@@ -165,6 +175,18 @@ def estimate(con, sample: Sample, by_source: bool = False, tasks: list[str] | No
                           universe.filter(pl.col("task") == task)["item"].to_list())
                 for task in names}
     return result
+
+
+def _translations(con) -> pl.DataFrame:
+    """(task, source_task, language of the source, source item) of every translated item
+    (detector/translations.py); empty without links."""
+    schema = {"task": pl.Utf8, "source_task": pl.Utf8, "language": pl.Utf8, "item": pl.Utf8}
+    if not store.table_exists(con, "translation_links"):
+        return pl.DataFrame(schema=schema)
+    return store.query_df(con, """
+        select l.task, l.source_task, (select any_value(language) from tasks t where t.task = l.source_task) language,
+               l.source_task || chr(31) || l.source_index || chr(31) || coalesce(l.source_subject, '') item
+        from translation_links l""").cast(schema)
 
 
 def table_rows(result: dict) -> pl.DataFrame:
@@ -223,4 +245,9 @@ def sentences(result: dict) -> list[str]:
                        f"({100 * s['low']:.0f}–{100 * s['high']:.0f} %), ~{_num(c['estimate'])} copies per item "
                        f"({_num(c['low'])}–{_num(c['high'])}), ~{_num(r['estimate'])} documents removed "
                        f"({_num(r['low'])}–{_num(r['high'])})")
+    for task, e in result.get("translations", {}).items():
+        s, lang = e["items_present_share"], language_name(e["language"])
+        out.append(f"{task} (translation of {e['source']}): ~{100 * s['estimate']:.0f} % of its {e['items']:,} items "
+                   f"exposed through {lang + ' ' if lang else ''}copies of {e['source']} "
+                   f"({100 * s['low']:.0f}–{100 * s['high']:.0f} %)")
     return out

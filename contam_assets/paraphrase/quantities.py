@@ -119,6 +119,52 @@ def signature(code: str) -> tuple[str, tuple[str, ...]] | None:
     return m.group(1), params
 
 
+# words a multiple-choice stem is made of whatever it asks: left out of its content words
+_STOP = frozenset("""the and for with that this these those which what who whom whose when where why how
+from into about over under between during after before than then such not but its their there they them
+are was were been being has have had does did can could would should may might must will shall also some any
+all each other most more least less following statement statements true false correct best describes describe
+example answer question questions refers information""".split())
+STEM_WORD = re.compile(r"[a-z][a-z'-]+")
+STEM = 6  # a word's first six letters stand for it ("colonized", "colonization"; "competed", "competition")
+
+
+def stems(text: str) -> set[str]:
+    """The content words of ``text``, lower-cased and cut to their first ``STEM`` letters (a crude stem that
+    keeps a rewording's "manipulate"/"manipulation" together), stop words and words under 3 letters left out."""
+    out = set()
+    for w in STEM_WORD.findall(text.lower()):
+        w = w.strip("'-")
+        if len(w) >= 3 and w not in _STOP:
+            out.add(w[:STEM])
+    return out
+
+
+_STRING = re.compile(r"""(?<!["'\w])(["'])([^"'\n]{1,40})\1(?!["'])""")
+
+
+def literals(text: str) -> set[str]:
+    """The values a code task's examples and tests are made of, as tokens: its string literals ("s:abc") and
+    numbers that are data ("n:3.5"); a rewrite renames the function and rewords the docstring but keeps them."""
+    return string_literals(text) | {"n:" + _fmt(v) for v in hard(numbers(text))}
+
+
+def string_literals(text: str) -> set[str]:
+    """The string literals of ``text`` as tokens ("s:abc", lower-cased)."""
+    return {w for _, w in string_positions(text)}
+
+
+def string_positions(text: str) -> list[tuple[int, str]]:
+    """(offset, token) of every string literal of ``text``."""
+    if "'" not in text and '"' not in text:
+        return []
+    return [(m.start(), "s:" + m.group(2).lower()) for m in _STRING.finditer(text)]
+
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
 _ASK = re.compile(r"\?|\b(how|what|which|who|whom|when|where|why|find|calculate|determine|compute|work out|figure out)\b", re.I)
 
 

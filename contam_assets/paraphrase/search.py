@@ -5,9 +5,12 @@ Gates, per document, before any embedding: a math item is a candidate only where
 holds every number of its question, close together (within the longest window the item could be
 in), and one of the item's less common words (held by at most ``TOPIC_SHARE`` of the items; a
 rewording keeps a few: 98 % of GSM-Plus's "problem understanding" rows keep one), two where the
-item has at most ``FEW_NUMBERS`` distinct numbers; a code item where it holds the function's name; any other
-item where it holds at least half of the item's rare words, and at least ``MIN_RARE`` (words of at
-most ``RARE_SHARE`` of the items).  A document with no candidate item is not tokenized for the embedder.
+item has at most ``FEW_NUMBERS`` distinct numbers; a code item where it holds the function's name, or
+(paraphrase_kinds ``code``) its less common words and example values close together; a multiple-choice
+item (paraphrase_kinds ``mc``) where it holds its less common content words close together
+(``WordGate``); any other item where it holds at least half
+of the item's rare words, and at least ``MIN_RARE`` (words of at most ``RARE_SHARE`` of the items).  A
+document with no candidate item is not tokenized for the embedder.
 
 Windows are runs of whole sentences (and lines), of one to ``MAX_SENTENCES`` sentences, whose
 length lies within ``[LENGTH_LOW, LENGTH_HIGH]`` times the item's (question, or question and
@@ -24,8 +27,8 @@ import numpy as np
 import polars as pl
 
 from contam_assets.paraphrase.embed import StaticEmbedder, normalize
-from contam_assets.paraphrase.quantities import SOFT, number_positions
-from contam_assets.paraphrase.verify import CODE, MATH, Evidence, Item, check
+from contam_assets.paraphrase.quantities import SOFT, STEM, STEM_WORD, number_positions, string_positions
+from contam_assets.paraphrase.verify import CODE, MATH, MC, MC_COVER, Evidence, Item, check
 
 MAX_SENTENCES = 12
 LENGTH_LOW, LENGTH_HIGH = 0.5, 2.0
@@ -33,6 +36,10 @@ RARE_SHARE = 0.002
 TOPIC_SHARE = 0.03  # a math item's words held by at most this share of the items: one must be in the document
 FEW_NUMBERS = 2  # an item with this few distinct numbers needs two such words (web documents through the gate: 42 % -> 19 %)
 MIN_RARE = 3
+MC_GATE_SHARE = 0.05  # a multiple-choice item's words held by at most this share of those items are its gate keys
+MC_RARE_SHARE = 0.01  # ... and one of them held by at most this share
+MC_GATE_WEIGHT = 14.0  # the least weight of them a document must hold (and MC_COVER of the item's)
+MC_STEP, CODE_STEP = 250, 500  # ... within a stretch of one to two steps (characters)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z][a-z']{3,}")
 _CALL = re.compile(r"[a-z_][a-z0-9_]*(?=\s*\()")
@@ -49,20 +56,38 @@ class Hit:
 class ParaphraseIndex:
     """One row per benchmark instance: its question, answer, vectors and gate keys."""
 
-    def __init__(self, records: pl.DataFrame, embedder: StaticEmbedder, min_similarity: float):
-        recs = records.filter(pl.col("indexed") & ~pl.col("derived"))
+    def __init__(self, records: pl.DataFrame, embedder: StaticEmbedder, min_similarity: float,
+                 kinds: frozenset = frozenset({MATH})):
+        """``kinds``: the rules switched on (paraphrase_kinds): ``MC`` and ``CODE`` add the multiple-choice rule
+        and the code-under-other-names rule, each with its ``WordGate``; without them those items take the
+        generic and the signature rule."""
+        self.kinds = frozenset(kinds)
+        key = ["task", "split", "instance_index", "subject"]
+        if MC in self.kinds:
+            # a multiple-choice item too short for the n-gram index is still an item whose rewording can be verified
+            short_mc = (pl.col("skip_reason") == "min_tokens") & (pl.col("kind") == "multiple-choice")
+            recs = records.filter((pl.col("indexed") | short_mc.fill_null(False)) & ~pl.col("derived"))
+            # a multiple-choice instance's options, in order (one record per option)
+            options = {tuple(k): v for *k, v in recs.filter(pl.col("choice_index").is_not_null()).sort("choice_index")
+                       .group_by(key).agg(pl.col("answer")).iter_rows()}
+        else:
+            recs, options = records.filter(pl.col("indexed") & ~pl.col("derived")), {}
         # one record per instance (a multiple-choice item: its correct choice, else its first)
         recs = (recs.with_columns(pl.col("is_correct").fill_null(False).alias("_c"))
                 .sort(["_c", "record_id"], descending=[True, False])
-                .unique(["task", "split", "instance_index", "subject"], keep="first", maintain_order=True)
+                .unique(key, keep="first", maintain_order=True)
                 .sort("record_id").drop("_c"))
         self.records = recs
         self.embedder, self.min_similarity = embedder, min_similarity
         qs, ans = recs["question"].fill_null("").to_list(), recs["answer"].fill_null("").to_list()
         kinds = recs["kind"].fill_null("qa").to_list()
-        self.items = [Item.of(k, q, a) for k, q, a in zip(kinds, qs, ans)]
+        keys = recs.select(key).iter_rows()
+        renamed = CODE in self.kinds
+        self.items = [Item.of(k, q, a, options.get(tuple(kk)), renamed) for k, q, a, kk in zip(kinds, qs, ans, keys)]
         self.q_vec = embedder.embed(qs)
         self.qa_vec = embedder.embed([q + "\n" + a for q, a in zip(qs, ans)])
+        # multiple choice and code: each item a bag of words weighted by rarity among the items of its kind
+        self.bags = {k: WordGate(self.items, k, self.q_vec, self.qa_vec) for k in (MC, CODE) if k in self.kinds}
         self.q_len = np.array([len(q) for q in qs], dtype=np.int64)
         self.qa_len = np.array([len(q) + 1 + len(a) for q, a in zip(qs, ans)], dtype=np.int64)
         self._gates(qs)
@@ -94,6 +119,8 @@ class ParaphraseIndex:
             elif it.kind == CODE:
                 self.by_call[it.signature[0].lower()].append(i)
                 self.need[i] = 1
+            elif it.kind == MC:
+                self.need[i] = 0  # the multiple-choice gate (WordGate) alone
             else:
                 rare = [w for w in words[i] if df[w] <= rare_max]
                 if len(rare) >= MIN_RARE:
@@ -118,10 +145,13 @@ class ParaphraseIndex:
         posts += [self.by_word[w] for w in words if w in self.by_word]
         if "(" in text:
             posts += [self.by_call[w] for w in set(_CALL.findall(low)) if w in self.by_call]
+        bagged = [b.candidates(text, low, occ) for b in self.bags.values() if b.members.size]
+        bagged = np.concatenate(bagged) if bagged else np.zeros(0, dtype=np.int64)
         if not posts:
-            return np.zeros(0, dtype=np.int64), 0, 0
+            return (bagged, 0, len(text)) if len(bagged) else (np.zeros(0, dtype=np.int64), 0, 0)
         counts = np.bincount(np.concatenate(posts), minlength=len(self.items))
         ok = (counts >= self.need) & (self.need > 0)
+        ok[bagged] = True
         if not ok.any():
             return np.zeros(0, dtype=np.int64), 0, 0
         topic = [self.by_topic[w] for w in words if w in self.by_topic]
@@ -166,7 +196,7 @@ class ParaphraseIndex:
         i, j, w_start, w_end, count = i[keep], j[keep], w_start[keep], w_end[keep], count[keep]
         if len(i) == 0:
             return []
-        vec = normalize((sums[j] - sums[i]) / count[:, None])
+        vec = normalize((sums[j] - sums[i]) / (count[:, None].astype(np.float32) if self.bags else count[:, None]))
         length = (w_end - w_start)[:, None]
         hits: dict[int, Hit] = {}
         for vecs, lens in ((self.q_vec, self.q_len), (self.qa_vec, self.qa_len)):
@@ -184,11 +214,87 @@ class ParaphraseIndex:
                     s = float(sim[w, col])
                     if s < self.min_similarity:
                         break
-                    ev = check(self.items[item], text[w_start[w]:w_end[w]], s, self.min_similarity)
+                    it = self.items[item]
+                    bag = self.bags.get(it.kind)
+                    margin = bag.margin(item, vec[w], s) if it.kind == MC else 1.0
+                    ev = check(it, text[w_start[w]:w_end[w]], s, self.min_similarity,
+                               bag.weights if bag is not None else None, margin)
                     if ev is not None:
                         hits[item] = Hit(item, int(w_start[w]), int(w_end[w]), ev)
                         break
         return sorted(hits.values(), key=lambda h: (h.start, h.item))
+
+
+class WordGate:
+    """The items of one kind (multiple choice, or code) as bags of content words (code: and the literals of
+    its examples), each word weighted by its rarity among them (log of items over items holding it).
+
+    The gate: a document holds at least ``MC_GATE_WEIGHT`` and ``MC_COVER`` of the weight of an item's
+    less common words (held by at most ``MC_GATE_SHARE`` of the items), one of them rare (at most
+    ``MC_RARE_SHARE``).  The margin: a window's similarity to the item less its best similarity to any
+    other item of the kind."""
+
+    def __init__(self, items: list, kind: str, q_vec: np.ndarray, qa_vec: np.ndarray):
+        self.kind, self.n = kind, len(items)
+        self.step = CODE_STEP if kind == CODE else MC_STEP
+        self.members = np.array([i for i, it in enumerate(items) if it.kind == kind], dtype=np.int64)
+        self.vec = np.concatenate([q_vec[self.members], qa_vec[self.members]])
+        df: dict[str, int] = defaultdict(int)
+        for i in self.members.tolist():
+            for w in items[i].stems | items[i].option_stems:
+                df[w] += 1
+        m = max(1, len(self.members))
+        self.weights = {w: float(np.log(m / c)) for w, c in df.items()}
+        gate_min = np.log(m / max(1, int(MC_GATE_SHARE * m)))
+        self.rare = np.log(m / max(1, int(MC_RARE_SHARE * m)))
+        by_word: dict[str, list[int]] = defaultdict(list)
+        self.need = np.full(len(items), np.inf)
+        for i in self.members.tolist():
+            keys = [w for w in items[i].stems if self.weights[w] >= gate_min]
+            for w in keys:
+                by_word[w].append(i)
+            self.need[i] = max(MC_GATE_WEIGHT, MC_COVER * sum(self.weights[w] for w in keys))
+        self.by_word = {k: np.array(v, dtype=np.int64) for k, v in by_word.items()}
+
+    def candidates(self, text: str, low: str, occ: list) -> np.ndarray:
+        """The items whose less common words a stretch of the document holds (``step`` to twice that in
+        characters: a rewording's words lie close together, a long document holds many items' words apart)."""
+        keys: list[tuple[int, str]] = [(m.start() // self.step, w[:STEM]) for m in STEM_WORD.finditer(low)
+                                       if len(w := m.group(0).strip("'-")) >= 3]
+        if self.kind == CODE:
+            keys += [(at // self.step, "n:" + (str(int(v)) if float(v).is_integer() else str(v))) for v, at in occ]
+            keys += [(at // self.step, w) for at, w in string_positions(text)]
+        ids, chunk, wts = [], [], []
+        seen = set()
+        for b, w in keys:
+            post = self.by_word.get(w)
+            if post is None:
+                continue
+            for c in (b, b - 1):  # stretch c spans buckets c and c + 1
+                if c < 0 or (c, w) in seen:
+                    continue
+                seen.add((c, w))
+                ids.append(post)
+                chunk.append(np.full(len(post), c, dtype=np.int64))
+                wts.append(np.full(len(post), self.weights[w]))
+        if not ids:
+            return np.zeros(0, dtype=np.int64)
+        item, chunk, wt = np.concatenate(ids), np.concatenate(chunk), np.concatenate(wts)
+        uniq, inv = np.unique(chunk * self.n + item, return_inverse=True)
+        got = np.bincount(inv, weights=wt)
+        has_rare = np.bincount(inv, weights=(wt >= self.rare).astype(np.float64)) > 0
+        return np.unique(uniq[(got >= self.need[uniq % self.n]) & has_rare] % self.n)
+
+    def margin(self, item: int, vec: np.ndarray, similarity: float) -> float:
+        """``similarity`` less the window's best similarity to any other item of the kind (its question, or
+        its question and answer)."""
+        if len(self.members) < 2:
+            return 1.0
+        sims = self.vec @ vec
+        own = np.flatnonzero(self.members == item)
+        sims[own] = -1.0
+        sims[own + len(self.members)] = -1.0
+        return similarity - float(sims.max())
 
 
 def min_span(seq: list[tuple[float, int]], values: set) -> tuple[float, int, int]:

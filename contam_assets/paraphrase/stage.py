@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from contam_assets.detector.config import DetectConfig, paraphrase_removes
+from contam_assets.detector.config import DetectConfig, paraphrase_kinds, paraphrase_removes
 from contam_assets.detector.matches import Reference, match_id
 from contam_assets.paraphrase.embed import load_embedder
 from contam_assets.paraphrase.search import ParaphraseIndex
@@ -22,11 +22,13 @@ _INDEXES: dict[tuple, ParaphraseIndex] = {}
 
 def paraphrase_index(ref: Reference, cfg: DetectConfig) -> ParaphraseIndex:
     """The instances' vectors and gates, built once per process and reference set."""
-    key = (id(ref.records), ref.records.height, cfg.paraphrase_model, cfg.paraphrase_min_similarity)
+    kinds = paraphrase_kinds(cfg)
+    key = (id(ref.records), ref.records.height, cfg.paraphrase_model, cfg.paraphrase_min_similarity, kinds)
     px = _INDEXES.get(key)
     if px is None:
         _INDEXES.clear()
-        px = _INDEXES[key] = ParaphraseIndex(ref.records, load_embedder(cfg.paraphrase_model), cfg.paraphrase_min_similarity)
+        px = _INDEXES[key] = ParaphraseIndex(ref.records, load_embedder(cfg.paraphrase_model),
+                                             cfg.paraphrase_min_similarity, kinds)
     return px
 
 
@@ -69,4 +71,5 @@ def row(doc, shard: str, rec: dict, hit, preset: str, required: float, held: boo
         "preset": preset, "contamination_score": sim, "answer_spans": None, "cluster_end": None,
         "reason": "paraphrase", "twins": rec.get("twins"),
         "evidence": json.dumps(hit.evidence.as_dict() | {"window_chars": [hit.start, hit.end]}, ensure_ascii=False),
+        "via_task": "",
     }

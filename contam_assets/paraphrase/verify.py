@@ -9,7 +9,26 @@ apart is what a rewording must keep.
   hold the answer must end by asking something where the item does (a question mark, "how",
   "find", ...): a problem cut before a step that was added to it is not the problem;
 - a code item: the same function name and parameter names (``def f(a, b)``), and every number of
-  its prompt (the examples of a docstring: a ``def fib(n)`` in other code is not HumanEval's);
+  its prompt (the examples of a docstring: a ``def fib(n)`` in other code is not HumanEval's); or
+  (paraphrase_kinds ``code``), renamed and rewritten, what its behaviour is made of: every number of its prompt, ``CODE_LITERALS``
+  of the string literals and numbers of its examples (it needs ``CODE_MIN_LITERALS``; two of those
+  found must be uncommon among the tasks) and few values of its own (``CODE_NEW_LITERALS`` of the
+  prompt's, outside the prompt's and the solution's: a harder variant adds examples), ``CODE_COVER`` of
+  the weight of its words and literals, and
+  a similarity of ``CODE_SIMILARITY`` (code reads alike to a static embedder: no margin); the same name
+  with other parameters is another version of the task;
+- a multiple-choice item (paraphrase_kinds ``mc``; else it is an "other" item), its stem with or without
+  its options: every number of the stem; a
+  similarity of ``MC_SIMILARITY``; a margin of ``MC_MARGIN`` over every other multiple-choice item of
+  the reference set (a same-subject question sits close to many items, a rewording close to one);
+  at least ``MC_COVER`` of the weight of the less common content words of the stem and its gold
+  answer found in the window (a word weighs the log of the items over those holding it; a template's
+  words, held by many items, do not count), ``MC_STEM_WEIGHT`` of them from the stem itself, at least
+  ``MC_WEIGHT`` in all (options included), and at least ``MC_PRECISION`` of the window's own
+  content-word weight explained by the item (stem and options): a window about something else is not
+  the item.  A stem whose own words weigh under ``MC_WEIGHT`` needs its gold answer in the window.
+  A rewording keeps what the item is about (its rare words, often the gold answer's: a stem made a
+  question restates what it asks) and changes its wording; identifiers and numbers are not relied on;
 - any other item: every number of the question, at least half of its names, and a higher
   similarity (``other_similarity``), since text alone is weaker evidence.
 
@@ -21,9 +40,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from contam_assets.paraphrase.quantities import asks, final_answer, hard, names, numbers, signature
+from contam_assets.paraphrase.quantities import asks, final_answer, hard, literals, names, numbers, signature, stems
 
-MATH, CODE, OTHER = "math", "code", "other"
+MATH, CODE, MC, OTHER = "math", "code", "mc", "other"
+MC_SIMILARITY, MC_MARGIN = 0.70, 0.05
+MC_COVER, MC_PRECISION, MC_WEIGHT = 0.2, 0.4, 14.0
+MC_KEY_WEIGHT = 3.0  # a word held by more than e**-3 (5 %) of the items weighs less: a template's, not the item's
+MC_STEM_WEIGHT = 6.0  # the weight of the question's own less common words a window must hold
+CODE_SIMILARITY, CODE_COVER, CODE_LITERALS, CODE_MIN_LITERALS = 0.7, 0.3, 0.8, 3
+CODE_NEW_LITERALS = 0.1  # values in the window that neither the prompt nor the solution holds, as a share of the prompt's
 OTHER_SIMILARITY = 0.85  # the bar for items with neither numbers nor a signature to check
 FEW_NUMBERS, FEW_NUMBERS_MARGIN = 2, 0.1  # a math item with this few distinct numbers needs this much more similarity
 
@@ -32,22 +57,38 @@ FEW_NUMBERS, FEW_NUMBERS_MARGIN = 2, 0.1  # a math item with this few distinct n
 class Item:
     kind: str
     numbers: Counter  # hard numbers of the question
-    answer_numbers: frozenset  # hard numbers of the answer (worked solution)
+    answer_numbers: frozenset  # hard numbers of the answer (worked solution; code: the solution's literals)
     final: float | None
     names: frozenset
     signature: tuple | None
     asks: bool = False
+    stems: frozenset = frozenset()  # content words of the question and its gold answer (code: and literals)
+    option_stems: frozenset = frozenset()  # content words of every option (code: the prompt's literals)
+    gold: str = ""
+    question_stems: frozenset = frozenset()  # content words of the question alone (multiple choice)
+    renamed: bool = False  # a code item: also looked for under other names (paraphrase_kinds "code")
 
     @classmethod
-    def of(cls, kind: str, question: str, answer: str | None) -> "Item":
+    def of(cls, kind: str, question: str, answer: str | None, choices: list | None = None,
+           renamed: bool = False) -> "Item":
+        """What ``check`` needs of an item.  ``choices`` (a multiple-choice item's options; paraphrase_kinds "mc"):
+        the multiple-choice rule, where the math one does not apply (without them: the generic rule); ``renamed``
+        (paraphrase_kinds "code"): a code item is also found renamed and rewritten (without: by its signature)."""
         q_nums = hard(numbers(question))
         a = answer or ""
         fin = final_answer(a)
         sig = signature(question) or signature(a) if kind == "code" else None
+        if sig is not None and renamed:
+            return cls(CODE, q_nums, frozenset(literals(a)), fin, frozenset(), sig, False,
+                       frozenset(stems(question) | literals(question)), frozenset(literals(question)), renamed=True)
         if sig is not None:
             k = CODE
         elif fin is not None and sum(q_nums.values()) >= 2:
             k = MATH
+        elif kind == "multiple-choice" and choices:
+            return cls(MC, q_nums, frozenset(), None, frozenset(names(question)), None, asks(question),
+                       frozenset(stems(question + "\n" + a)), frozenset(stems("\n".join(c or "" for c in choices))), a,
+                       frozenset(stems(question)))
         else:
             k = OTHER
         return cls(k, q_nums, frozenset(hard(numbers(a))), fin, frozenset(names(question)), sig, asks(question))
@@ -61,9 +102,10 @@ class Evidence:
     names: list = field(default_factory=list)
     signature: str | None = None
     answer_in_window: bool = False
+    extra: dict = field(default_factory=dict)  # rule-specific: a multiple-choice item's margin, words, gold answer
 
     def as_dict(self) -> dict:
-        d = {"rule": self.rule, "similarity": round(self.similarity, 4)}
+        d = {"rule": self.rule, "similarity": round(self.similarity, 4)} | self.extra
         if self.quantities:
             d["quantities"] = [_fmt(v) for v in self.quantities]
         if self.names:
@@ -78,10 +120,15 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else str(v)
 
 
-def check(item: Item, window: str, similarity: float, min_similarity: float) -> Evidence | None:
+def check(item: Item, window: str, similarity: float, min_similarity: float,
+          weights: dict | None = None, margin: float = 1.0) -> Evidence | None:
+    """The evidence for ``window`` restating ``item``, or None.  ``weights``: a content word's weight (multiple
+    choice; a word no item holds weighs the most); ``margin``: the similarity over the closest other item."""
     if similarity < min_similarity:
         return None
     w_nums = hard(numbers(window))
+    if item.kind == MC:
+        return _check_mc(item, window, w_nums, similarity, min_similarity, weights or {}, margin)
     if item.kind == MATH:
         answered = item.final is not None and item.final in w_nums
         if item.asks and not answered and not asks(window):
@@ -97,12 +144,65 @@ def check(item: Item, window: str, similarity: float, min_similarity: float) -> 
                         answer_in_window=answered)
     if item.kind == CODE:
         sig = signature(window)
-        if sig is None or sig != item.signature or set(item.numbers) - set(w_nums):
-            return None  # another function, or the same name without the task's examples (def fib(n) elsewhere)
-        return Evidence(CODE, similarity, sorted(item.numbers), signature=f"{sig[0]}({', '.join(sig[1])})")
+        if set(item.numbers) - set(w_nums):
+            return None  # the task's examples are not all there (def fib(n) elsewhere)
+        if sig is not None and sig == item.signature:
+            return Evidence(CODE, similarity, sorted(item.numbers), signature=f"{sig[0]}({', '.join(sig[1])})")
+        if not item.renamed or sig is not None and sig[0] == item.signature[0]:
+            return None  # the same name with other parameters: another version of the task, not a rewrite
+        return _check_renamed(item, window, similarity, weights or {})
     if similarity < max(OTHER_SIMILARITY, min_similarity) or item.numbers - w_nums:
         return None
     found = item.names & names(window)
     if item.names and 2 * len(found) < len(item.names):
         return None
     return Evidence(OTHER, similarity, sorted(item.numbers), sorted(found))
+
+
+def _check_mc(item: Item, window: str, w_nums: Counter, similarity: float, min_similarity: float,
+              weights: dict, margin: float) -> Evidence | None:
+    if similarity < max(MC_SIMILARITY, min_similarity) or margin < MC_MARGIN or item.numbers - w_nums:
+        return None
+    top = max(weights.values(), default=1.0)
+    wt = lambda ws: sum(weights.get(w, top) for w in ws)  # noqa: E731
+    key = {w for w in item.stems if weights.get(w, top) >= MC_KEY_WEIGHT}  # its less common words: not a template's
+    ws = stems(window)
+    found = ws & key
+    cover, matched = wt(found) / max(wt(key), 1e-9), wt(ws & (item.stems | item.option_stems))
+    if cover < MC_COVER or matched < MC_WEIGHT or matched < MC_PRECISION * wt(ws):
+        return None  # too little of the item, or a window mostly about something else
+    stem_key = key & item.question_stems
+    if wt(found & stem_key) < MC_STEM_WEIGHT:
+        return None  # the window holds the options' words, not what the question asks
+    gold = stems(item.gold)
+    answered = bool(gold) and 2 * len(gold & ws) >= len(gold)
+    if wt(stem_key) < MC_WEIGHT and not answered:
+        return None  # a stem that says this little is the item only with its answer
+    words = sorted(found | (ws & item.option_stems), key=lambda w: -weights.get(w, top))[:10]
+    return Evidence(MC, similarity, sorted(item.numbers), sorted(item.names & names(window)),
+                    answer_in_window=answered,
+                    extra={"margin": round(margin, 4), "cover": round(cover, 3), "words": words,
+                           "gold_answer": item.gold[:200]})
+
+
+def _check_renamed(item: Item, window: str, similarity: float, weights: dict) -> Evidence | None:
+    """A code task under other names: its examples' values (some of them uncommon among the tasks) and its words.
+    Code reads alike to a static embedder, so a margin over the other tasks says little: the values decide."""
+    lits = item.option_stems
+    if len(lits) < CODE_MIN_LITERALS or similarity < CODE_SIMILARITY:
+        return None
+    w_lits = literals(window)
+    ws = stems(window) | w_lits
+    kept = lits & ws
+    top = max(weights.values(), default=1.0)
+    if len(kept) < CODE_LITERALS * len(lits) or sum(weights.get(w, top) >= MC_KEY_WEIGHT for w in kept) < 2:
+        return None  # the examples' values changed, or are values any task has: another task
+    if len(w_lits - lits - item.answer_numbers) > CODE_NEW_LITERALS * len(lits):
+        return None  # examples added with new values: a harder or combined task built on this one
+    wt = lambda s: sum(weights.get(w, top) for w in s)  # noqa: E731
+    cover = wt(ws & item.stems) / max(wt(item.stems), 1e-9)
+    if cover < CODE_COVER:
+        return None
+    return Evidence(CODE, similarity, sorted(item.numbers),
+                    extra={"renamed": True, "cover": round(cover, 3), "literals": sorted(kept)[:12],
+                           "signature_in_window": bool(signature(window))})

@@ -25,7 +25,9 @@ from contam_assets.report.inert import html_text
 from contam_assets.report.matrix import heatmap_png, source_task_matrix
 from contam_assets.report.raw_text import RawDocument, raw_documents
 from contam_assets.report.thorough import card_note, thorough_sections
+from contam_assets.store.shards import file_counts, file_counts_line
 from contam_assets.store.tables import REMOVABLE_SQL
+from contam_assets.store.translations import DIRECT, exposure_lines
 
 SHARED_WINDOW = 3  # words: a run of this many words found on both sides is highlighted
 
@@ -164,8 +166,10 @@ def _exists(con, name: str) -> bool:
 
 
 def shard_health_html(con: duckdb.DuckDBPyConnection) -> str:
-    """Shards that need a person: incomplete or failed ones, pool entries not read, shards retired."""
-    parts = []
+    """Shards that need a person: incomplete or failed ones, pool entries not read, shards retired; first, every pool
+    file of the listing in exactly one class (store.shards.file_counts, the numbers of the run summary)."""
+    counts = file_counts(con)
+    parts = [f"<p class='files'>{html_text(file_counts_line(counts))}</p>"]
     cols = {r["column_name"] for r in _q(con, "select column_name from information_schema.columns where table_name = 'shard_stats'")}
     if "status" in cols:
         bad = _q(con, """select shard, status, status_reason as reason, error_offset, read from shard_stats
@@ -186,8 +190,8 @@ def shard_health_html(con: duckdb.DuckDBPyConnection) -> str:
         if gone:
             parts.append(f"<h3>retired shards (left the pool; their rows and files removed) ({len(gone)})</h3>"
                          + _table(gone[:500], ["shard", "retired_at", "matches", "removals", "files"]))
-    if not parts:
-        return "<p class='muted'>every shard was read to its end; nothing in the pool was skipped</p>"
+    if len(parts) == 1:
+        return parts[0] + "<p class='muted'>every shard was read to its end; nothing in the pool was skipped</p>"
     return "".join(parts)
 
 
@@ -249,19 +253,20 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
                   tokenizer: str = "cl100k", unescape: bool = True, histogram: bytes | None = None) -> str:
     """The report page; ``histogram``: the score histogram's PNG where the caller has drawn it already."""
     totals = _q(con, "select coalesce(sum(read),0) read, coalesce(sum(removed),0) removed, coalesce(sum(kept),0) kept, coalesce(sum(rejected),0) rejected, coalesce(sum(pending_review),0) pending, count(*) shards from shard_stats")[0]
-    n_matches = _q(con, "select count(*) n, count(*) filter (where flagged) f, count(distinct case when flagged then shard || ':' || line end) fd from matches")[0]
-    by_task = _q(con, """select task, split, count(*) filter (where flagged) as flagged_matches,
+    # the rows of translated tasks (via_task) repeat a direct match: counted once, in the exposure lines
+    n_matches = _q(con, f"select count(*) n, count(*) filter (where flagged) f, count(distinct case when flagged then shard || ':' || line end) fd from matches where {DIRECT}")[0]
+    by_task = _q(con, f"""select task, split, count(*) filter (where flagged) as flagged_matches,
         count(distinct case when flagged then shard || ':' || line end) as documents,
         count(*) filter (where not flagged) as near_misses, count(distinct instance_index) filter (where flagged) as instances
-        from matches group by task, split order by flagged_matches desc, task, split""")
-    by_suite = _q(con, """select suite, bool_or(needs_review) as needs_review, count(*) filter (where flagged) as flagged_matches,
+        from matches where {DIRECT} group by task, split order by flagged_matches desc, task, split""")
+    by_suite = _q(con, f"""select suite, bool_or(needs_review) as needs_review, count(*) filter (where flagged) as flagged_matches,
         count(distinct case when flagged then shard || ':' || line end) as documents,
-        count(*) filter (where not flagged) as near_misses from matches group by suite order by flagged_matches desc""")
+        count(*) filter (where not flagged) as near_misses from matches where {DIRECT} group by suite order by flagged_matches desc""")
     by_source = _q(con, "select coalesce(source, '(none)') as source, count(*) as removed_documents from removals group by 1 order by 2 desc")
     by_shard = _q(con, "select shard, read, removed, kept, rejected, pending_review, flagged, too_short from shard_stats order by shard")
     rejects = _q(con, "select shard, reject_reasons from shard_stats where rejected > 0 order by shard")
-    scores = _q(con, "select score, flagged from matches")
-    top_rows = _q(con, f"select * from matches order by flagged desc, score desc, shard, line limit {int(top)}")
+    scores = _q(con, f"select score, flagged from matches where {DIRECT}")
+    top_rows = _q(con, f"select * from matches where {DIRECT} order by flagged desc, score desc, shard, line limit {int(top)}")
     pending = _q(con, PENDING_SQL)
     pending_matches = sum(r["matches"] for r in pending)
     img = ""
@@ -275,6 +280,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
     cards = "".join(_match_card(m, i + 1, raws.get(m["match_id"]), open_=i < OPEN_CARDS) for i, m in enumerate(top_rows))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     estimate = estimate_section(con)
+    translated = "".join(f"<p>{html_text(line)}</p>" for line in exposure_lines(con))  # store/translations.py
     counts = f"""<div class="grid"><div><h3>per task and split</h3>{_table(by_task, ['task','split','flagged_matches','documents','instances','near_misses'])}</div>
 <div><h3>per suite</h3>{_table(by_suite, ['suite','needs_review','flagged_matches','documents','near_misses'])}</div>
 <div><h3>removed documents per source</h3>{_table(by_source, ['source','removed_documents'])}</div></div>"""
@@ -294,6 +300,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
 {_section('Score distribution', img or "<p class='muted'>no matches</p>", anchor='scores')}
 {_section('Removed documents and tokens: source x benchmark', _matrix_html(con), anchor='matrix')}
 {_section('Counts', counts, anchor='counts')}
+{_section('Translated tasks: items exposed through their sources', translated, anchor='translations') if translated else ''}
 {_section('Reference set: instances indexed and skipped', _reference_html(con), anchor='reference')}
 {_section('Per shard', _table(by_shard, ['shard','read','removed','kept','rejected','pending_review','flagged','too_short']), open_=False, anchor='shards')}
 {_section('Rejected input', _table(rejects, ['shard','reject_reasons']), open_=False, anchor='rejects')}

@@ -27,7 +27,7 @@ import numpy as np
 from contam_assets.detector.text import CleanOptions, clean_words
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.report.inert import html_text
-from contam_assets.store.pool import Document, StreamFailure, open_binary, parse_line, read_shard
+from contam_assets.store.pool import Document, StreamFailure, open_binary, parse_line, read_shard, shard_path
 from contam_assets.store.readers import is_jsonl
 
 _CHUNK = re.compile(r"\S+")
@@ -130,7 +130,7 @@ def _non_overlapping(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, 
 def read_lines(pool_dir: Path, shard: str, lines: set[int], content_key: str = "text") -> dict[int, str | Exception]:
     """The raw text of the given lines of a pool shard (an exception where a line cannot be read)."""
     found: dict[int, str | Exception] = {}
-    path = Path(pool_dir) / shard
+    path = shard_path(pool_dir, shard)
     want = set(lines)
     if not is_jsonl(shard):  # a Parquet or Arrow unit: its rows through its reader
         try:

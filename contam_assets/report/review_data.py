@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 import duckdb
 
 from contam_assets.store.tables import REMOVABLE_SQL
+from contam_assets.store.translations import DIRECT
 
 DEFAULT_REASON = "question+answer"
 FILTER_COLUMNS = ("task", "suite", "reason", "source", "shard")
@@ -123,7 +124,7 @@ def totals(con: duckdb.DuckDBPyConnection) -> dict:
     """Counts of the whole output folder, in documents (shard_stats) and matches."""
     row = con.execute("""select coalesce(sum(read), 0), coalesce(sum(removed), 0), coalesce(sum(pending_review), 0)
                          from shard_stats""").fetchone()
-    m = con.execute("select count(*), count(*) filter (where flagged) from matches").fetchone()
+    m = con.execute(f"select count(*), count(*) filter (where flagged) from matches where {DIRECT}").fetchone()
     d = con.execute("select count(*) from review_decisions").fetchone()[0]
     return {"documents_read": row[0], "documents_removed": row[1], "documents_pending_review": row[2],
             "matches": m[0], "flagged_matches": m[1], "decisions": d}

@@ -50,7 +50,7 @@ def thorough_sections(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, st
         by = _rows(con, """select coalesce(reason, 'question+answer') reason, count(*) matches,
             count(*) filter (where flagged and not needs_review) removing, count(*) filter (where flagged and needs_review) held,
             count(*) filter (where not flagged) stored, count(distinct shard || ':' || line) documents
-            from matches group by 1 order by 2 desc""")
+            from matches where coalesce(via_task, '') = '' group by 1 order by 2 desc""")
         for r in by:
             r["meaning"] = REASONS.get(r["reason"], "")
         reasons = _table(by, ["reason", "matches", "removing", "held", "stored", "documents", "meaning"])

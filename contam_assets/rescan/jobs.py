@@ -40,6 +40,7 @@ from contam_assets.rescan.shard import (
     status_of,
 )
 from contam_assets.store.faults import fault_point
+from contam_assets.store.mirror import local_rel
 from contam_assets.store.pool import Reject, StreamFailure
 from contam_assets.store.readers import is_jsonl
 
@@ -174,7 +175,7 @@ class ShardJob:
         """This shard's Parquet part (a fresh name per job, so two runs never share one)."""
         if not self.parts_dir:
             return None
-        return Path(self.parts_dir) / "matches" / f"{self.shard}.{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
+        return Path(self.parts_dir) / "matches" / f"{local_rel(self.shard)}.{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
 
 
 def current_outcome(job: ShardJob) -> ShardOutcome:

@@ -105,7 +105,7 @@ def _plan(con, out: Path, pool_dir: Path, shard: str, removal: str, cfg: DetectC
         run.totals["quarantined"] += 1
         return _Shard(shard, res={"shard": shard, "written": 0, "dropped": 0, "rejected": 0, "path": None,
                                   "status": "quarantined", "cut": 0}, rewrite_cuts=True)
-    rej_path = out / "rejected" / f"{shard}.jsonl"
+    rej_path = artifacts.rejected_path(out, shard)
     # one record per "\n" (a raw line may hold U+2028 and other characters str.splitlines would split at)
     rejected = ({json.loads(line)["line"] for line in rej_path.read_text(encoding="utf-8").split("\n") if line}
                 if rej_path.exists() else set())

@@ -90,7 +90,8 @@ def scan_in_processes(jobs: list[ShardJob], index: NgramIndex, records: pl.DataF
         init, initargs = _init, (index, records)
     else:
         names = {f.name for f in fields(index)}
-        extras = {k: v for k, v in index.__dict__.items() if k not in names}
+        # the lookup table is saved in the folder (mapped by each worker, or built there when absent): never pickled
+        extras = {k: v for k, v in index.__dict__.items() if k not in names and k not in NgramIndex.SAVED_EXTRAS}
         init, initargs = _init_from, (str(source), extras, fingerprint(index, records))
     yield from map_in_order(_scan, jobs, workers, preload=["contam_assets.rescan.pool_scan"], init=init,
                             initargs=initargs, label=lambda j: f"scanning {j.shard}", idle=idle)

@@ -29,6 +29,7 @@ import polars as pl
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import MATCH_SCHEMA, Reference, scan_documents
+from contam_assets.store.documents import BATCH_BYTES
 from contam_assets.store.pool import Document, Reject, StreamFailure, read_shard, safe_text
 
 BATCH = 256  # documents read, tokenized and scanned together
@@ -54,9 +55,12 @@ class ShardResult:
 
 def read_batches(path: Path, shard: str, content_key: str, max_doc_bytes: int, counters: Counter,
                  rejects: list[Reject], failures: list[StreamFailure] | None = None,
-                 size: int = BATCH) -> Iterator[list[Document]]:
-    """Documents of a shard in batches; counts `read` and `bytes`, collects rejects and a stream failure on the way."""
+                 size: int = BATCH, max_bytes: int | None = None) -> Iterator[list[Document]]:
+    """Documents of a shard in batches of ``size`` documents and about ``max_bytes`` (BATCH_BYTES) of text at most (one
+    document at least); counts `read` and `bytes`, collects rejects and a stream failure on the way."""
+    max_bytes = max_bytes or BATCH_BYTES
     batch: list[Document] = []
+    held = 0
     for item in read_shard(path, shard, content_key, max_doc_bytes):
         if isinstance(item, StreamFailure):
             if failures is not None:
@@ -67,10 +71,14 @@ def read_batches(path: Path, shard: str, content_key: str, max_doc_bytes: int, c
             rejects.append(item)
             continue
         counters["bytes"] += item.n_bytes
+        if batch and held + item.n_bytes > max_bytes:
+            yield batch
+            batch, held = [], 0
         batch.append(item)
+        held += item.n_bytes
         if len(batch) >= size:
             yield batch
-            batch = []
+            batch, held = [], 0
     if batch:
         yield batch
 

@@ -27,6 +27,7 @@ from contam_assets.rescan.plan import ShardState
 from contam_assets.rescan.shard import ShardOutcome
 from contam_assets.store import tables
 from contam_assets.store.faults import fault_point
+from contam_assets.store.translations import DIRECT
 
 STATE_SCHEMA = {
     "shard_scans": """
@@ -202,10 +203,10 @@ def _merge(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_now: dict
         _insert_matches(con, out)
         if records is not None:
             _rekey(con, shard, records)
-        con.execute("""update shard_stats set
-                flagged = (select count(distinct line) from matches m where m.shard = ? and m.flagged),
-                candidates = (select count(*) from matches m where m.shard = ?)
-            where shard = ?""", [shard, shard, shard])
+        con.execute(f"""update shard_stats set
+                flagged = (select count(distinct line) from matches m where m.shard = ? and m.flagged and {DIRECT}),
+                candidates = (select count(*) from matches m where m.shard = ? and {DIRECT})
+            where shard = ?""", [shard, shard, shard])  # a translated task's rows repeat a direct match
         con.execute("delete from shard_task_scans where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
     task_rows = pl.DataFrame(
         [dict(shard=shard, task=t, task_hash=tasks_now[t], index_digest=digest, scanned_at=now) for t in out.tasks if t in tasks_now],

@@ -37,6 +37,7 @@ import numpy as np
 import xxhash
 
 from contam_assets.detector.config import DetectConfig
+from contam_assets.store.mirror import local_rel
 from contam_assets.store.pool import Reject
 
 # Bump when text.clean_text or tokenize.get_tokenizer change their output (2: each document's check value, and
@@ -94,7 +95,7 @@ class TokenStream:
 
 
 def stream_dir(root: Path, shard: str, key: str) -> Path:
-    return Path(root) / shard / key
+    return Path(root) / local_rel(shard) / key
 
 
 def _whole(d: Path) -> bool:
@@ -156,7 +157,7 @@ class StreamWriter:
     def __init__(self, root: Path, shard: str, key: str, tokenizer: str):
         self.root, self.shard, self.key = Path(root), shard, key
         self.dtype = token_dtype(tokenizer)
-        self.tmp = Path(root) / shard / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.tmp = Path(root) / local_rel(shard) / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.tmp.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.tmp / "tokens.bin", "wb")
         self._lines: list[int] = []
@@ -226,7 +227,7 @@ def discard(root: Path, shard: str, key: str) -> None:
 
 def prune(root: Path, shard: str, keep: str) -> None:
     """Drop streams of older versions of the shard (other keys)."""
-    d = Path(root) / shard
+    d = Path(root) / local_rel(shard)
     if not d.is_dir():
         return
     for p in d.iterdir():

@@ -1,7 +1,7 @@
 """Files the data side keeps beside the DuckDB database.
 
 <out>/index/<digest>/records.parquet   reference records (what a match says about the instance)
-<out>/index/<digest>/index.npz         the n-gram index
+<out>/index/<digest>/index/             the n-gram index: one .npy per array and meta.json, mapped by each reader
 <out>/index/current.json               digest of the index the last `ngram_index` run built
 <out>/mix/<shard>                      decontaminated mix (same relative paths as the pool)
 <out>/rejected/<shard>.jsonl           documents rejected as bad input, with the reason
@@ -21,6 +21,7 @@ from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text, temp_path
+from contam_assets.store.mirror import local_rel, remove_literal
 from contam_assets.store.pool import (
     STREAM_ERRORS,
     Reject,
@@ -55,14 +56,15 @@ def save_index(out_dir: Path, digest: str, records: pl.DataFrame, index: NgramIn
     finally:
         tmp.unlink(missing_ok=True)
     fault_point("index_save")
-    index.save(d / "index.npz")
+    index.save(d / "index")
+    (d / "index.npz").unlink(missing_ok=True)  # an index of the earlier format (one .npz), built again
     atomic_write_text(Path(out_dir) / "index" / "current.json", json.dumps({"digest": digest}))
     return d
 
 
 def has_index(out_dir: Path, digest: str) -> bool:
     d = index_dir(out_dir, digest)
-    return (d / "index.npz").exists() and (d / "records.parquet").exists()
+    return (d / "index" / "meta.json").exists() and (d / "records.parquet").exists()
 
 
 def current_digest(out_dir: Path) -> str:
@@ -79,23 +81,37 @@ def load_index(out_dir: Path, digest: str | None = None) -> tuple[NgramIndex, pl
 
 def read_index_dir(d: Path) -> tuple[NgramIndex, pl.DataFrame]:
     """The index and reference records kept in one index folder (`save_index`)."""
-    return NgramIndex.load(Path(d) / "index.npz"), pl.read_parquet(Path(d) / "records.parquet")
+    return NgramIndex.load(Path(d) / "index"), pl.read_parquet(Path(d) / "records.parquet")
+
+
+def rejected_path(out_dir: Path, shard: str) -> Path:
+    """<out>/rejected/<shard>.jsonl (a part too long for a file name bounded: store/location.local_rel)."""
+    return Path(out_dir) / "rejected" / f"{local_rel(shard)}.jsonl"
 
 
 def write_rejects(out_dir: Path, shard: str, rejects: list[Reject]) -> Path | None:
-    path = Path(out_dir) / "rejected" / f"{shard}.jsonl"
+    path = rejected_path(out_dir, shard)
+    remove_literal(Path(out_dir) / "rejected", shard, ".jsonl")  # a copy an earlier version named literally
     if not rejects:
         if path.exists():
             path.unlink()
         return None
-    atomic_write_text(path, "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:  # a line at a time (a reject keeps at most its first KiB): the file is never built whole in memory
+        with open(tmp, "w", encoding="utf-8", errors="backslashreplace", newline="") as fh:
+            for r in rejects:
+                fh.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
 def mix_path(out_dir: Path, pool_dir: Path, shard: str) -> Path:
     """<out>/mix/ + the shard's path in the pool (its own bytes, when its name is not UTF-8)."""
     src = shard_path(pool_dir, shard)
-    return Path(out_dir) / "mix" / os.path.relpath(src, pool_dir)
+    return Path(out_dir) / "mix" / local_rel(os.path.relpath(src, pool_dir))
 
 
 def display_path(p: Path) -> str:
@@ -125,7 +141,9 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(dst)
     if not is_jsonl(shard):
-        return _write_columnar_mix(src, dst, tmp, shard, drop, rejected, expected_read, cut)
+        res = _write_columnar_mix(src, dst, tmp, shard, drop, rejected, expected_read, cut)
+        _remove_literal_mix(out_dir, pool_dir, shard)
+        return res
     written = dropped = skipped = read = n_cut = 0
     status = "ok"
     try:
@@ -159,8 +177,16 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
         raise MixError(f"cannot read the shard to its end: {exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
+    _remove_literal_mix(out_dir, pool_dir, shard)
     return {"shard": shard, "written": written, "dropped": dropped, "rejected": skipped, "path": display_path(dst),
             "status": status, "cut": n_cut}
+
+
+def _remove_literal_mix(out_dir: Path, pool_dir: Path, shard: str) -> None:
+    """The mix file an earlier version wrote under the shard's literal name (mix_path bounds it now), removed."""
+    rel = os.path.relpath(shard_path(pool_dir, shard), pool_dir)
+    # a pool file under its literal name, or a mirrored one under the key's bounded name: the key named the old copy
+    remove_literal(Path(out_dir) / "mix", shard if rel != shard and local_rel(shard) == rel else rel)
 
 
 def _write_columnar_mix(src: Path, dst: Path, tmp: Path, shard: str, drop: set[int], rejected: set[int],
@@ -193,7 +219,7 @@ def _lines_until_break(fin, max_doc_bytes: int, accept_broken: bool):
 def remove_outputs(out_dir: Path, shard: str, rejected: bool = True) -> list[str]:
     """Delete a shard's mix file (and its rejected file); the paths removed (relative to out_dir)."""
     gone = []
-    paths = [shard_path(Path(out_dir) / "mix", shard)] + ([Path(out_dir) / "rejected" / f"{shard}.jsonl"] if rejected else [])
+    paths = [shard_path(Path(out_dir) / "mix", shard)] + ([rejected_path(out_dir, shard)] if rejected else [])
     for p in paths:
         if p.is_file() or p.is_symlink():
             p.unlink()

@@ -7,6 +7,12 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
+# The most decoded text a stage holds at a time: a reader converts a unit's rows to Python, a scan tokenizes a batch of
+# documents and a columnar mix decodes and writes its rows in pieces of about this many bytes (one document at least,
+# which is never over max_doc_bytes).  What decides memory is the decoded size, not the file's: a Parquet file of a few
+# KB can decode to gigabytes.
+BATCH_BYTES = 32 << 20
+
 
 def safe_text(s: str | None) -> str | None:
     """A string that encodes as UTF-8: lone surrogates (JSON "\\udfff") become their escape ``\\udfff``."""

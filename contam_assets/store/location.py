@@ -9,7 +9,7 @@ processes and Ray tasks; :meth:`Location.filesystem` builds the filesystem there
 environment and config (``AWS_*`` and ``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``HF_TOKEN``,
 ``AZURE_STORAGE_*``).
 
-A remote pool is mirrored (:func:`mirror`) into a folder of the output before the scan: only files whose size or
+A remote pool is mirrored (store/mirror.py) into a folder of the output before the scan: only files whose size or
 ETag changed are fetched again (fsspec's ``get``, with retries), files gone from the store are removed, and the
 scan, the mix and the review read the local copies.  A Hugging Face Hub cache folder
 (``datasets--owner--name``) resolves to its current snapshot; its symlinks into the cache's ``blobs/`` are read.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import glob
-import json
 import os
 import re
 import time
@@ -41,7 +40,6 @@ SCHEMES = {
 GLOB_CHARS = "*?["
 RETRIES = 4  # attempts of a remote call that fails with a transient error
 BACKOFF_S = 0.5  # first wait between attempts (doubled each time)
-MIRROR_STATE = ".contam-mirror.json"
 
 
 class LocationError(ValueError):
@@ -144,13 +142,22 @@ def filesystem(scheme: str):
     return fs
 
 
-def _split_glob(path: str) -> tuple[str, str]:
-    """(the folder before the first glob character, the rest)."""
+URL_GLOB_CHARS = "*"  # in a URL only '*' (and '**') select: '?' and '[' are characters of an object key
+
+
+def _split_glob(path: str, chars: str = GLOB_CHARS, literal=lambda prefix: False) -> tuple[str, str]:
+    """(the folder before the first part with a glob character, the rest).  A part is taken as written where
+    ``literal(the path up to it)`` says that path exists: a folder whose name holds a glob character."""
     parts = path.split("/")
     for i, part in enumerate(parts):
-        if any(c in part for c in GLOB_CHARS):
+        if any(c in part for c in chars) and not literal("/".join(parts[: i + 1])):
             return "/".join(parts[:i]) or "/", "/".join(parts[i:])
     return path, ""
+
+
+def _escape_glob(text: str, chars: str = GLOB_CHARS) -> str:
+    """``text`` with each of ``chars`` matching only itself in a glob (``a?.jsonl`` -> ``a[?].jsonl``)."""
+    return "".join(f"[{c}]" if c in chars else c for c in text)
 
 
 def hf_snapshot(folder: Path) -> Path | None:
@@ -200,7 +207,8 @@ def resolve(spec: str, what: str = "pool", must_exist: bool = True) -> Location:
     path = spec.split("://", 1)[1].rstrip("/")
     if scheme != "memory" and not path:
         raise LocationError(f"{scheme}:// needs a bucket (or repository) and a path: {redact(spec)}")
-    root, pattern = _split_glob(path)
+    root, pattern = _split_glob(path, URL_GLOB_CHARS)
+    pattern = _escape_glob(pattern, "?[")  # a key's own '?' and '[' (docs/pools.md)
     if scheme == "memory":
         root = "/" + root.lstrip("/")
     loc = Location(protocol, root, pattern, spec, scheme)
@@ -211,13 +219,13 @@ def resolve(spec: str, what: str = "pool", must_exist: bool = True) -> Location:
 
 def _resolve_local(path: str, spec: str, what: str, must_exist: bool) -> Location:
     p = Path(path).expanduser()
-    if any(c in path for c in GLOB_CHARS):
-        root, pattern = _split_glob(str(p.absolute()))
-        if must_exist and not glob.glob(str(p), recursive=True):
+    if any(c in path for c in GLOB_CHARS) and not p.exists():  # a path that exists is that path, whatever its name
+        root, pattern = _split_glob(str(p.absolute()), literal=os.path.isdir)
+        if must_exist and not glob.glob(os.path.join(glob.escape(root), pattern), recursive=True):
             raise LocationError(f"{what}: no file matches {spec}")
         return Location("file", str(Path(root).resolve()), pattern, spec)
     if p.is_file():
-        return Location("file", str(p.resolve().parent), p.name, spec)
+        return Location("file", str(p.resolve().parent), _escape_glob(p.name), spec)
     if p.is_dir():
         snap = hf_snapshot(p)
         if snap is not None:
@@ -327,7 +335,8 @@ def glob_regex(pattern: str) -> re.Pattern:
         elif pattern[i] == "[" and "]" in pattern[i + 2:]:
             j = pattern.index("]", i + 2)
             body = pattern[i + 1:j]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            body = ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\").replace("[", "\\[")
+            out.append("[" + body + "]")
             i = j + 1
         else:
             out.append(re.escape(pattern[i]))
@@ -338,99 +347,6 @@ def glob_regex(pattern: str) -> re.Pattern:
 def matches(rel: str, pattern: str) -> bool:
     """True when the relative path ``rel`` is selected by ``pattern`` ('' selects everything)."""
     return not pattern or bool(glob_regex(pattern).match(rel))
-
-
-def mirror(loc: Location, folder: Path, log=print) -> Location:
-    """A local copy of a remote location in ``folder``: files fetched when new or changed, removed when gone."""
-    check_remote(loc)  # LocationError (one line): no package, no credentials, no bucket or path
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    state_path = folder.with_name(folder.name + MIRROR_STATE)  # beside the copy, not in the pool
-    try:
-        state = json.loads(state_path.read_text()) if state_path.exists() else {}
-    except (OSError, json.JSONDecodeError):
-        state = {}
-    files = remote_files(loc)
-    fs = loc.filesystem()
-    single = not loc.pattern and len(files) == 1 and next(iter(files)) == loc.root.rsplit("/", 1)[-1]
-    fetched = 0
-    skipped = {rel: "a key with an empty, '.' or '..' part, or a control character" for rel in files if unsafe_key(rel)}
-    safe = set(files) - set(skipped)
-    folders = {rel.rsplit("/", 1)[0] for rel in safe if "/" in rel}
-    folders |= {f.rsplit("/", i)[0] for f in list(folders) for i in range(1, f.count("/") + 1)}
-    skipped |= {rel: "a key that is also the folder of other keys" for rel in safe & folders}
-    for rel in sorted(state):
-        if rel not in files or rel in skipped:  # gone from the store (or no longer mirrored): removed first, so a
-            _remove(folder, rel)                # file that became a folder (or the reverse) does not block the fetch
-            state.pop(rel, None)
-    for rel in sorted(skipped):  # not fetched, said once each (the key escaped: it is text from the store)
-        log(f"pool {loc.display}: skipped {rel!r} ({skipped[rel]})")
-        files.pop(rel)
-    for rel, info in sorted(files.items()):
-        dst = folder / rel
-        if state.get(rel) == info and dst.is_file():
-            continue
-        tmp = dst.with_name(f".{dst.name}.part")
-        src = loc.url() if single else loc.url(rel)
-        try:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            retrying(fs.get_file, src, str(tmp))
-            if dst.is_dir() and not dst.is_symlink():
-                dst.rmdir()  # a folder an earlier copy left (OSError when it is not empty: a file of the mirror)
-            os.replace(tmp, dst)
-        except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:  # a file where a folder must be
-            why = "its folder is a file" + (" in the mirror" if isinstance(exc.filename, str) and  # or the reverse
-                                            exc.filename.startswith(str(folder)) else " in the store")
-            log(f"pool {loc.display}: skipped {rel!r} ({why})")
-            skipped[rel] = why
-            tmp.unlink(missing_ok=True)
-            _remove(folder, rel)  # and the empty folders made for it (and an older copy: no longer mirrored)
-            state.pop(rel, None)
-            continue
-        state[rel] = info
-        fetched += 1
-    for rel in skipped:
-        files.pop(rel, None)
-    state_path.write_text(json.dumps(state, sort_keys=True))
-    log(f"pool {loc.display}: {len(files)} file(s), {fetched} fetched into {folder}"
-        + (f", {len(skipped)} key(s) skipped" if skipped else ""))
-    return Location("file", str(folder.resolve()), "", loc.spec)
-
-
-def mirror_or_fail(loc: Location, folder: Path, log=print) -> Location:
-    """:func:`mirror`, with any OSError or ValueError (a disk that is full, a copy folder that is a file, a key the
-    local filesystem refuses) turned into a LocationError of one line (control characters escaped)."""
-    try:
-        return mirror(loc, folder, log)
-    except LocationError:
-        raise
-    except (OSError, ValueError) as exc:
-        line = _first_line(exc).encode("ascii", "backslashreplace").decode()
-        line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
-        raise LocationError(f"{loc.scheme}://: the pool {loc.display} could not be mirrored into {folder}: "
-                            f"{type(exc).__name__}: {line}") from None
-
-
-def unsafe_key(rel: str) -> bool:
-    """True for an object key that cannot be a path inside the mirror: an empty, '.' or '..' part (it would land
-    elsewhere, or name another key), or a control character (NUL is no file name; an escape sequence is shown)."""
-    return any(part in ("", ".", "..") for part in rel.split("/")) or any(ord(c) < 32 or ord(c) == 127 for c in rel)
-
-
-def _remove(folder: Path, rel: str) -> None:
-    """A mirrored file removed, and the folders it leaves empty (up to the mirror's own folder)."""
-    if unsafe_key(rel):  # never from this module's own state file; refused all the same
-        return
-    path = folder / rel
-    if path.is_file() or path.is_symlink():
-        path.unlink()
-    for parent in path.parents:
-        if parent == folder or folder not in parent.parents:
-            break
-        try:
-            parent.rmdir()
-        except OSError:  # not empty (or gone): the ones above are not empty either
-            break
 
 
 def mirror_folder(out_dir: Path, loc: Location) -> Path:

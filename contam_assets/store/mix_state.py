@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from contam_assets.store.files import atomic_write_text
+from contam_assets.store.mirror import local_rel, remove_literal
 
 FORMAT = 1
 
@@ -28,7 +29,7 @@ def state_key(pool_file: Path, drop: set[int], rejected: set[int]) -> dict:
 
 
 def _path(out_dir: Path, shard: str) -> Path:
-    return Path(out_dir) / "mix_state" / f"{shard}.json"
+    return Path(out_dir) / "mix_state" / f"{local_rel(shard)}.json"
 
 
 def current(out_dir: Path, shard: str, key: dict, mix_file: Path) -> dict | None:
@@ -47,8 +48,10 @@ def current(out_dir: Path, shard: str, key: dict, mix_file: Path) -> dict | None
 def record(out_dir: Path, shard: str, key: dict, result: dict, mix_file: Path) -> None:
     size = Path(mix_file).stat().st_size
     atomic_write_text(_path(out_dir, shard), json.dumps({"key": key, "bytes": size, "result": result}, indent=1))
+    remove_literal(Path(out_dir) / "mix_state", shard, ".json")  # a copy an earlier version named literally
 
 
 def forget(out_dir: Path, shard: str) -> None:
     """The shard has no mix file any more (quarantined or retired)."""
     _path(out_dir, shard).unlink(missing_ok=True)
+    remove_literal(Path(out_dir) / "mix_state", shard, ".json")

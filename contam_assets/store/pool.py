@@ -46,6 +46,7 @@ from contam_assets.store.documents import (  # noqa: F401  (part of this module'
     safe_text,
 )
 from contam_assets.store.location import hf_blobs, matches
+from contam_assets.store.mirror import local_rel, mirror_keys
 from contam_assets.store.readers import FORMATS, UNIT_SUFFIXES, read_unit
 from contam_assets.store.readers.jsonl import (  # noqa: F401  (part of this module's API)
     BOM,
@@ -75,8 +76,11 @@ _ESCAPED = re.compile(rb"\\x([0-9a-f]{2})")
 
 
 def shard_path(pool_dir: Path, key: str) -> Path:
-    """The file of a shard key (see :func:`shard_key`)."""
+    """The file of a shard key (see :func:`shard_key`), in a pool or in an output folder: the key's own path, else
+    its bounded local name (store/location.local_rel: a key with a part too long for a file name)."""
     p = Path(pool_dir) / key
+    if not os.path.lexists(p) and local_rel(key) != key:
+        return Path(pool_dir) / local_rel(key)
     if "\\x" not in key or os.path.lexists(p):
         return p
     raw = _ESCAPED.sub(lambda m: bytes([int(m.group(1), 16)]), key.encode("utf-8"))
@@ -121,9 +125,10 @@ def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") 
         return listing
     root = os.path.realpath(pool_dir)
     inside = _inside(root, hf_blobs(root))
+    key_of, not_mirrored = mirror_keys(pool_dir)  # a mirror of a remote pool: keys with a bounded local name, skips
 
     def skip(rel: str, reason: str) -> None:
-        listing.skipped.append(PoolEntry(shard_key(rel), reason))
+        listing.skipped.append(PoolEntry(key_of.get(shard_key(rel), shard_key(rel)), reason))
 
     def walk(folder: str, rel: str, seen: frozenset) -> None:
         try:
@@ -136,7 +141,7 @@ def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") 
         meta |= {DATASETS_DICT} if DATASETS_DICT in names else set()
         for e in entries:
             r = f"{rel}/{e.name}" if rel else e.name
-            if pattern and not e.is_dir() and not matches(r, pattern):
+            if pattern and not e.is_dir() and not matches(key_of.get(r, r), pattern):
                 continue
             if e.name in meta:
                 skip(r, "datasets_metadata (a `datasets` save_to_disk file, not data)")
@@ -170,11 +175,13 @@ def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") 
             elif not os.access(e.path, os.R_OK):
                 skip(r, "unreadable (permission denied)")
             else:
-                key = shard_key(r)
+                key = key_of.get(shard_key(r), shard_key(r))
                 listing.shards.append(key)
                 listing.paths[key] = Path(e.path)
 
     walk(str(pool_dir), "", frozenset({root}))
+    listing.skipped += [PoolEntry(key, why) for key, why in sorted(not_mirrored.items())
+                        if not pattern or matches(key, pattern)]
     listing.shards.sort()
     return listing
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
+from contam_assets.store.translations import LINKS_DDL, link_rows
+
 SCHEMA = {
     "tasks": """
         task VARCHAR, kind VARCHAR, language VARCHAR, split VARCHAR, origin VARCHAR, files INTEGER,
@@ -28,7 +30,7 @@ SCHEMA = {
         training_text VARCHAR, training_segments VARCHAR,
         eval_question VARCHAR, eval_answer VARCHAR, eval_passage VARCHAR, preset VARCHAR,
         contamination_score DOUBLE, answer_spans VARCHAR, cluster_end INTEGER,
-        reason VARCHAR, twins VARCHAR, evidence VARCHAR
+        reason VARCHAR, twins VARCHAR, evidence VARCHAR, via_task VARCHAR
     """,
     "shard_stats": """
         shard VARCHAR, read BIGINT, scanned BIGINT, too_short BIGINT, rejected BIGINT,
@@ -78,6 +80,8 @@ SCHEMA = {
         task VARCHAR, split VARCHAR, instances BIGINT, indexed BIGINT, skipped BIGINT, reasons VARCHAR, notes VARCHAR,
         short_covered BIGINT
     """,
+    # a translated task's items and the source items they translate (detector/translations.py)
+    "translation_links": LINKS_DDL,
     # `--removal span` (issue 13): every cut made in a kept document (store/cuts.py)
     "cuts": """
         shard VARCHAR, line INTEGER, doc_id VARCHAR, cut_start BIGINT, cut_end BIGINT,
@@ -136,7 +140,8 @@ def replace_table(con: duckdb.DuckDBPyConnection, table: str, df: pl.DataFrame) 
 
 
 # Which flagged matches remove their document: primary suites at once, derived
-# suites (needs_review) only once a reviewer accepted the match or its instance.
+# suites (needs_review) only once a reviewer accepted the match or its instance.  A translated task's rows
+# (via_task, store/translations.py) are not among them: they remove nothing and wait for no decision.
 REMOVABLE_SQL = """
     select m.*,
       coalesce(dm.decision, di.decision) as decision
@@ -150,6 +155,7 @@ REMOVABLE_SQL = """
         from review_decisions where match_id is null group by all
     ) di on di.suite = m.suite and di.split = m.split and di.instance_index = m.instance_index
             and di.subj = coalesce(m.subject, '')
+    where coalesce(m.via_task, '') = ''
 """
 
 
@@ -168,6 +174,7 @@ def recompute_removals(con: duckdb.DuckDBPyConnection, shard: str | list[str] | 
     if transaction:
         con.execute("begin transaction")
     try:
+        link_rows(con, where, params)  # a source item's matches reported for its translations (removing nothing)
         con.execute(f"delete from removals where {where}", params)
         con.execute(
             f"""

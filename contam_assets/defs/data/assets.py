@@ -27,6 +27,7 @@ from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_mis
 from contam_assets.defs.meta import DATA_OWNERS, DETECTOR_VERSION, SCAN_VERSION, check_metadata, tags
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, lm_eval_specs, load_task_specs
+from contam_assets.detector import build_budget
 from contam_assets.detector.config import paraphrase_removes, settings_rows
 from contam_assets.detector.index import build_index
 from contam_assets.detector.matches import Reference
@@ -40,6 +41,7 @@ from contam_assets.detector.registry import (
     spec_digest,
 )
 from contam_assets.detector.skips import instance_summary
+from contam_assets.detector.translations import links as translation_links
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan import watch
@@ -150,8 +152,19 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
         if state is not None and state["inputs"] == inputs:
             tables.replace_table(con, "detect_settings", cfg_rows)  # scan-only knobs may have changed
             return _reference_kept(context, con, state, time.perf_counter() - t0)
+    est = build_budget.estimate([f for spec in specs for split in spec.splits
+                                 for f in locate(spec, split, contam_settings.benchmarks_path).files])
+    try:  # one line before the build when it cannot fit in the memory available
+        build_budget.check_memory(est)
+    except build_budget.MemoryRefused as exc:
+        raise dg.Failure(str(exc)) from None
+    progress = build_budget.BuildProgress(_say(context), est.source_bytes, phases=("read", "filter"))
     try:
-        records, stats = build_reference_set(specs, contam_settings.benchmarks_path, cfg)
+        link_notes: list[str] = []
+        links = translation_links(specs, contam_settings.benchmarks_path, link_notes)  # a translation that cannot be aligned
+        for line in link_notes:
+            _say(context)(f"note: {line}")
+        records, stats = build_reference_set(specs, contam_settings.benchmarks_path, cfg, progress=progress)
     except TaskSpecError as exc:  # a field the rows do not have, or a mapping where text is expected
         raise dg.Failure(str(exc)) from None
     summary = instance_summary(records, stats.row_skips, stats.notes, cfg)
@@ -174,7 +187,7 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
     with contam_db.connect() as con:
         tables.replace_many(con, [("instances", "true", [], records), ("detect_settings", "true", [], cfg_rows),
                                   ("reference_overlap", "true", [], stats.overlap), ("reference_summary", "true", [], summary),
-                                  ("reference_state", "true", [], state)])
+                                  ("translation_links", "true", [], links), ("reference_state", "true", [], state)])
     per_suite = (records.group_by("task", "suite", "split").agg(records=pl.len(), indexed=pl.col("indexed").sum())
                  .sort("task", "suite", "split").to_dicts())
     skipped = records.group_by("skip_reason").len().sort("skip_reason").to_dicts()
@@ -188,6 +201,14 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
         "skip_reasons": dg.MetadataValue.md(md_table(None, [{"reason": r["skip_reason"] or "(indexed)", "records": r["len"]} for r in skipped])),
         "instances": dg.MetadataValue.md(md_table(None, summary.to_dicts())),
     })
+
+
+def _say(context: dg.AssetExecutionContext):
+    """A progress line to Dagster's log and to the terminal of `contam detect`."""
+    def say(line: str) -> None:
+        context.log.info(line.strip())
+        print(line, flush=True)
+    return say
 
 
 def empty_tasks(summary: pl.DataFrame, stats) -> list[str]:
@@ -235,7 +256,8 @@ def ngram_index(context: dg.AssetExecutionContext, contam_settings: ContamSettin
         index, _, _ = artifacts.load_index(out, digest)
         atomic_write_text(out / "index" / "current.json", json.dumps({"digest": digest}))
     else:
-        index = build_index(records, cfg)
+        text_bytes = sum(int(records[c].str.len_bytes().sum() or 0) for c in ("question", "answer", "passage"))
+        index = build_index(records, cfg, progress=build_budget.BuildProgress(_say(context), text_bytes, phases=("index",)))
         artifacts.save_index(out, digest, records, index)
     hashes = task_hashes(records, cfg)
     atomic_write_text(artifacts.index_dir(out, digest) / TASK_HASHES_FILE, json.dumps(hashes, indent=1))
@@ -338,10 +360,10 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
         writer.add(job, out)
     writer.flush()
     write_seconds = writer.write_seconds
-    if failed:
+    if failed:  # each gets its shard_stats row (status failed), so every listed file has one
         with contam_db.connect() as con:
             for shard, why in failed.items():
-                shards_db.record_error(con, shard, "scan", why)
+                shards_db.record_failed(con, shard, "scan", why, contam_settings.out_path)
     if failed:
         raise dg.Failure(description=f"{len(failed)} of {len(shards)} shard(s) failed (the others were written): "
                          + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
@@ -445,7 +467,7 @@ def removals(context: dg.AssetExecutionContext, contam_db: ContamDB):
         n = tables.recompute_removals(con)
         by_task = store.query_df(con, """select task, split, count(distinct shard || ':' || line) documents from matches m
             where exists (select 1 from removals r where r.shard = m.shard and r.line = m.line) and flagged
-            group by 1, 2 order by 3 desc""").to_dicts()
+              and coalesce(via_task, '') = '' group by 1, 2 order by 3 desc""").to_dicts()
         by_source = store.query_df(con, "select coalesce(source, '(none)') source, count(*) documents from removals group by 1 order by 2 desc").to_dicts()
         pending = con.execute("select coalesce(sum(pending_review), 0) from shard_stats").fetchone()[0]
         decisions = con.execute("select count(*) from review_decisions").fetchone()[0]

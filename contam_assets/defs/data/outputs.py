@@ -22,6 +22,8 @@ from contam_assets.store import artifacts
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.pool import shard_path
+from contam_assets.store.shards import file_counts
+from contam_assets.store.translations import DIRECT
 
 
 def _has_estimate(con) -> bool:
@@ -52,18 +54,19 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
                 label = f"{name} ({decon_name})" if decon_name and decon_name != name else name
                 settings[label] = value + ("" if origin == "preset" else f"  [{origin}]")
         cfg = detect_config(contam_settings)
-        scores = con.execute("select score, flagged from matches").fetchall()
+        scores = con.execute(f"select score, flagged from matches where {DIRECT}").fetchall()
         png = histogram_png([s for s, _ in scores], [f for _, f in scores]) if scores else None  # page and metadata
         page = render_report(con, settings=settings, pool_dir=contam_settings.pool_path, content_key=contam_settings.content_key,
                              tokenizer=cfg.tokenizer, unescape=cfg.unescape, histogram=png)
         totals = con.execute("select coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(rejected),0) from shard_stats").fetchone()
+        files = file_counts(con)  # every pool file in one class: the numbers of the page and of the run summary
     path = contam_settings.out_path / "report.html"
     fault_point("report_write")
     atomic_write_text(path, page)
     md_img = png_markdown_bytes(png, "score histogram") if png else ""
     return dg.MaterializeResult(metadata={
         "path": dg.MetadataValue.path(str(path)), "documents_read": totals[0], "documents_removed": totals[1],
-        "documents_rejected": totals[2], "matches": len(scores), "score_histogram": dg.MetadataValue.md(md_img or "_no matches_"),
+        "documents_rejected": totals[2], **{f"files_{k}": v for k, v in files.items()}, "matches": len(scores), "score_histogram": dg.MetadataValue.md(md_img or "_no matches_"),
     }, check_results=[inputs_present()])
 
 

@@ -45,7 +45,7 @@ def top_matches(con, shards: list[str], n: int = 10) -> dict[str, list[dict]]:
     if not shards:
         return {}
     rows = store.query_df(con, """select shard, line, doc_id, task, suite, split, instance_index, score, flagged, needs_review
-        from matches where shard in (select unnest(?::varchar[]))
+        from matches where shard in (select unnest(?::varchar[])) and coalesce(via_task, '') = ''
         qualify row_number() over (partition by shard order by flagged desc, score desc, line) <= ?
         order by shard, flagged desc, score desc, line""", [shards, n]).to_dicts()
     out: dict[str, list[dict]] = {}

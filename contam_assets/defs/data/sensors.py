@@ -37,7 +37,8 @@ from contam_assets.rescan import watch
 from contam_assets.rescan.plan import load_task_hashes
 from contam_assets.store import artifacts
 from contam_assets.store import shards as shards_db
-from contam_assets.store.location import LocationError, mirror_or_fail
+from contam_assets.store.location import LocationError
+from contam_assets.store.mirror import mirror_or_fail
 from contam_assets.store.units import looks_grouped
 
 DEFAULT_STATUS = sensor_default_status()

@@ -35,7 +35,7 @@ def iter_docs(folder: Path, content_key: str = "text", skipped: Counter | None =
     folder = Path(folder)
     shards = pool_io.list_shards(folder) if wanted is None else sorted(wanted)
     for shard in shards:
-        path = folder / shard
+        path = pool_io.shard_path(folder, shard)  # a key too long for a file name: its bounded name
         if not path.is_file():
             if skipped is not None:
                 skipped["shard_missing"] += len(wanted[shard]) if wanted else 1

@@ -1,5 +1,6 @@
 """Arrow IPC units: Feather v2 / IPC files (`.feather`, `.arrow`, `.ipc`) and IPC streams (what `datasets`
-`save_to_disk` writes as `data-*.arrow`), read through a memory map; one record batch at a time.
+`save_to_disk` writes as `data-*.arrow`), read through a memory map; one record batch at a time, in slices of about
+BATCH_BYTES decoded (columns.bounded_slices; a dictionary column is measured by the values its rows expand to).
 
 The mix of an Arrow unit is written in the unit's own form (file or stream) with its schema.
 """
@@ -13,7 +14,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from contam_assets.store.documents import Document, Reject, StreamFailure
-from contam_assets.store.readers.columns import BATCH, documents_of, field_names, filter_table
+from contam_assets.store.readers.columns import bounded_slices, columns_for, documents_of, field_names, filter_table
 
 ERRORS = (OSError, EOFError, pa.ArrowException)
 
@@ -46,8 +47,8 @@ class ArrowReader:
             with pa.memory_map(str(path)) as src:
                 reader, is_file = _open(src)
                 for batch in _batches(reader, is_file):
-                    for off in range(0, batch.num_rows, BATCH):
-                        part = batch.slice(off, BATCH)
+                    batch = batch.select(columns_for(batch.schema.names, content_key))
+                    for _, part in bounded_slices(batch):
                         yield from documents_of(part, line, shard, content_key, max_doc_bytes)
                         line += part.num_rows
         except ERRORS as exc:
@@ -75,8 +76,10 @@ class ArrowReader:
             with pa.OSFile(str(tmp), "wb") as sink, new(sink, schema) as w:
                 start = 0
                 for batch in _batches(reader, is_file):
-                    out = filter_table(pa.Table.from_batches([batch], schema), start, content_key, drop, rejected, cut, counts)
-                    start += batch.num_rows
-                    if out.num_rows:
-                        w.write_table(out)
+                    for _, part in bounded_slices(batch):  # a dictionary column decoded a bounded slice at a time
+                        out = filter_table(pa.Table.from_batches([part], schema), start, content_key, drop, rejected,
+                                           cut, counts)
+                        start += part.num_rows
+                        if out.num_rows:
+                            w.write_table(out)
         return counts

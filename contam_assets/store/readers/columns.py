@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from contam_assets.store.documents import Document, Reject, safe_text
+from contam_assets.store.documents import BATCH_BYTES, Document, Reject, safe_text
 
-BATCH = 4096  # rows taken from a unit at a time, at most
-BATCH_BYTES = 64 << 20  # about the most content bytes converted to Python at a time (and a Parquet batch's size)
+BATCH = 4096  # rows taken from a unit at a time, at most (and about BATCH_BYTES decoded: bounded_slices)
 REJECT_PREFIX = 1024
 
 
@@ -65,6 +65,55 @@ def content_column(batch: pa.RecordBatch | pa.Table, content_key: str):
         except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError):
             return None
     return col
+
+
+def _value_bytes(col: pa.Array) -> np.ndarray | None:
+    """Each row's decoded bytes of a (dictionary of) string or binary column, without decoding it; None for others."""
+    dictionary = pa.types.is_dictionary(col.type)
+    values = col.dictionary if dictionary else col
+    t = values.type
+    if not (is_text_type(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+        return None
+    try:
+        lengths = pc.binary_length(values)
+    except pa.ArrowNotImplementedError:  # a string view
+        lengths = pc.binary_length(values.cast(pa.large_binary()))
+    lengths = lengths.fill_null(0).to_numpy(zero_copy_only=False)
+    if dictionary:
+        idx = col.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        return lengths[idx] if len(lengths) else np.zeros(len(col), dtype=np.int64)
+    return lengths
+
+
+def row_bytes(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    """Each row's decoded size in bytes, summed over the columns: a dictionary column counts the values its rows
+    expand to (a few bytes on disk can stand for megabytes), another column its buffers spread evenly over the rows."""
+    n = batch.num_rows
+    total = np.zeros(n, dtype=np.int64)
+    for col in batch.columns:
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        sizes = _value_bytes(col)
+        if sizes is None:
+            total += col.nbytes // max(1, n)
+        else:
+            total += sizes.astype(np.int64) + 8  # the value and its offset
+    return total
+
+
+def bounded_slices(batch: pa.RecordBatch | pa.Table, max_bytes: int | None = None,
+                   max_rows: int = BATCH) -> Iterator[tuple[int, pa.RecordBatch | pa.Table]]:
+    """(offset, slice) pieces of ``batch`` in order, each of at most ``max_rows`` rows and about ``max_bytes``
+    (BATCH_BYTES) decoded (row_bytes; one row at least, however large): what a stage may decode and hold at once."""
+    max_bytes = max_bytes or BATCH_BYTES
+    sizes = np.cumsum(row_bytes(batch)) if batch.num_rows else np.zeros(0, dtype=np.int64)
+    start, base = 0, 0
+    while start < batch.num_rows:
+        end = int(np.searchsorted(sizes, base + max_bytes, side="right"))
+        end = min(max(end, start + 1), start + max_rows, batch.num_rows)
+        yield start, batch.slice(start, end - start)
+        base = int(sizes[end - 1])
+        start = end
 
 
 def _reject_raw(row: dict) -> bytes:

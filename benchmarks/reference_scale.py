@@ -1,0 +1,231 @@
+"""A registry of N reference instances over K tasks, built through `contam detect --evals-dir`, timed and measured.
+
+``generate`` writes a decon-format reference folder (one JSONL file per task, decon's fields: eval_key,
+eval_instance_index, split, question, answer, doc_id, fingerprint) whose texts are word chains fitted on the
+real benchmark text of ``--data`` (a bigram Markov chain over the words of GSM8K, ARC, MMLU and MBPP), about
+560 bytes of text an instance, every instance with its own numbers; and a small pool of chain text with a
+few instances planted.  ``run`` builds the reference set and index with `contam detect --evals-dir` (the
+product's own path) and samples the peak memory of the whole process tree as summed PSS (shared pages
+counted once), the wall time and the stage seconds of the run's summary.
+
+    python benchmarks/reference_scale.py --instances 600000 --tasks 226 --work /tmp/contam-refscale --json ref.json
+
+(`--instances` takes a comma-separated list: one run per size; `--pool-mb` (2), `--workers` (1), `--seed` (17);
+`--generate-only` writes the folders and stops.)  `contam_assets_tests/test_reference_scale_benchmark.py` runs
+it at 3,000 instances.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from proc_tree import TreeMemory, TreeSampler  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+WORD = re.compile(r"\S+")
+NUMBER = re.compile(r"^\d[\d,.]*$")
+FORMAT = 4  # bump when the generated folders change
+
+
+# -- the chain ------------------------------------------------------------------------
+
+def _corpus(data: Path) -> list[str]:
+    """Texts of the real benchmarks in ``data`` (questions, answers, choices, problems, code)."""
+    texts: list[str] = []
+    for name, keys in (("gsm8k_train.jsonl", ("question", "answer")), ("arc_easy_llmfoundry.jsonl", ("query",)),
+                       ("arc_challenge_llmfoundry.jsonl", ("query",)), ("mbpp.jsonl", ("text", "code"))):
+        path = data / name
+        if path.exists():
+            for line in path.open(encoding="utf-8"):
+                row = json.loads(line)
+                texts += [str(row[k]) for k in keys if row.get(k)]
+                texts += [str(c) for c in row.get("choices") or []]
+    for path in sorted((data / "mmlu_test").glob("*.csv")):
+        with path.open(encoding="utf-8", newline="") as fh:
+            texts += [" ".join(row[:5]) for row in csv.reader(fh)]
+    if not texts:
+        raise SystemExit(f"no benchmark text under {data}: pass --data")
+    return texts
+
+
+class Chain:
+    """A bigram chain over words: successors of every word as one flat array (numpy), numbers as one token."""
+
+    def __init__(self, data: Path):
+        vocab: dict[str, int] = {"<s>": 0, "<n>": 1}
+        pairs: list[tuple[int, int]] = []
+        for text in _corpus(data):
+            prev = 0
+            for w in WORD.findall(text):
+                cur = 1 if NUMBER.match(w) else vocab.setdefault(w, len(vocab))
+                pairs.append((prev, cur))
+                prev = cur
+            pairs.append((prev, 0))
+        p = np.array(pairs, dtype=np.int64)
+        p = p[np.lexsort((p[:, 1], p[:, 0]))]
+        self.words = np.array(list(vocab), dtype=object)
+        self.succ = p[:, 1].copy()
+        self.start = np.searchsorted(p[:, 0], np.arange(len(vocab)))
+        self.count = np.searchsorted(p[:, 0], np.arange(len(vocab)), side="right") - self.start
+
+    def texts(self, rng: np.random.Generator, n: int, words: int) -> list[str]:
+        """``n`` texts of ``words`` words each; every number drawn anew."""
+        state = np.zeros(n, dtype=np.int64)
+        out = np.empty((n, words), dtype=np.int64)
+        for j in range(words):
+            c = self.count[state]
+            nxt = self.succ[self.start[state] + (rng.random(n) * np.maximum(c, 1)).astype(np.int64)]
+            nxt[c == 0] = 0
+            nxt = np.where(nxt == 0, self.succ[self.start[0] + (rng.random(n) * self.count[0]).astype(np.int64)], nxt)
+            out[:, j] = state = nxt
+        nums = rng.integers(0, 100000, size=out.shape)
+        table = self.words[out]
+        is_num = out == 1
+        table[is_num] = nums[is_num].astype(str)
+        return [" ".join(row) for row in table]
+
+
+# -- the folders ----------------------------------------------------------------------
+
+def generate(work: Path, instances: int, tasks: int, seed: int, data: Path, pool_mb: float) -> tuple[Path, Path]:
+    """The reference folder and the pool for ``instances`` over ``tasks`` (kept when already written)."""
+    ref = work / f"refs-v{FORMAT}-{instances}-{tasks}-{seed}"
+    pool = work / f"pool-v{FORMAT}-{pool_mb:g}-{instances}-{tasks}-{seed}"
+    if (ref / ".done").exists() and (pool / ".done").exists():
+        return ref, pool
+    shutil.rmtree(ref, ignore_errors=True)
+    shutil.rmtree(pool, ignore_errors=True)
+    ref.mkdir(parents=True)
+    pool.mkdir(parents=True)
+    chain = Chain(data)
+    rng = np.random.default_rng(seed)
+    sizes = np.full(tasks, instances // tasks)
+    sizes[: instances % tasks] += 1
+    planted: list[str] = []
+    doc_id = 0
+    for t, size in enumerate(sizes.tolist()):
+        name = f"task{t:03d}"
+        with (ref / f"{name}.jsonl").open("w", encoding="utf-8") as fh:
+            fh.write(f"# synthetic reference set {name}: bigram chains fitted on real benchmark text\n")
+            for a in range(0, size, 20000):
+                n = min(20000, size - a)
+                qs, ans = chain.texts(rng, n, 51), chain.texts(rng, n, 41)
+                split = "test" if t % 3 else "train"
+                lines = []
+                for i in range(n):
+                    idx = a + i
+                    q = f"{qs[i]} ({name} item {idx})"
+                    fp = hashlib.sha256(f"{name}/{idx}".encode()).hexdigest()[:16]
+                    lines.append(json.dumps({"eval_key": name, "eval_instance_index": idx, "split": split, "question": q,
+                                             "answer": ans[i], "doc_id": doc_id + idx, "fingerprint": fp}))
+                    if idx % max(1, size // 2) == 1 and len(planted) < 200:
+                        planted.append(f"{q} {ans[i]}")
+                fh.write("\n".join(lines) + "\n")
+        doc_id += size
+    docs, target, shard = 0, int(pool_mb * 1e6), 0
+    written = 0
+    while written < target:
+        texts = chain.texts(rng, 400, 450)
+        for k, p in enumerate(planted[shard * 10:(shard + 1) * 10]):
+            texts[k * 37 % len(texts)] = f"{texts[k * 37 % len(texts)][:300]} {p} {texts[k][:200]}"
+        body = "".join(json.dumps({"id": f"d{docs + i}", "text": t}) + "\n" for i, t in enumerate(texts))
+        (pool / f"shard-{shard:03d}.jsonl").write_text(body, encoding="utf-8")
+        written += len(body.encode())
+        docs += len(texts)
+        shard += 1
+    (ref / ".done").write_text(json.dumps({"instances": instances, "tasks": tasks, "planted": len(planted)}))
+    (pool / ".done").write_text(json.dumps({"documents": docs, "planted": min(len(planted), shard * 10)}))
+    return ref, pool
+
+
+# -- the run --------------------------------------------------------------------------
+
+def run(work: Path, ref: Path, pool: Path, workers: int, name: str) -> dict:
+    """`contam detect --evals-dir <ref> --pool <pool>` from scratch, measured."""
+    out = work / name
+    shutil.rmtree(out, ignore_errors=True)
+    home = out / ".dagster_home"
+    home.mkdir(parents=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
+    env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""), DAGSTER_HOME=str(home),
+               CONTAM_SCAN_WORKERS=str(workers), WANDB_MODE="offline", HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "contam_assets.cli", "detect", "--evals-dir", str(ref), "--pool", str(pool),
+           "--out", str(out)]
+    log = work / f"{name}.log"
+    t0 = time.perf_counter()
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+        pss, rss = TreeMemory(proc.pid, every=0.5), TreeSampler(proc.pid)
+        pss.start()
+        rss.start()
+        rc = proc.wait()
+        pss.stop.set()
+        rss.stop.set()
+    wall = time.perf_counter() - t0
+    text = log.read_text(errors="replace")
+    if rc != 0:
+        raise SystemExit(f"{name}: exit {rc}; see {log}:\n{text[-2000:]}")
+    line = next((x for x in text.splitlines() if x.startswith("seconds ")), "")
+    words = line.split()[1:]
+    stages = {words[i]: float(words[i + 1]) for i in range(0, len(words) - 1, 2)}
+    index = out / "index"
+    digest = json.loads((index / "current.json").read_text())["digest"]
+    folder_bytes = sum(p.stat().st_size for p in (index / digest).rglob("*") if p.is_file())
+    return {"wall_s": round(wall, 2), "cpu_s": round(sum(rss.cpu.values()), 1), "stages_s": stages, "peak_pss_gb": round(pss.pss / 2**30, 3),
+            "peak_rss_gb_largest": round(max(rss.hwm.values(), default=0) / 2**30, 3),
+            "index_folder_mb": round(folder_bytes / 1e6, 1), "removed": _removed(out), "out": str(out)}
+
+
+def _removed(out: Path) -> int:
+    import duckdb
+
+    with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
+        return int(con.execute("select count(*) from removals").fetchone()[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--instances", default="600000", help="comma-separated instance counts (one run each)")
+    ap.add_argument("--tasks", type=int, default=226)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/contam-refscale"))
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--pool-mb", type=float, default=2.0)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--generate-only", action="store_true")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    results = []
+    for n in [int(x) for x in a.instances.split(",")]:
+        t0 = time.perf_counter()
+        ref, pool = generate(a.work, n, a.tasks, a.seed, a.data, a.pool_mb)
+        gen = round(time.perf_counter() - t0, 1)
+        row = {"instances": n, "tasks": a.tasks, "generate_s": gen, "ref_mb": round(sum(
+            p.stat().st_size for p in ref.glob("*.jsonl")) / 1e6, 1), "planted": json.loads((pool / ".done").read_text())["planted"]}
+        if not a.generate_only:
+            row |= run(a.work, ref, pool, a.workers, f"detect-{n}")
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

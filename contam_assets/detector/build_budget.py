@@ -1,0 +1,157 @@
+"""What building the reference set and index will take, checked before it starts, and its progress while it runs.
+
+``estimate`` reads the sizes of the benchmark files the specs name (a compressed file counts as
+``COMPRESSED_RATIO`` times its size) and turns them into the memory the build needs, from the
+figures `benchmarks/reference_scale.py` measured (docs/scale.md, "A large registry");
+``check_memory`` refuses, in one line, a build that needs more than the machine has available.
+``BuildProgress`` prints a line at most every ``every`` seconds once a build has run that long:
+files and instances read, records filtered and indexed, the estimated time left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+# peak memory of a reference set and index build, per byte of benchmark text read (JSONL, uncompressed), plus a
+# base (Python, the tokenizer, Dagster): measured at 0.6 M synthetic instances, 6.7 GB from 431 MB (docs/scale.md)
+BYTES_PER_SOURCE_BYTE = 14.0
+BASE_BYTES = 1.0e9
+COMPRESSED_RATIO = 4  # a .gz/.zst/.bz2/.xz benchmark file's text, against its size on disk
+# "off": build without the check; a size ("12GB", "800MiB"): the memory the build may take (else what is available)
+MEMORY_CHECK_ENV = "CONTAM_MEMORY_CHECK"
+_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+# the share of a build's time each phase takes (measured at 0.6 M): reading the files, the decon filters (these two:
+# the reference_set step), the index (the ngram_index step)
+PHASES = {"read": 0.02, "filter": 0.33, "index": 0.65}
+
+
+@dataclass
+class Estimate:
+    files: int
+    source_bytes: int  # benchmark text, uncompressed (estimated for compressed files)
+    need_bytes: int  # peak memory of the build
+
+
+class MemoryRefused(RuntimeError):
+    """The build would need more memory than is available."""
+
+
+def estimate(files: list[str | Path]) -> Estimate:
+    total = sum(_size(str(f)) for f in files)
+    return Estimate(len(files), total, int(BASE_BYTES + BYTES_PER_SOURCE_BYTE * total))
+
+
+def available_memory(meminfo: str | Path = "/proc/meminfo", cgroup: str | Path = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process may still take: MemAvailable, under the cgroup v2 limit where there is one; None when
+    unknown (not Linux). The cgroup's use leaves out its inactive page cache, which the kernel gives back on demand."""
+    avail = None
+    try:
+        for line in open(meminfo):
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    try:
+        limit = (Path(cgroup) / "memory.max").read_text().strip()
+        if limit != "max":
+            used = int((Path(cgroup) / "memory.current").read_text())
+            try:
+                for line in (Path(cgroup) / "memory.stat").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "inactive_file":
+                        used = max(0, used - int(value))
+            except (OSError, ValueError):
+                pass
+            left = max(0, int(limit) - used)
+            avail = min(avail, left) if avail is not None else left
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def check_memory(est: Estimate, available: int | None = None) -> None:
+    """MemoryRefused (one line: what it needs, what there is, how to go on) when the build cannot fit."""
+    setting = os.environ.get(MEMORY_CHECK_ENV, "").strip().lower()
+    if setting == "off":
+        return
+    if setting not in ("", "auto"):
+        m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)", setting)
+        if m is None or m.group(2) not in _UNITS:
+            raise MemoryRefused(f"{MEMORY_CHECK_ENV} must be off, auto or a size such as 12GB, not {setting[:40]!r}")
+        available = int(float(m.group(1)) * _UNITS[m.group(2)])
+    have = available_memory() if available is None else available
+    if have is None or est.need_bytes <= have:
+        return
+    raise MemoryRefused(
+        f"building the reference set and index from {est.source_bytes / 1e6:,.0f} MB of benchmark text in "
+        f"{est.files:,} file(s) needs about {est.need_bytes / 2**30:.1f} GiB of memory, and {have / 2**30:.1f} GiB "
+        f"is available: run it on a machine with more memory, stop other work on this one, or index fewer tasks "
+        f"(--tasks, or a smaller --evals-dir); {MEMORY_CHECK_ENV}=off builds anyway")
+
+
+class BuildProgress:
+    """Progress lines of a long build through ``say``: at most one every ``every`` seconds, none before."""
+
+    def __init__(self, say: Callable[[str], None], source_bytes: int, every: float = 15.0,
+                 clock: Callable[[], float] = time.monotonic, phases: tuple[str, ...] = tuple(PHASES)):
+        """``phases``: those of PHASES this build runs (the index step alone: ("index",))."""
+        self.say, self.total, self.every, self.clock = say, max(1, source_bytes), every, clock
+        self.weights = {k: PHASES[k] / sum(PHASES[p] for p in phases) for k in phases}
+        self.t0 = self.last = clock()
+        self.files: set[str] = set()
+        self.instances = self.bytes_done = 0
+        self._file = ""
+        self.phase, self.done = "read", 0.0  # the phase, and the share of it done
+
+    def row(self, source_file: str) -> None:
+        """One more row read, from ``source_file``."""
+        self.instances += 1
+        if source_file != self._file:
+            if self._file:
+                self.bytes_done += _size(self._file)
+            self._file = source_file
+            self.files.add(source_file)
+        if self.instances % 4096 == 0:
+            self._at("read", self.bytes_done / self.total)
+
+    def filtered(self, records: int, of: int) -> None:
+        self._at("filter", records / max(1, of))
+
+    def indexed(self, step: str, share: float) -> None:
+        self._at("index", share, step)
+
+    def _at(self, phase: str, share: float, step: str = "") -> None:
+        self.phase, self.done = phase, min(1.0, share)
+        now = self.clock()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        names = list(self.weights)
+        before = sum(self.weights[k] for k in names[: names.index(phase)])
+        overall = before + self.weights[phase] * self.done
+        elapsed = now - self.t0
+        left = f", about {_duration(elapsed * (1 - overall) / overall)} left" if overall > 0.02 else ""
+        what = {"read": f"{len(self.files):,} file(s), {self.instances:,} instances read",
+                "filter": f"{self.instances:,} instances read; decon filters {self.done:.0%} done",
+                "index": (f"{self.instances:,} instances read and filtered; " if self.instances else "")
+                         + f"index {self.done:.0%}"
+                         + (f" ({step})" if step else "")}[phase]
+        self.say(f"  reference set: {what}, {_duration(elapsed)} so far{left}")
+
+
+def _size(path: str) -> int:
+    try:
+        n = os.stat(path).st_size
+    except OSError:
+        return 0
+    return n * (COMPRESSED_RATIO if path.endswith((".gz", ".zst", ".zstd", ".bz2", ".xz")) else 1)
+
+
+def _duration(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
