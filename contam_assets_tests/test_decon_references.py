@@ -160,7 +160,7 @@ def test_the_default_path_is_unchanged_apart_from_new_columns(gsm_mmlu_run):
     tmp, _, _ = gsm_mmlu_run
     con = duckdb.connect(str(tmp / "reports-contam" / "contam.duckdb"), read_only=True)
     cols = [c[0] for c in con.execute("describe matches").fetchall()]
-    assert cols[-6:] == ["contamination_score", "answer_spans", "cluster_end", "reason", "twins", "evidence"]
+    assert cols[-7:] == ["contamination_score", "answer_spans", "cluster_end", "reason", "twins", "evidence", "via_task"]
     # a flagged complete copy scores 1.0 raw and adjusted; the adjusted score never exceeds the raw one
     assert con.execute("select count(*) from matches where contamination_score > score + 1e-9").fetchone()[0] == 0
 
