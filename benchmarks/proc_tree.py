@@ -9,8 +9,15 @@ import threading
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _proc_table() -> dict[int, tuple[int, float, int]]:
-    """pid -> (ppid, cpu seconds, VmHWM bytes) of every process we can read."""
+def _kib_lines(path: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """The ``keys`` lines of a /proc file of ``Key:  N kB`` lines, in bytes."""
+    return {k.rstrip(":"): int(v.split()[0]) * 1024 for k, v in
+            (line.split(":", 1) for line in open(path) if line.startswith(keys))}
+
+
+def _proc_table(memory: bool = False) -> dict[int, tuple[int, float, int, int, int]]:
+    """pid -> (ppid, cpu seconds, VmHWM, PSS, RSS) in bytes of every process we can read; PSS and RSS (from
+    smaps_rollup, dearer to read) only where ``memory``, else 0."""
     out = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -18,11 +25,10 @@ def _proc_table() -> dict[int, tuple[int, float, int]]:
         try:
             stat = open(f"/proc/{d}/stat").read()
             fields = stat[stat.rindex(")") + 2:].split()
-            hwm = 0
-            for line in open(f"/proc/{d}/status"):
-                if line.startswith("VmHWM:"):
-                    hwm = int(line.split()[1]) * 1024
-            out[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, hwm)
+            hwm = _kib_lines(f"/proc/{d}/status", ("VmHWM:",)).get("VmHWM", 0)
+            mem = _kib_lines(f"/proc/{d}/smaps_rollup", ("Pss:", "Rss:")) if memory else {}
+            out[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, hwm,
+                           mem.get("Pss", 0), mem.get("Rss", 0))
         except (OSError, ValueError, IndexError):
             continue
     return out
@@ -56,23 +62,6 @@ def _descendants(root: int, parents: dict[int, int]) -> set[int]:
     return tree
 
 
-def _memory_table() -> dict[int, tuple[int, int, int]]:
-    """pid -> (ppid, proportional set size, resident set size) in bytes of every process we can read."""
-    out = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{d}/stat").read()
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            mem = {k: int(v.split()[0]) * 1024 for k, v in
-                   (line.split(":", 1) for line in open(f"/proc/{d}/smaps_rollup") if line.startswith(("Pss:", "Rss:")))}
-        except (OSError, ValueError, IndexError):
-            continue
-        out[int(d)] = (ppid, mem.get("Pss", 0), mem.get("Rss", 0))
-    return out
-
-
 class TreeMemory(threading.Thread):
     """Peaks of a process tree, sampled until stopped: ``pss``, the summed PSS of the process and its descendants
     (shared pages counted once, split between their sharers), and ``rss``, the largest RSS of any one of them."""
@@ -84,11 +73,11 @@ class TreeMemory(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            table = _memory_table()
+            table = _proc_table(memory=True)
             tree = _descendants(self.root, {p: row[0] for p, row in table.items()})
             mine = [table[p] for p in tree if p in table]
-            self.pss = max(self.pss, sum(r[1] for r in mine))
-            self.rss = max([self.rss] + [r[2] for r in mine])
+            self.pss = max(self.pss, sum(r[3] for r in mine))
+            self.rss = max([self.rss] + [r[4] for r in mine])
             self.stop.wait(self.every)
 
 
