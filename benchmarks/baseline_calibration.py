@@ -30,7 +30,7 @@ from contam_assets.model.loader import load_checkpoint  # noqa: E402
 from contam_assets.model.ppl_probe import SETS  # noqa: E402
 from contam_assets.model.probe_inputs import ProbeOptions  # noqa: E402
 from contam_assets.model.probe_run import sequence_items, sequence_metrics  # noqa: E402
-from contam_assets_tests import model_tiny as mt  # noqa: E402
+from contam_assets.testing import model_tiny as mt  # noqa: E402
 
 
 def main() -> int:

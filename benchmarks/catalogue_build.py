@@ -4,7 +4,7 @@ Writes, for every spec of contam_assets/catalogue/, its evaluated (first) split 
 Hub layout the spec names, ``--rows`` rows of deterministic text of typical lengths (question 40 words,
 answer 25, passage 120, each choice 8), then times ``build_reference_set`` (default preset, CPU seconds of
 this process, best of ``--repeat``) over the catalogue and over data/tasks' 7 specs on ../shared/data, and
-reports seconds per instance (an instance = a benchmark row) of each and their ratio (the issue's target:
+reports seconds per instance (an instance = a benchmark row) of each and their ratio (the target:
 at most 2).
 
     python benchmarks/catalogue_build.py --rows 1000 --json /tmp/catalogue_build.json

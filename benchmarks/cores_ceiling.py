@@ -1,4 +1,4 @@
-"""What N cores of this machine give on work that needs nothing from any other process (issue 17's 2-core target).
+"""What N cores of this machine give on work that needs nothing from any other process (the ceiling for a 2-core run).
 
 The same pure-CPU work -- tiktoken cl100k `encode_ordinary` on the raw text of a pool's plain shards, the text
 `contam detect` tokenizes -- done twice:

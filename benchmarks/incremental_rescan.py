@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from contam_assets.demo import HostText  # noqa: E402
 from contam_assets.detector.config import preset  # noqa: E402
-from contam_assets.detector.index import build_index  # noqa: E402
+from contam_assets.detector.index_build import build_index  # noqa: E402
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.reference import build_reference_set  # noqa: E402
 from contam_assets.detector.registry import load_registry  # noqa: E402

@@ -23,6 +23,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import duckdb
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_pool import build_pool, parse_size  # noqa: E402
 
 from contam_assets.detector.compression import open_binary  # noqa: E402
+from contam_assets.testing.s3_server import s3_client, s3_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_GROUP = 10_000
@@ -62,27 +65,16 @@ def both_pools(work: Path, size: int, shards: int, seed: int, shared: Path) -> d
     return dict(jsonl=jl, parquet=pqd, planted=planted, documents=truth["documents"], raw_bytes=truth["raw_bytes"])
 
 
-def s3_server(folder: Path, work: Path) -> tuple[object, dict]:
-    """A local S3-protocol server (moto's standalone server, on loopback) holding ``folder`` under s3://BUCKET/pool;
-    the environment a run reads it with."""
-    import socket
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="bench",
-                          aws_secret_access_key="bench", region_name="us-east-1")
-    client.create_bucket(Bucket=BUCKET)
-    for f in sorted(folder.iterdir()):
-        client.upload_file(str(f), BUCKET, f"pool/{f.name}")
-    return server, env
+@contextmanager
+def s3_pool(folder: Path) -> Iterator[dict]:
+    """``folder`` under s3://BUCKET/pool on a local S3-protocol server (contam_assets.testing.s3_server: moto's
+    standalone server, on loopback); yields the environment a run reads it with."""
+    with s3_server(key="bench", secret="bench") as env:
+        client = s3_client(env)
+        client.create_bucket(Bucket=BUCKET)
+        for f in sorted(folder.iterdir()):
+            client.upload_file(str(f), BUCKET, f"pool/{f.name}")
+        yield env
 
 
 def detect(pool: Path | str, out: Path, shared: Path, tasks: str, home: Path, env_extra: dict | None = None) -> float:
@@ -123,21 +115,20 @@ def main(argv: list[str] | None = None) -> dict:
     pools = both_pools(a.work, a.size, a.shards, a.seed, a.shared)
     kinds = ["jsonl", "parquet"] + (["parquet-s3"] if a.s3 else [])
     walls: dict[str, list[float]] = {k: [] for k in kinds}
-    server, s3_env = s3_server(pools["parquet"], a.work) if a.s3 else (None, {})
-    for i in range(a.repeats):
-        for kind in kinds:
-            out = a.work / f"out-{kind}-{i}"
-            mirror = a.work / f"mirror-{i}"
-            for old in (out, a.work / f"home-{kind}-{i}", mirror):  # every run from scratch: no scan state, no cache
-                shutil.rmtree(old, ignore_errors=True)
-            pool, extra = ((f"s3://{BUCKET}/pool", {**s3_env, "CONTAM_WORK_DIR": str(mirror)}) if kind == "parquet-s3"
-                           else (pools[kind], {}))
-            walls[kind].append(detect(pool, out, a.shared, a.tasks, a.work / f"home-{kind}-{i}", extra))
-            missed = pools["planted"] - flagged(out)
-            if missed:
-                raise SystemExit(f"{kind}: {len(missed)} planted copies not flagged, e.g. {sorted(missed)[:3]}")
-    if server is not None:
-        server.stop()
+    with ExitStack() as stack:
+        s3_env = stack.enter_context(s3_pool(pools["parquet"])) if a.s3 else {}
+        for i in range(a.repeats):
+            for kind in kinds:
+                out = a.work / f"out-{kind}-{i}"
+                mirror = a.work / f"mirror-{i}"
+                for old in (out, a.work / f"home-{kind}-{i}", mirror):  # every run from scratch: no state, no cache
+                    shutil.rmtree(old, ignore_errors=True)
+                pool, extra = ((f"s3://{BUCKET}/pool", {**s3_env, "CONTAM_WORK_DIR": str(mirror)})
+                               if kind == "parquet-s3" else (pools[kind], {}))
+                walls[kind].append(detect(pool, out, a.shared, a.tasks, a.work / f"home-{kind}-{i}", extra))
+                missed = pools["planted"] - flagged(out)
+                if missed:
+                    raise SystemExit(f"{kind}: {len(missed)} planted copies not flagged, e.g. {sorted(missed)[:3]}")
     if removed(a.work / "out-jsonl-0") != removed(a.work / "out-parquet-0"):
         raise SystemExit("the JSONL and Parquet runs removed different documents")
     if a.s3 and removed(a.work / "out-parquet-s3-0") != removed(a.work / "out-parquet-0"):

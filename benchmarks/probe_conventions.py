@@ -7,7 +7,7 @@ train, GSM8K test and Skywork's reference set and prints, side by side:
 
 - Skywork's Δ (``add_special_tokens=False``; batch size 1 and eval_loss.py's
   batch size 16, which charges the EOS after shorter texts),
-- the same token-weighted loss on BOS-prefixed ids (what Δ was before issue 15),
+- the same token-weighted loss on BOS-prefixed ids (OpenCompass's tokenization, not Skywork's),
 - OpenCompass's ``gsm8k-*-ppl`` (BOS-prefixed, per-sample, averaged),
 - scoring throughput.
 
@@ -34,7 +34,7 @@ from contam_assets.model.ppl_probe import SETS, opencompass_token_loss, ppl_metr
 from contam_assets.model.probe_inputs import ProbeOptions  # noqa: E402
 from contam_assets.model.probe_run import sequence_items  # noqa: E402
 from contam_assets.model.sequences import by_dataset  # noqa: E402
-from contam_assets_tests import model_tiny as mt  # noqa: E402
+from contam_assets.testing import model_tiny as mt  # noqa: E402
 
 
 def main() -> int:
@@ -63,7 +63,7 @@ def main() -> int:
         print(f"| {name} | {skywork_loss(g, 1):.4f} | {skywork_loss(g, 16):.4f} | {opencompass_token_loss(g):.4f} | {oc:.4f} |")
     loss = {n: {"b1": skywork_loss(groups[n], 1), "b16": skywork_loss(groups[n], 16),
                 "bos": opencompass_token_loss(groups[n])} for n in SETS}
-    for key, label in (("b1", "Skywork, batch 1"), ("b16", "Skywork, batch 16"), ("bos", "with <s> (before issue 15)")):
+    for key, label in (("b1", "Skywork, batch 1"), ("b16", "Skywork, batch 16"), ("bos", "with <s> (not Skywork's)")):
         d1 = loss["gsm8k-test"][key] - loss["gsm8k-ref"][key]
         d2 = loss["gsm8k-test"][key] - loss["gsm8k-train"][key]
         print(f"Δ1 {d1:+.4f}  Δ2 {d2:+.4f}  ({label})")

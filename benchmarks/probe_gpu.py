@@ -43,7 +43,7 @@ def build_checkpoint(folder: Path, shape: str, data: Path, device: str) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     os.environ.setdefault("CONTAM_SHARED_DATA", str(data))
-    from contam_assets_tests.model_tiny import save, train_llama_tokenizer
+    from contam_assets.testing.model_tiny import save, train_llama_tokenizer
 
     tok = train_llama_tokenizer(vocab_size=4000)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Scale run (issue 17): a generated pool of a given size through the whole data graph, six ways.
+"""Scale run: a generated pool of a given size through the whole data graph, six ways.
 
 Generates (once per --size/--seed, kept under --work) a pool of real-looking text -- the
 project's host text, Python's own documentation and standard-library source, the same

@@ -69,7 +69,7 @@ import polars as pl
 from throughput_pool import DatatrovePeer, JanitorPeer, build_pool, novel_pool  # noqa: E402
 
 from contam_assets.detector.config import PRESETS, DetectConfig
-from contam_assets.detector.index import build_index
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.reference import build_reference_set
@@ -235,7 +235,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     print(f"reference set {records.height} records ({n_indexed} indexed) in {t_ref:.1f}s; index in {t_index:.1f}s "
           f"(+ prefilter {t_pf:.1f}s); {bytes_with_pf / n_indexed:.0f} bytes per indexed instance")
 
-    # the thorough preset (issue 13): its own reference set (answer suites, twins) and index, its near-duplicate
+    # the thorough preset: its own reference set (answer suites, twins) and index, its near-duplicate
     # index built before any timing (it is built once per process, beside the index)
     t0 = time.perf_counter()
     cfg_t = PRESETS["thorough"]

@@ -1,4 +1,4 @@
-"""The step's table writes as the tables grow (issue 17): seconds per shard merged, at 0 to N shards already stored.
+"""The step's table writes as the tables grow: seconds per shard merged, at 0 to N shards already stored.
 
 A run's scan outcomes are merged by the step, the one DuckDB writer (rescan/state.py
 ``write_outcomes``, batches of ``outcomes.FLUSH_SHARDS``).  With 26,000 shards in an

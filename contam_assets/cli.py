@@ -46,7 +46,13 @@ class Parser(argparse.ArgumentParser):
         if extra:
             command = getattr(ns, "command", None)
             self.error(f"unrecognized arguments: {' '.join(extra)}", f"{self.prog} {command}" if command else None)
-        return ns
+        from contam_assets import settings
+
+        try:
+            return settings.fill_args(ns)  # flags left out: the variable, else the default
+        except ValueError as exc:
+            command = getattr(ns, "command", None)
+            self.exit(2, error_line(f"{self.prog} {command}" if command else self.prog, exc) + "\n")
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

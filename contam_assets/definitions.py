@@ -6,7 +6,7 @@ CLI all load ``defs`` from here under one code location name, ``contam_assets``.
 ``load_from_defs_folder`` imports each module under ``defs/`` and collects what it
 declares (assets, checks, jobs, sensors, schedules, and the resources of the
 ``@dg.definitions`` functions), so a new file there loads without being listed.
-The environment (CONTAM_*) is read when the location loads, not when this module
+The settings (contam_assets/settings.py) are read from the environment when the location loads, not when this module
 is imported.
 """
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from contam_assets.testing import SHARED_DATA  # CONTAM_SHARED_DATA, else ../shared/data
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("CONTAM_SHARED_DATA", PROJECT_ROOT.parent / "shared" / "data")).resolve()
 
 
 def pytest_configure(config):
@@ -63,7 +64,7 @@ def two_tasks(shared_data):
     """(config, reference records, index) of GSM8K and MBPP from the shared data, default preset (built once)."""
     from contam_assets.defs.resources import DEFAULT_TASKS_DIR
     from contam_assets.detector.config import preset
-    from contam_assets.detector.index import build_index
+    from contam_assets.detector.index_build import build_index
     from contam_assets.detector.reference import build_reference_set
     from contam_assets.detector.registry import load_registry
 

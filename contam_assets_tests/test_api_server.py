@@ -12,7 +12,7 @@ import pytest
 from contam_assets import store
 from contam_assets.evaluation.config import parse_config
 from contam_assets.evaluation.report import evaluate
-from contam_assets_tests.evaluation_helpers import (
+from contam_assets.testing.experiments import (
     add_checkpoint,
     api_server,
     gsm8k_rows,

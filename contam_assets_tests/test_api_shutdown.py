@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from contam_assets.evaluation.report import SCHEMA, dumps
-from contam_assets_tests.evaluation_helpers import HOST, api_server, free_port
+from contam_assets.testing.experiments import HOST, api_server, free_port
 
 REPORT = {"schema": SCHEMA, "model": {"checkpoint": "big/s1", "experiment": "big", "stage": "s1", "step": 1,
                                       "is_base": False},

@@ -11,6 +11,7 @@ import pytest
 
 from contam_assets import store
 from contam_assets.defs.data import assets as A
+from contam_assets.defs.data import checks as C
 from contam_assets.runner import DATA_ASSETS, DATA_CHECKS
 from contam_assets_tests.automation_helpers import instance, make_tasks_dir, resources, settings, write_pool
 
@@ -47,13 +48,13 @@ def test_scans_then_removals_then_report_and_mix_of_scanned_shards(world):
     tick = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=tick.cursor)
     assert _requested(tick) == {}  # the sensors start scans, not automation
     for shard in SHARDS[:2]:
-        assert dg.materialize([A.shard_matches, A.shard_accounting, A.shard_conservation], partition_key=shard, resources=resources(s),
+        assert dg.materialize([A.shard_matches, C.shard_accounting, C.shard_conservation], partition_key=shard, resources=resources(s),
                               instance=inst).success
     tick = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=tick.cursor)
     assert _requested(tick) == {"removals": [""]}
     again = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=tick.cursor)
     assert _requested(again) == {}  # handled: not requested twice
-    assert dg.materialize([A.removals, A.removals_consistent, A.scan_state_current], selection=[A.removals],
+    assert dg.materialize([A.removals, C.removals_consistent, C.scan_state_current], selection=[A.removals],
                           resources=resources(s), instance=inst).success
     tick = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=again.cursor)
     # the mix of the never-scanned shard is not requested (it would fail): its shard_matches partition is missing
@@ -63,18 +64,18 @@ def test_scans_then_removals_then_report_and_mix_of_scanned_shards(world):
 
 def test_a_failed_blocking_check_stops_the_removals(world):
     s, inst, defs = world["s"], world["inst"], world["defs"]
-    assert dg.materialize([A.shard_matches, A.shard_accounting, A.shard_conservation], partition_key=SHARDS[2], resources=resources(s),
+    assert dg.materialize([A.shard_matches, C.shard_accounting, C.shard_conservation], partition_key=SHARDS[2], resources=resources(s),
                           instance=inst).success
     with store.connect(s.db_path) as con:  # a scan whose counts no longer add up
         con.execute("update shard_stats set read = read + 1 where shard = ?", [SHARDS[2]])
-    check = dg.materialize([A.shard_matches, A.shard_accounting], selection=dg.AssetSelection.checks(A.shard_accounting),
+    check = dg.materialize([A.shard_matches, C.shard_accounting], selection=dg.AssetSelection.checks(C.shard_accounting),
                            resources=resources(s), instance=inst, raise_on_error=False)
     assert [c.passed for c in check.get_asset_check_evaluations()] == [False]
     tick = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=world["cursor"])
     assert "removals" not in _requested(tick)
     with store.connect(s.db_path) as con:
         con.execute("update shard_stats set read = read - 1 where shard = ?", [SHARDS[2]])
-    check = dg.materialize([A.shard_matches, A.shard_accounting], selection=dg.AssetSelection.checks(A.shard_accounting),
+    check = dg.materialize([A.shard_matches, C.shard_accounting], selection=dg.AssetSelection.checks(C.shard_accounting),
                            resources=resources(s), instance=inst)
     assert [c.passed for c in check.get_asset_check_evaluations()] == [True]
     tick = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=tick.cursor)

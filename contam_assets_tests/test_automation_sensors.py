@@ -115,11 +115,11 @@ def test_nightly_schedule_rescans_idf_stale_shards_in_full(world):
 DEFS_MODULE = """
 import dagster as dg
 import contam_assets.defs.data as data
-from contam_assets.defs.data import assets, jobs, outputs, sensors
+from contam_assets.defs.data import assets, checks, jobs, outputs, pool, publish, sensors
 from contam_assets.defs.resources import ContamDB, ContamSettings
 
 s = ContamSettings(out_dir={out!r}, pool_dir={pool!r}, tasks_dir={tasks!r}, benchmarks_dir={bench!r})
-defs = dg.Definitions.merge(dg.load_definitions_from_modules([assets, outputs, jobs, sensors]), data.defs,
+defs = dg.Definitions.merge(dg.load_definitions_from_modules([assets, checks, outputs, pool, publish, jobs, sensors]), data.defs,
                             dg.Definitions(resources={{"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path))}}))
 """
 
@@ -217,6 +217,17 @@ def test_a_deleted_shard_loses_its_partition_rows_and_files(world):
     deletes = [r for r in r1.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
     assert [r.partition_keys for r in deletes] == [["part-002.jsonl"]]
     assert "part-002.jsonl" not in {r.partition_key for r in r1.run_requests}
+    # the tick changed no table: its one request, pool_listing alone, retires the file (the one rule, runs.py)
+    con = duckdb.connect(str(s.db_path), read_only=True)
+    assert con.execute("select count(*) from shard_stats where shard = 'part-002.jsonl'").fetchone()[0] == 1
+    con.close()
+    assert r1.run_requests and all(r.job_name in (None, "scan_shards") for r in r1.run_requests)
+    from contam_assets.defs.data.runs import listing_request
+    from contam_assets.runner import data_definitions, execute
+
+    # the first step of each requested scan_shards run (or the run requested alone when no scan is due)
+    done = execute(data_definitions(s), listing_request(), inst, log=lambda _: None)
+    assert done.asset_materializations_for_node("pool_listing")[0].metadata["retired_files"].value == ["part-002.jsonl"]
     assert not (out / "mix" / "part-002.jsonl").exists()
     con = duckdb.connect(str(s.db_path), read_only=True)
     assert con.execute("select count(*) from shard_stats where shard = 'part-002.jsonl'").fetchone()[0] == 0

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from contam_assets.cli import Parser, build_parser, main
-from contam_assets_tests import bad_pool
+from contam_assets.testing import bad_pool
 from contam_assets_tests.test_cli_data import contam
 
 HINT = "rerun the same command to resume (shards scanned whole are kept)"

@@ -15,6 +15,7 @@ import zstandard
 
 from contam_assets import store
 from contam_assets.defs.data import assets as A
+from contam_assets.defs.data import checks as C
 from contam_assets.defs.data.engine import engine_from_env
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
@@ -139,7 +140,7 @@ def test_rematerializing_a_shard_gives_the_same_rows(detected):
     before = q(s, "select * from matches order by match_id")
     res = {"contam_settings": s, "contam_db": ContamDB(path=str(s.db_path)), "contam_scan_engine": engine_from_env()}
     for _ in range(2):
-        r = dg.materialize([A.shard_matches, A.shard_conservation], partition_key="b/planted.jsonl.gz", resources=res, instance=inst)
+        r = dg.materialize([A.shard_matches, C.shard_conservation], partition_key="b/planted.jsonl.gz", resources=res, instance=inst)
         assert r.success
         checks = r.get_asset_check_evaluations()
         assert checks and all(c.passed for c in checks)
@@ -160,7 +161,7 @@ def test_review_decision_applies_to_removals_and_mix(detected, tmp_path, monkeyp
     monkeypatch.setenv("CONTAM_SCAN_WORKERS", "2")
     runs = len(inst.get_runs())
     run_apply(s, inst, log=lambda m: None)
-    assert len(inst.get_runs()) == runs + 2  # apply_reviews and one write_mix over the 3 shards
+    assert len(inst.get_runs()) == runs + 3  # apply_reviews, one write_mix over the 3 shards, publish_outputs
     removed = {(r[0], r[1]) for r in q(s, "select shard, line from removals")}
     assert (shard, line) in removed
     other = [k for k in truth["review"] if k != (shard, line)][0]
@@ -173,7 +174,7 @@ def test_review_decision_applies_to_removals_and_mix(detected, tmp_path, monkeyp
     monkeypatch.setenv("CONTAM_SCAN_WORKERS", "1")
     runs = len(inst.get_runs())
     run_apply(s, inst, log=lambda m: None)
-    assert len(inst.get_runs()) == runs + 4  # apply_reviews and a write_mix per shard
+    assert len(inst.get_runs()) == runs + 5  # apply_reviews, a write_mix per shard, publish_outputs
     assert (shard, line) not in {(r[0], r[1]) for r in q(s, "select shard, line from removals")}
     with zstandard.open(out / "mix" / "c/code.jsonl.zst", "rt") as fh:
         assert f"c{line}" in {json.loads(l)["id"] for l in fh}

@@ -24,7 +24,7 @@ from contam_assets.store.readers import columns, read_unit
 from contam_assets.store.readers import parquet as parquet_mod
 from contam_assets.store.readers.arrow import ArrowReader
 from contam_assets.store.readers.parquet import ParquetReader
-from contam_assets_tests.pool_formats import CLEAN, contam, docs, tasks_dir, write_jsonl
+from contam_assets.testing.pool_formats import CLEAN, contam, docs, tasks_dir, write_jsonl
 
 WORDS = "the baker kneads the bread while the oven warms the kitchen before the market opens. "
 

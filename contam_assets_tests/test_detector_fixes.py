@@ -8,7 +8,7 @@ import polars as pl
 
 from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.detector.config import preset
-from contam_assets.detector.index import build_index
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry

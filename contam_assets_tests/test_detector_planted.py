@@ -12,7 +12,7 @@ import pytest
 from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.demo import HostText
 from contam_assets.detector.config import preset
-from contam_assets.detector.index import build_index
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry

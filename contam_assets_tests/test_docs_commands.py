@@ -27,7 +27,7 @@ import pytest
 from dagster._core.instance.ref import InstanceRef
 
 from contam_assets.store import connect
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 from contam_assets_tests.doc_commands import ROOT, command
 from contam_assets_tests.review_helpers import free_port
 

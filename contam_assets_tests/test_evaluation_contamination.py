@@ -13,7 +13,7 @@ from contam_assets.detector.ngrams import word_ngrams
 from contam_assets.evaluation.contamination import NGRAM, ItemSet, Measurement, measure, words_of
 from contam_assets.evaluation.items import BenchmarkSpec, default_specs, load_benchmark
 from contam_assets.evaluation.rows import RowStats, iter_training_texts, row_text
-from contam_assets_tests.evaluation_helpers import gsm8k_rows, write_jsonl
+from contam_assets.testing.experiments import gsm8k_rows, write_jsonl
 
 # 16 distinct words: 9 eight-grams.
 ITEM16 = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa"

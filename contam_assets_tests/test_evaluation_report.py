@@ -13,7 +13,7 @@ from contam_assets.cli import main as cli_main
 from contam_assets.evaluation.config import ConfigError, load_config, parse_config
 from contam_assets.evaluation.report import ReportError, evaluate, flatten_numbers
 from contam_assets.evaluation.reports import comparison, report_problems
-from contam_assets_tests.evaluation_helpers import add_checkpoint, gsm8k_rows, write_jsonl, write_probe_metrics
+from contam_assets.testing.experiments import add_checkpoint, gsm8k_rows, write_jsonl, write_probe_metrics
 
 
 @pytest.fixture

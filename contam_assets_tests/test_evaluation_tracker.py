@@ -13,7 +13,7 @@ from contam_assets import store
 from contam_assets.evaluation.config import TrackerConfig, parse_config
 from contam_assets.evaluation.report import evaluate, flatten_numbers
 from contam_assets.evaluation.tracker import MARKER_FILE, TrackerError, read_marker, send_report
-from contam_assets_tests.evaluation_helpers import add_checkpoint, gsm8k_rows, write_jsonl, write_probe_metrics
+from contam_assets.testing.experiments import add_checkpoint, gsm8k_rows, write_jsonl, write_probe_metrics
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ import duckdb
 import pytest
 import zstandard
 
-from contam_assets_tests.bad_pool import clean, humaneval_copies, jsonl
+from contam_assets.testing.bad_pool import clean, humaneval_copies, jsonl
 
 AS_USER = (["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--"]
            if os.geteuid() == 0 and shutil.which("setpriv") else [])

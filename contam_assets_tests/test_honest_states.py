@@ -14,7 +14,7 @@ from contam_assets.defs.model.checkpoints import checkpoints
 from contam_assets.defs.model.checks import checkpoints_found
 from contam_assets.defs.model.resources import CheckpointLoader
 from contam_assets.defs.resources import ContamDB, ContamSettings
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 
 def _resources(out):

@@ -9,7 +9,8 @@ import numpy as np
 
 from contam_assets.detector import key_table
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.index import NgramIndex, build_index
+from contam_assets.detector.index import NgramIndex
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import decon_spec
 from contam_assets.store import artifacts

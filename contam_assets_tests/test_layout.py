@@ -42,8 +42,9 @@ def test_detector_imports_no_dagster_duckdb_or_ray_and_nothing_else_of_the_proje
         for name in imports_of(p):
             top = name.split(".")[0]
             assert top not in ("dagster", "duckdb", "ray", "dagster_ray"), f"{p.name} imports {name}"
-            if top == "contam_assets":
-                assert name.startswith("contam_assets.detector"), f"{p.name} imports {name}"
+            if top == "contam_assets":  # the settings module imports nothing of the project
+                assert name.startswith(("contam_assets.detector", "contam_assets.settings")), \
+                    f"{p.name} imports {name}"
 
 
 def test_paraphrase_imports_only_the_detector_of_the_project_and_no_dagster_duckdb_or_ray():
@@ -176,3 +177,72 @@ def test_ruff_finds_nothing():
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "contam_assets", "contam_assets_tests", "benchmarks"],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _imports_resolved(path: Path, module: str) -> set[str]:
+    """imports_of, with relative imports (``from .x import y``) resolved against ``module``."""
+    out = imports_of(path)
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def _outermost(names: list[str]) -> list[str]:
+    """``names`` without those inside another one (``a.b.c`` goes when ``a.b`` is there)."""
+    return [n for n in names if not any(n.startswith(m + ".") for m in names)]
+
+
+def test_no_benchmark_imports_the_test_suite():
+    """benchmarks/ stands on the product (contam_assets.testing holds what benchmarks and tests share), never on
+    contam_assets_tests: not by package name, nor by a test module's bare name after a sys.path insert."""
+    bench = ROOT / "benchmarks"
+    files = sorted(bench.rglob("*.py"))
+    own = {p.stem for p in files}
+    test_modules = {p.stem for p in (ROOT / "contam_assets_tests").rglob("*.py")} - own
+    bad, shared = [], []
+    for p in files:
+        names = _imports_resolved(p, module_name(p))
+        shared += [n for n in names if n.startswith("contam_assets.testing")]
+        suite = sorted(n for n in names if n.split(".")[0] in test_modules | {"contam_assets_tests"})
+        bad += [f"{p.relative_to(ROOT)} imports {n}: move what it needs into contam_assets/testing/"
+                for n in _outermost(suite)]
+    assert files and shared, "the scan found no benchmark that imports contam_assets.testing: is it reading imports?"
+    assert not bad, "\n".join(bad)
+
+
+def test_no_product_module_imports_the_testing_package_or_the_test_suite():
+    """contam_assets/testing/ sits on top of the product for tests and benchmarks: nothing else in contam_assets/
+    imports it, and nothing in contam_assets/ (testing included) imports contam_assets_tests."""
+    bad = []
+    testing = PKG / "testing"
+    assert (testing / "__init__.py").is_file()
+    for p in sorted(PKG.rglob("*.py")):
+        names = _imports_resolved(p, module_name(p))
+        suite = sorted(n for n in names if n.split(".")[0] == "contam_assets_tests")
+        bad += [f"{p.relative_to(ROOT)} imports {n} (the product never imports the test suite)" for n in _outermost(suite)]
+        if testing not in p.parents:
+            above = sorted(n for n in names if n == "contam_assets.testing" or n.startswith("contam_assets.testing."))
+            bad += [f"{p.relative_to(ROOT)} imports {n} (only tests and benchmarks import contam_assets.testing)"
+                    for n in _outermost(above)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_testing_package_imports_without_pytest_or_dev_extras():
+    """Every module of contam_assets/testing imports in a fresh interpreter where pytest, the test suite, moto,
+    boto3 and httpx cannot be imported (the dev extras are imported inside the functions that use them)."""
+    import subprocess
+    import sys
+
+    mods = sorted(module_name(p) for p in (PKG / "testing").rglob("*.py"))
+    blocked = ["pytest", "_pytest", "contam_assets_tests", "moto", "boto3", "httpx"]
+    code = ("import importlib, sys\n"
+            f"for m in {blocked!r}:\n    sys.modules[m] = None\n"
+            f"for m in {mods!r}:\n    importlib.import_module(m)\n"
+            "print('imported', len([m for m in sys.modules if m.startswith('contam_assets.testing')]))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["imported", str(len(mods))], r.stdout

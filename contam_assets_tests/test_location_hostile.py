@@ -17,7 +17,7 @@ from contam_assets.defs.resources import ContamSettings
 from contam_assets.store.location import LocationError, redact, resolve
 from contam_assets.store.mirror import mirror
 from contam_assets.store.pool import check_shard, list_pool, read_shard
-from contam_assets_tests.pool_formats import docs, write_jsonl
+from contam_assets.testing.pool_formats import docs, write_jsonl
 
 SECRET_TEXT = "outside-secret-row-4b1d9e never to be read"
 SECRET_KEY = "se/cret+Wq9zK2v8Lm"  # an AWS secret access key may hold '/' and '+'

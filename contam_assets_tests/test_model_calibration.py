@@ -15,7 +15,7 @@ import json
 import pytest
 
 from contam_assets.cli import main
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 LIMIT = 16
 

@@ -3,7 +3,7 @@
 import json
 
 from contam_assets.cli import main
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 REQUIRED = (
     "gsm8k-train-ppl", "gsm8k-test-ppl", "gsm8k-ref-ppl", "delta1", "delta2",

@@ -14,7 +14,7 @@ from contam_assets.model import benchmarks as bm
 from contam_assets.model.loader import load_checkpoint
 from contam_assets.model.ppl_probe import opencompass_token_loss, ppl_metrics, skywork_loss, token_loss
 from contam_assets.model.sequences import score_sets
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 LIMIT = 6
 

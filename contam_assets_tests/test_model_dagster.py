@@ -22,7 +22,7 @@ from contam_assets.defs.model.probes import (
 from contam_assets.defs.model.resources import CheckpointLoader, ProbeSettings
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.store import connect
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 PROBES = [checkpoints, sequence_scores, ppl_probe, bits_per_byte, membership_scores, recitation_rate, fresh_set_gap]
 

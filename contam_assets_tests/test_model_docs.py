@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 from contam_assets_tests.conftest import SHARED_DATA
 
 ROOT = Path(__file__).resolve().parents[1]

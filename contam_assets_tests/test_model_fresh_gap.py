@@ -14,7 +14,7 @@ from contam_assets.model.fresh_gap import (
 )
 from contam_assets.model.generation import generate_greedy
 from contam_assets.model.loader import LoadOptions, load_checkpoint
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 
 def test_last_number_and_gold_parsing():

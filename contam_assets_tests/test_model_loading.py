@@ -14,7 +14,7 @@ from contam_assets.model.checkpoint import CheckpointError
 from contam_assets.model.loader import LoadOptions, describe, load_checkpoint, parse_max_memory, placement
 from contam_assets.model.scoring import score_texts
 from contam_assets.model.vllm_backend import BackendUnavailable, unavailable_reason
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 TEXTS = ["Janet’s ducks lay 16 eggs per day. She eats three for breakfast.", "A robe takes 2 bolts of blue fiber."]
 

@@ -6,7 +6,7 @@ from contam_assets.model.loader import load_checkpoint
 from contam_assets.model.membership import membership_metrics
 from contam_assets.model.ppl_probe import ppl_metrics
 from contam_assets.model.sequences import score_sets
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 
 @pytest.fixture(scope="module")

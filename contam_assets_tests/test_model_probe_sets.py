@@ -4,7 +4,7 @@ from contam_assets.model.loader import load_checkpoint
 from contam_assets.model.ppl_probe import token_loss
 from contam_assets.model.probe_inputs import ProbeOptions
 from contam_assets.model.probe_run import sequence_items, sequence_metrics, sequence_probes
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 
 def test_chosen_sets_give_the_probe_json_numbers(tmp_path, shared_data):

@@ -12,7 +12,7 @@ from contam_assets.model.recitation import (
     recitation_metrics,
     run_recitation,
 )
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 
 @pytest.fixture(scope="module")

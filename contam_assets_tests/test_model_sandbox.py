@@ -25,7 +25,7 @@ from contam_assets.model.code_exec import ExecJob, Limits, run_job, run_jobs
 from contam_assets.model.recitation import humaneval_problems
 from contam_assets.model.sandbox import SandboxUnavailable, sandbox_status
 from contam_assets.model.sandbox_child import Handle, WireError, decode, encode
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 ROOT = Path(__file__).resolve().parents[1]
 CORRECT = "    return x + y\n"

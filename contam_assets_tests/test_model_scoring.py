@@ -14,7 +14,7 @@ from contam_assets.model.membership import membership_metrics, min_k, min_k_plus
 from contam_assets.model.ppl_probe import ppl_metrics
 from contam_assets.model.scoring import score_texts
 from contam_assets.model.sequences import ItemScore, score_sets
-from contam_assets_tests import model_tiny as mt
+from contam_assets.testing import model_tiny as mt
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import polars as pl
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import encode_texts
 from contam_assets.detector.ngrams import ngram_hashes, ngram_hashes_reference, segment_ngram_hashes, unique_per_segment
-from contam_assets_tests.throughput_planted import build_detector
+from contam_assets.testing.throughput_planted import build_detector
 
 
 def random_arrays(rng, k):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from contam_assets.detector.config import PRESETS, ConfigError, with_parts
-from contam_assets.detector.index import build_index
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import load_registry

@@ -11,7 +11,7 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
-from contam_assets_tests.pool_formats import (
+from contam_assets.testing.pool_formats import (
     contam,
     docs,
     hf_cache,

@@ -12,8 +12,8 @@ import pytest
 from contam_assets.store.location import mirror_folder, resolve
 from contam_assets.store.mirror import NAME_MAX_BYTES, local_rel, mirror
 from contam_assets.store.pool import list_pool
-from contam_assets_tests.pool_formats import contam, docs, tasks_dir
-from contam_assets_tests.s3_server import s3_client, s3_server
+from contam_assets.testing.pool_formats import contam, docs, tasks_dir
+from contam_assets.testing.s3_server import s3_client, s3_server
 
 BUCKET = "keys-bucket"
 LONG = "long/" + "x" * 300 + ".jsonl"  # a 306-character part: no local file system takes it as a name

@@ -3,12 +3,14 @@ do): the same tables and mix as the same pool in a local folder, credentials nev
 
 from __future__ import annotations
 
+import sys
+
 import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from contam_assets_tests.pool_formats import contam, docs, tasks_dir, write_jsonl, write_parquet
-from contam_assets_tests.s3_server import s3_client, s3_server
+from contam_assets.testing.pool_formats import contam, docs, tasks_dir, write_jsonl, write_parquet
+from contam_assets.testing.s3_server import s3_client, s3_server
 
 SECRET = "s3cr3t-never-written-7f3a9c"
 BUCKET = "contam-bucket"
@@ -197,3 +199,16 @@ def test_each_s3_server_starts_empty():
         s3_client(env).put_object(Bucket="left-behind", Key="pool/a.jsonl", Body=b"{}\n")
     with s3_server() as env:
         assert s3_client(env).list_buckets()["Buckets"] == []
+
+
+def test_without_moto_the_s3_server_fails_with_one_line(monkeypatch):
+    """moto and boto3 are dev extras: contam_assets.testing imports them inside the functions, and a missing one is
+    one line naming the package and the extra."""
+    monkeypatch.setitem(sys.modules, "moto.server", None)
+    with pytest.raises(ModuleNotFoundError) as e:
+        with s3_server():
+            pass
+    assert str(e.value) == "moto.server is not installed (moto comes with the dev extra: pip install -e '.[dev]')"
+    monkeypatch.setitem(sys.modules, "boto3", None)
+    with pytest.raises(ModuleNotFoundError, match=r"^boto3 is not installed \(boto3 comes with the dev extra: [^\n]*\)$"):
+        s3_client({"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})

@@ -8,10 +8,10 @@ import subprocess
 
 import pyarrow.parquet as pq
 
-from contam_assets_tests.bad_pool import FILLER, humaneval_copies
+from contam_assets.testing.bad_pool import FILLER, humaneval_copies
+from contam_assets.testing.pool_formats import write_parquet
+from contam_assets.testing.s3_server import s3_client, s3_server
 from contam_assets_tests.doc_commands import command
-from contam_assets_tests.pool_formats import write_parquet
-from contam_assets_tests.s3_server import s3_client, s3_server
 
 
 def host_rows() -> list[dict]:

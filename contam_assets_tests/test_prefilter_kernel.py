@@ -22,8 +22,8 @@ from contam_assets.detector.anchors import LEVELS, N_TABLES, SHORT, quad_slots, 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.prefilter import MAX_RUN, compiled_pass, ensure_prefilter, pack
 from contam_assets.detector.text import translate_bytes
+from contam_assets.testing.throughput_planted import build_detector, planted_documents
 from contam_assets_tests.test_prefilter_recall import adversarial_documents
-from contam_assets_tests.throughput_planted import build_detector, planted_documents
 
 CFG = DetectConfig()
 pytestmark = pytest.mark.skipif(compiled_pass() is None, reason="numba is not installed")

@@ -9,7 +9,7 @@ import pytest
 
 from contam_assets.defs.resources import DetectorKnobs
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.index import build_index
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.reference import build_reference_set

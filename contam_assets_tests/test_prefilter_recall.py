@@ -23,7 +23,7 @@ from contam_assets.detector.ngrams import ngram_hashes
 from contam_assets.detector.prefilter import ensure_prefilter, flag_bar
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
-from contam_assets_tests.throughput_planted import as_documents, build_detector, planted_documents, scan_rows
+from contam_assets.testing.throughput_planted import as_documents, build_detector, planted_documents, scan_rows
 
 CFG = DetectConfig()
 

@@ -1,6 +1,6 @@
 """The quality assets on a CI slice (GSM8K, HumanEval, ARC-Easy, MMLU; default preset), checked against the targets.
 
-Targets (issue 7, default preset): recall >= 0.99 for verbatim, formatting-changed and
+Targets (default preset): recall >= 0.99 for verbatim, formatting-changed and
 escaped question+answer; >= 0.95 for solution-only code through the derived suites;
 <= 100 false positives per million clean documents; none on the hard negatives.
 
@@ -185,7 +185,7 @@ def test_rerun_replaces_rows(run):
     assert dup == 0
 
 
-# -- the thorough preset on the same slice (issue 13) ---------------------------------------------
+# -- the thorough preset on the same slice ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def thorough(run):

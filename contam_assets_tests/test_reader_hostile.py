@@ -17,7 +17,7 @@ import pytest
 from contam_assets.store.documents import Document, Reject
 from contam_assets.store.readers import read_unit
 from contam_assets.store.readers.parquet import ParquetReader
-from contam_assets_tests.pool_formats import contam, docs, tasks_dir, write_jsonl
+from contam_assets.testing.pool_formats import contam, docs, tasks_dir, write_jsonl
 
 
 def accounting(path, max_doc_bytes=8 << 20):

@@ -326,7 +326,7 @@ def test_no_lead_gate_when_the_questions_do_not_give_every_key(two_tasks):
     was built) means no gate; a key of a question under n tokens is accounted for (no document n-gram equals it)."""
     import polars as pl
 
-    from contam_assets.detector.index import build_index
+    from contam_assets.detector.index_build import build_index
 
     cfg, records, _ = two_tasks
     small = records.filter(pl.col("task") == "mbpp").head(30)

@@ -109,7 +109,7 @@ def _cross_origin_attacks(page, server, attacker, mid: str, token: str) -> None:
     """Pages of another origin post to the review server in the reviewer's browser (its cookie held): all refused."""
     base, (origin, pages) = server["url"], attacker
     pages.update({
-        "/api-apply.html": _autopost(base + "/api/apply", {"x": "1"}),  # the issue's attack
+        "/api-apply.html": _autopost(base + "/api/apply", {"x": "1"}),  # a cross-site form post to the API
         "/form-apply.html": _autopost(base + "/apply", {"token": token, "back": "/"}),  # even with a leaked token
         "/decide.html": _autopost(base + "/decisions", {"token": token, "match_id": mid, "decision": "reject", "back": "/"}),
         "/blank.html": "<!doctype html><title>blank</title>",

@@ -1,4 +1,4 @@
-"""The review server against the attacks of issue 36, as curl would send them to a real `contam review --serve`.
+"""The review server against cross-site, rebinding and token attacks, as curl would send them to a real `contam review --serve`.
 
 One server (uvicorn on 127.0.0.1, the real `contam apply` behind its Apply) over a small
 detected folder in which one derived-suite match is accepted but not applied: an apply
@@ -62,7 +62,7 @@ def test_the_issue_s_cross_site_post_to_api_apply_and_its_variants_are_refused_a
     assert f"doc-{served['held']['line']}" in (out / "mix" / "code.jsonl").read_text()  # accepted, not yet applied
     form = {"Content-Type": "application/x-www-form-urlencoded"}
     attacks = [
-        ({"Origin": "http://evil.example", **form}, "x=1", 403),  # the issue's curl, word for word
+        ({"Origin": "http://evil.example", **form}, "x=1", 403),  # a cross-site form post, as curl sends it
         (form, "x=1", 403),  # no Origin, no token
         ({"Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"}, "{}", 403),
         ({"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:1", TOKEN_HEADER: token,

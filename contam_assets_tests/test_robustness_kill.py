@@ -20,7 +20,7 @@ import pytest
 import zstandard
 
 from contam_assets.detector.compression import open_binary
-from contam_assets_tests import bad_pool
+from contam_assets.testing import bad_pool
 from contam_assets_tests.test_cli_data import contam
 
 POINTS = ["reference_build", "index_save", "scan:1", "scan:3", "table_write:1", "table_write:2", "mix_write:1",

@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from contam_assets.store.pool import read_shard, shard_key, shard_path
-from contam_assets_tests import bad_pool
+from contam_assets.testing import bad_pool
 
 AS_USER = (["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--"]
            if os.geteuid() == 0 and shutil.which("setpriv") else [])

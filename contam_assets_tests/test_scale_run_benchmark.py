@@ -98,8 +98,8 @@ def test_scale_run_with_the_compiled_steps_off_gives_the_same_tables(tmp_path, s
     work = Path(tiny_run["pool"]["path"]).parent  # the documented run's folder: its pool, runs in folders of their own
     cmd = [sys.executable, "benchmarks/scale_run.py", "--size", "2MB", "--work", str(work),
            "--skip", "detect-1,detect-1-ranged,dagster,dagster-backfill", "--tasks", "gsm8k,humaneval,mbpp",
-           "--workers", "2", "--tiktoken-mb", "1", "--benchmarks", str(shared_data), "--compiled", "off",
-           "--json", str(tmp_path / "off.json")]
+           "--workers", "2", "--tiktoken-mb", "1", "--ceiling-mb", "1", "--benchmarks", str(shared_data),
+           "--compiled", "off", "--json", str(tmp_path / "off.json")]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     off = json.loads((tmp_path / "off.json").read_text())

@@ -24,6 +24,7 @@ import dagster as dg
 import pytest
 
 from contam_assets.runner import run_detect
+from contam_assets.testing.s3_server import free_port, s3_client, s3_server
 from contam_assets_tests.automation_helpers import (
     build_reference,
     instance,
@@ -33,7 +34,6 @@ from contam_assets_tests.automation_helpers import (
     write_pool,
 )
 from contam_assets_tests.doc_commands import ROOT, command
-from contam_assets_tests.s3_server import free_port, s3_client, s3_server
 
 DOC = "docs/automation.md"
 BIN = Path(sys.executable).parent

@@ -129,7 +129,7 @@ def test_a_shared_hash_never_hands_out_another_words_ids():
 
 def test_key_table_equals_the_binary_search(shared_data):
     from contam_assets.detector.config import DetectConfig
-    from contam_assets_tests.throughput_planted import build_detector, planted_documents
+    from contam_assets.testing.throughput_planted import build_detector, planted_documents
 
     key_table = pytest.importorskip("contam_assets.detector.key_table")
     _, index, _ = build_detector(shared_data, DetectConfig())
@@ -159,8 +159,8 @@ def test_scan_rows_equal_with_the_compiled_steps_off(shared_data, monkeypatch):
     """CONTAM_COMPILED=off (the plain paths) and the compiled steps give the same match rows and counters."""
     from contam_assets.detector.config import DetectConfig
     from contam_assets.detector.matches import Reference, scan_documents
+    from contam_assets.testing.throughput_planted import build_detector, planted_documents
     from contam_assets_tests.test_prefilter_recall import adversarial_documents
-    from contam_assets_tests.throughput_planted import build_detector, planted_documents
 
     records, index, _ = build_detector(shared_data, DetectConfig())
     ref = Reference(records)

@@ -168,7 +168,7 @@ def test_workers_read_the_index_from_its_folder_and_one_that_holds_another_fails
     index than the step's, fails every shard with the reason, and the pool goes on."""
     from contam_assets.defs.data.scan_jobs import plan_jobs
     from contam_assets.defs.resources import detect_config
-    from contam_assets.detector.index import build_index
+    from contam_assets.detector.index_build import build_index
     from contam_assets.rescan.plan import load_task_hashes
 
     pool, tasks = tmp_path / "pool", make_tasks_dir(tmp_path / "tasks")

@@ -1,4 +1,4 @@
-"""The thorough preset everywhere default goes (issue 13), starting with the commands docs/usage.md and
+"""The thorough preset everywhere default goes, starting with the commands docs/usage.md and
 docs/quality.md show, run exactly as written: `contam quality` with thorough beside default, then
 `contam detect --preset thorough --removal span` on that planted pool, then `contam review`.
 

@@ -1,4 +1,4 @@
-"""The thorough preset's rules, one planted case each, against decon's default (issue 13).
+"""The thorough preset's rules, one planted case each, against decon's default.
 
 A reduced registry of real items (GSM8K test, GSM-Hard, ARC-Easy, HumanEval, MMLU
 subjects a-c); each case is one document whose answer we know.  Table tests:
@@ -20,7 +20,7 @@ import pytest
 from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.demo import HostText
 from contam_assets.detector.config import PRESETS, THOROUGH_PARTS, DetectConfig, preset, with_parts
-from contam_assets.detector.index import build_index
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.prefilter import ensure_prefilter, flag_bar, rule_floor
 from contam_assets.detector.reference import build_reference_set

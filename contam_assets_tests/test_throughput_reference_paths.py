@@ -79,7 +79,7 @@ def test_clean_text_fast_path_equals_reference_on_edge_cases(text):
 def test_cl100k_word_cache_equals_tiktoken_on_random_and_real_text(shared_data):
     from contam_assets.detector.config import DetectConfig
     from contam_assets.detector.tokenize import _WordCache, get_tokenizer
-    from contam_assets_tests.throughput_planted import build_detector, planted_documents
+    from contam_assets.testing.throughput_planted import build_detector, planted_documents
 
     tok = get_tokenizer("cl100k")
     rng = random.Random(7)
@@ -122,8 +122,8 @@ def test_batched_scan_equals_per_document_scan(shared_data):
     from contam_assets.detector.config import DetectConfig
     from contam_assets.detector.scan import scan_many, scan_tokens
     from contam_assets.detector.tokenize import get_tokenizer
+    from contam_assets.testing.throughput_planted import build_detector, planted_documents
     from contam_assets_tests.test_prefilter_recall import adversarial_documents
-    from contam_assets_tests.throughput_planted import build_detector, planted_documents
 
     for cfg in (DetectConfig(), DetectConfig(report_floor=0.0, candidate_question_floor=0.0), DetectConfig(threshold=0.3)):
         records, index, _ = build_detector(shared_data, DetectConfig())

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets_tests.throughput_planted import as_documents, build_detector, planted_documents, scan_rows
+from contam_assets.testing.throughput_planted import as_documents, build_detector, planted_documents, scan_rows
 
 GOLDEN = Path(__file__).with_name("throughput_golden.json")
 # eval_* columns repeat the reference record (record_id pins it); training_segments repeats

@@ -19,7 +19,7 @@ from contam_assets import store
 from contam_assets.evaluation.config import load_config
 from contam_assets.evaluation.report import evaluate, flatten_numbers
 from contam_assets.evaluation.tracker import read_marker, run_id_for
-from contam_assets_tests.evaluation_helpers import add_checkpoint, gsm8k_rows, write_jsonl, write_probe_metrics
+from contam_assets.testing.experiments import add_checkpoint, gsm8k_rows, write_jsonl, write_probe_metrics
 
 PROJECT = "contam-evals"
 CHECKPOINTS = [("leaky", "step-000100", 100), ("leaky", "step-000200", 200), ("clean", "step-000100", 100),

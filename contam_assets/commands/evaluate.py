@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contam_assets.settings import add_flag
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -15,15 +17,14 @@ def register(subparsers) -> None:
     )
     p.add_argument("checkpoints", nargs="*", metavar="EXPERIMENT/STAGE",
                    help="checkpoints to evaluate (default: every checkpoint folder under the experiments folder)")
-    p.add_argument("--experiments", default=None, help="experiments folder (default CONTAM_EXPERIMENTS or <out>/experiments)")
-    p.add_argument("--config", default=None, help="evaluation config YAML/JSON (default CONTAM_EVAL_CONFIG)")
-    p.add_argument("--db", default=None, help="DuckDB file with probe_metrics (default <CONTAM_OUT>/contam.duckdb)")
+    add_flag(p, "experiments_dir", "--experiments", dest="experiments")
+    add_flag(p, "eval_config", "--config", dest="config")
+    p.add_argument("--db", default=None, help="DuckDB file with probe_metrics (default <out_dir setting>/contam.duckdb)")
     p.add_argument("--no-cache", action="store_true", help="recompute contamination even when cached")
     p.set_defaults(func=_run)
 
 
 def _run(args) -> int:
-    import os
 
     from contam_assets import store
     from contam_assets.cli import CliError
@@ -34,7 +35,7 @@ def _run(args) -> int:
 
     settings = ContamSettings.from_env(experiments_dir=args.experiments)
     try:
-        config = load_config(args.config or os.environ.get("CONTAM_EVAL_CONFIG"))
+        config = load_config(args.config or None)
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
     exp_dir = settings.experiments_path

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
+
+from contam_assets.settings import add_flag
 
 
 def register(subparsers) -> None:
@@ -16,41 +17,40 @@ def register(subparsers) -> None:
         description="Load a local Hugging Face checkpoint folder and write OUT/probe.json.",
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint folder (config, weights, tokenizer)")
-    p.add_argument("--benchmarks", default=os.environ.get("CONTAM_BENCHMARKS") or None,
-                   help="benchmark folder (default $CONTAM_BENCHMARKS; unset = embedded default, HumanEval only)")
-    p.add_argument("--out", default=os.environ.get("CONTAM_OUT", "contam_out"), help="output folder (default $CONTAM_OUT or contam_out)")
-    p.add_argument("--limit", type=int, default=None, help="score only the first N items of every set")
-    p.add_argument("--fresh", default=None, help="fresh GSM-style JSONL for the GSM8K-vs-fresh accuracy gap (e.g. GSM-Hard)")
-    p.add_argument("--ref", default=None, help="GSM8K reference set (default: Skywork's mock file in the benchmark folder)")
-    p.add_argument("--baseline-checkpoint", default=os.environ.get("CONTAM_BASELINE_CHECKPOINT") or None,
-                   help="a model that never saw the data: Min-K%% AUCs and Δ also relative to it (calibrated/*); "
+    add_flag(p, "benchmarks_dir", "--benchmarks", dest="benchmarks")
+    add_flag(p, "out_dir", "--out", dest="out", doc="output folder")
+    add_flag(p, "probe_limit", "--limit", dest="limit", doc="score only the first N items of every set (0: every item)")
+    add_flag(p, "fresh_set", "--fresh", dest="fresh",
+             doc="fresh GSM-style JSONL for the GSM8K-vs-fresh accuracy gap (e.g. GSM-Hard)")
+    add_flag(p, "probe_ref", "--ref", dest="ref", doc="GSM8K reference set (\"\": Skywork's mock file in the benchmark folder)")
+    add_flag(p, "baseline_checkpoint",
+                   doc="a model that never saw the data: Min-K%% AUCs and Δ also relative to it (calibrated/*); "
                         "its scores are cached in OUT/probes/baseline")
-    p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR") or None, help="task specs folder")
+    add_flag(p, "tasks_dir")
     p.add_argument("--k", type=float, default=0.2, help="Min-K%% fraction (default 0.2)")
     p.add_argument("--n-shot", type=int, default=5, help="worked GSM8K examples in the fresh-gap prompt (default 5)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="cap on generated tokens per answer (default 256 for GSM, 384 for code)")
-    p.add_argument("--execute", action="store_true",
-                   help="run generated code with its tests for pass@1, in a bubblewrap sandbox (refused without bwrap)")
-    p.add_argument("--device", default=os.environ.get("CONTAM_DEVICE", "auto"),
-                   help="auto (every GPU through accelerate's device_map, else CPU) | cpu | cuda | cuda:N")
-    p.add_argument("--device-map", default=os.environ.get("CONTAM_DEVICE_MAP") or None,
-                   help="accelerate strategy instead of --device: auto | balanced | balanced_low_0 | sequential")
-    p.add_argument("--max-memory", default=os.environ.get("CONTAM_MAX_MEMORY") or None,
-                   help="per-device caps for the device map, e.g. 0=20GiB,1=20GiB,cpu=64GiB")
+    add_flag(p, "probe_execute", "--execute", dest="execute",
+             doc="run generated code with its tests for pass@1, in a bubblewrap sandbox (refused without bwrap)")
+    add_flag(p, "device",
+                   doc="auto (every GPU through accelerate's device_map, else CPU) | cpu | cuda | cuda:N")
+    add_flag(p, "device_map",
+                   doc="accelerate strategy instead of --device: auto | balanced | balanced_low_0 | sequential")
+    add_flag(p, "max_memory",
+                   doc="per-device caps for the device map, e.g. 0=20GiB,1=20GiB,cpu=64GiB")
     p.add_argument("--offload-folder", default=None, help="folder for weights that fit on no device (device map)")
-    p.add_argument("--dtype", default=os.environ.get("CONTAM_DTYPE", "auto"),
-                   help="auto (the checkpoint's own, from its config) | float32 | bfloat16 | float16")
-    p.add_argument("--trust-remote-code", action="store_true", default=os.environ.get("CONTAM_TRUST_REMOTE_CODE") == "1",
-                   help="run modelling code shipped in the checkpoint folder (config.json auto_map: Qwen-1, Baichuan, ...)")
-    p.add_argument("--generation-backend", default=os.environ.get("CONTAM_GENERATION_BACKEND", "transformers"),
-                   choices=("transformers", "vllm"), help="generation probes on transformers (default) or vLLM")
+    add_flag(p, "dtype",
+                   doc="auto (the checkpoint's own, from its config) | float32 | bfloat16 | float16")
+    add_flag(p, "trust_remote_code",
+                   doc="run modelling code shipped in the checkpoint folder (config.json auto_map: Qwen-1, Baichuan, ...)")
+    add_flag(p, "generation_backend",
+                   choices=("transformers", "vllm"), doc="generation probes on transformers (default) or vLLM")
     p.add_argument("--skywork-batch-size", type=int, default=1,
                    help="batch size of Skywork's eval_loss.py to reproduce (default 1: the loss as defined; >1 adds "
                         "the script's EOS term for texts shorter than their batch)")
     p.add_argument("--exec-workers", type=int, default=2, help="generated programs judged at a time (--execute)")
-    p.add_argument("--token-budget", type=int, default=int(os.environ.get("CONTAM_TOKEN_BUDGET", 16384)),
-                   help="padded tokens per forward batch (default 16384)")
+    add_flag(p, "token_budget")
     p.add_argument("--hub", action="store_true", help="allow --checkpoint to name a Hugging Face Hub model (downloads)")
     p.set_defaults(func=run)
 
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     benchmarks = Path(args.benchmarks).resolve() if args.benchmarks else None
     if benchmarks is not None and not benchmarks.is_dir():
         raise CliError(f"benchmark folder not found: {benchmarks}")
-    if args.limit is not None and args.limit < 1:
-        raise CliError("--limit must be at least 1")
+    if args.limit is not None and args.limit < 0:
+        raise CliError("--limit must be at least 0 (0: every item)")
     if args.fresh and not Path(args.fresh).is_file():
         raise CliError(f"fresh set not found: {args.fresh}")
     if args.baseline_checkpoint and not Path(args.baseline_checkpoint).is_dir():
@@ -87,10 +87,10 @@ def run(args: argparse.Namespace) -> int:
     opts = ProbeOptions(
         benchmarks_dir=benchmarks,
         tasks_dir=Path(args.tasks_dir) if args.tasks_dir else None,
-        limit=args.limit,
-        ref_file=args.ref,
-        fresh_file=args.fresh,
-        baseline_checkpoint=args.baseline_checkpoint,
+        limit=args.limit or None,
+        ref_file=args.ref or None,
+        fresh_file=args.fresh or None,
+        baseline_checkpoint=args.baseline_checkpoint or None,
         k=args.k,
         n_shot=args.n_shot,
         execute=args.execute,
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--skywork-batch-size and --exec-workers must be at least 1")
     load = LoadOptions(
         device=args.device, dtype=args.dtype, token_budget=args.token_budget, allow_hub=args.hub,
-        trust_remote_code=args.trust_remote_code, device_map=args.device_map, max_memory=args.max_memory,
+        trust_remote_code=args.trust_remote_code, device_map=args.device_map or None, max_memory=args.max_memory or None,
         offload_folder=args.offload_folder, generation_backend=args.generation_backend,
     )
     out = Path(args.out)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from contam_assets.report.inert import term_text
+from contam_assets.settings import add_flag
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,8 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--serve", action="store_true",
                    help="serve the review page: filter, read raw text beside the eval item, accept/reject, apply")
     p.add_argument("--host", default="127.0.0.1", help="with --serve: address to bind (default 127.0.0.1, loopback only)")
-    p.add_argument("--port", type=int, default=int(os.environ.get("CONTAM_REVIEW_PORT", "8300")),
-                   help="with --serve: port (default 8300, or CONTAM_REVIEW_PORT)")
+    add_flag(p, "review_port", "--port", dest="port", doc="with --serve: port")
     p.add_argument("--dagster-home", help="with --serve: DAGSTER_HOME of the apply runs (default as `contam apply`)")
     p.set_defaults(func=run)
 

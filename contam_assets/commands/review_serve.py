@@ -47,8 +47,10 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
+            from contam_assets import settings
+
             raise CliError(f"port {port} on {host} is in use: stop what holds it, or pick another with --port N "
-                           "(or CONTAM_REVIEW_PORT)") from None
+                           f"(or {settings.var('review_port')})") from None
         raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return sock
 

@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from contam_assets.settings import add_flag
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tasks", help="list the benchmark tasks, their splits and instance counts in a benchmark folder",
@@ -13,9 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "its files and its instances (rows read; unreadable rows counted apart); then the "
                                    "data files of the folder that no spec reads.")
     p.add_argument("--benchmarks", help="benchmark folder (default: embedded HumanEval only)")
-    p.add_argument("--tasks-dir", default=os.environ.get("CONTAM_TASKS_DIR", ""),
-                   help="folder of task specs (default: $CONTAM_TASKS_DIR, else the project's data/tasks; 'catalogue': "
-                        "the shipped catalogue over the Hub's layouts)")
+    add_flag(p, "tasks_dir")
     p.add_argument("--tasks", help="comma-separated task names (default: every spec)")
     p.add_argument("--lm-eval-tasks", help="also list these lm-evaluation-harness tasks or groups: every leaf with its "
                                            "docs per split, or why it failed (read offline through lm_eval)")

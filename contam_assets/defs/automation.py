@@ -4,7 +4,7 @@ Sensors (defs/data/sensors.py, defs/model/checkpoints.py) react to the outside w
 task spec files, shard files, checkpoint folders.  Everything downstream of what they
 launch moves by the automation conditions below, evaluated by one automation
 sensor, ``contam_automation_sensor``, which starts STOPPED like the others
-(``CONTAM_AUTOMATION=1`` makes it RUNNING; or turn it on in the UI).
+(the automation setting (docs/settings.md) makes it RUNNING; or turn it on in the UI).
 
 The conditions are built from named parts, so the graph snapshot and the UI show
 what each asset waits for:
@@ -16,6 +16,7 @@ what each asset waits for:
 - ``on_new_scans``: removals, after new shard scans;
 - ``on_new_removals``: report and mix, after new removals (the mix ignores scan
   updates of its own shard, which only matter once the removals are recomputed);
+- ``on_new_outputs``: decon's report files and the Parquet tables, after a new report or mix;
 - ``on_new_probe_results``: evaluation reports and the correlation, after probe results.
 """
 
@@ -56,6 +57,13 @@ def on_new_removals(refresh_cron: str | None = None, needs_all_deps: bool = Fals
     return cond.with_label("on_new_removals")
 
 
+def on_new_outputs() -> dg.AutomationCondition:
+    """decon's report files and the Parquet tables: after a new report or mix (all deps settled, checks passed)."""
+    # materialized, not merely requested in the same tick: published once the report and the mix are written
+    updated = AC.any_deps_match(AC.newly_updated()).allow(dg.AssetSelection.assets("removal_report", "decontaminated_mix"))
+    return (updated.since_last_handled() & deps_settled() & checks_gate()).with_label("on_new_outputs")
+
+
 def on_new_probe_results() -> dg.AutomationCondition:
     """Evaluation reports: a probe of the checkpoint finished (a probe that skipped does not hold the report)."""
     return (AC.any_deps_updated().since_last_handled() & deps_settled()).with_label("on_new_probe_results")
@@ -76,5 +84,5 @@ contam_automation_sensor = dg.AutomationConditionSensorDefinition(
     minimum_interval_seconds=30,
     description="Evaluates the automation conditions of the graph (removals after new scans; report and mix after "
     "new removals; evaluation reports after new probe results; scheduled checks). STOPPED unless "
-    "CONTAM_AUTOMATION=1.",
+    "the automation setting is on.",
 )

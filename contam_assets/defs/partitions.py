@@ -5,7 +5,7 @@ import dagster as dg
 # One partition per training-pool shard; key = shard path relative to the pool.
 shards_partitions = dg.DynamicPartitionsDefinition(name="shards")
 
-# One partition per model checkpoint; key = "<experiment>/<stage>" (see docs/ARCHITECTURE.md).
+# One partition per model checkpoint; key = "<experiment>/<stage>" (see docs/tables.md).
 checkpoints_partitions = dg.DynamicPartitionsDefinition(name="checkpoints")
 
 # The four proxy ablation arms of seed 003.

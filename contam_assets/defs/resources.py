@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
 from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
-from contam_assets import store
+from contam_assets import settings, store
 from contam_assets.detector.config import KNOBS, ConfigError, DetectConfig, parse_knob, preset, with_parts
+from contam_assets.settings import DEFAULT_TASKS_DIR, PROJECT_ROOT  # noqa: F401 - the names users import here
 from contam_assets.sources.catalogue import resolve_tasks_dir
 from contam_assets.store.location import Location, mirror_folder
 from contam_assets.store.location import resolve as resolve_location
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TASKS_DIR = PROJECT_ROOT / "data" / "tasks"
 
 
 def _knob_fields() -> dict:
@@ -40,31 +36,32 @@ DetectorKnobs = dg.Config.__class__("DetectorKnobs", (dg.Config,), {
 
 
 class ContamSettings(dg.ConfigurableResource):
-    """Where things are.  Every field has an environment variable default."""
+    """Where things are.  Every field is a setting of contam_assets/settings.py (its variable, flag and default
+    there; docs/settings.md)."""
 
-    out_dir: str = "contam_out"  # CONTAM_OUT: contam.duckdb, index cache, report.html, mix/
-    pool_dir: str = ""  # CONTAM_POOL: a folder, file, glob or URL (store/location.py; "" = <out_dir>/demo_pool)
-    benchmarks_dir: str = ""  # CONTAM_BENCHMARKS: benchmark files ("" = embedded default: HumanEval from its package)
-    tasks_dir: str = ""  # CONTAM_TASKS_DIR: task specs ("" = the project's data/tasks)
-    tasks: str = ""  # CONTAM_TASKS: comma-separated task names to use ("" = every available task)
-    preset: str = "default"  # CONTAM_PRESET: default | olmo-web | olmo-synth | thorough
-    parts: str = ""  # CONTAM_PARTS: comma-separated thorough parts added to the preset (detector.config.THOROUGH_PARTS)
-    removal: str = "document"  # CONTAM_REMOVAL: document (drop it) | span (cut the matched spans, store/cuts.py)
-    unescape: bool | None = None  # CONTAM_UNESCAPE=0 for exact decon parity (None: the preset's)
-    tokenizer: str = ""  # CONTAM_TOKENIZER: cl100k | word | bytes ("" = the preset's)
-    content_key: str = "text"  # CONTAM_CONTENT_KEY (dots name a nested field, as in decon)
-    experiments_dir: str = ""  # CONTAM_EXPERIMENTS: "<out_dir>/experiments" when empty
-    evals_dir: str = ""  # CONTAM_EVALS_DIR: a decon reference folder (or glob) indexed beside / instead of the registry
-    decon_config: str = ""  # CONTAM_DECON_CONFIG: a decon YAML config; sets decon mode (docs/decon.md)
+    out_dir: str = settings.DEFAULT_OUT  # contam.duckdb, index cache, report.html, mix/
+    pool_dir: str = ""  # a folder, file, glob or URL (store/location.py; "" = <out_dir>/demo_pool)
+    benchmarks_dir: str = ""  # benchmark files ("" = embedded default: HumanEval from its package)
+    tasks_dir: str = ""  # task specs ("" = the project's data/tasks)
+    tasks: str = ""  # comma-separated task names to use ("" = every available task)
+    preset: str = "default"  # default | olmo-web | olmo-synth | thorough
+    parts: str = ""  # comma-separated thorough parts added to the preset (detector.config.THOROUGH_PARTS)
+    removal: str = "document"  # document (drop it) | span (cut the matched spans, store/cuts.py)
+    unescape: bool | None = None  # for exact decon parity (None: the preset's)
+    tokenizer: str = ""  # cl100k | word | bytes ("" = the preset's)
+    content_key: str = "text"  # (dots name a nested field, as in decon)
+    experiments_dir: str = ""  # "<out_dir>/experiments" when empty
+    evals_dir: str = ""  # a decon reference folder (or glob) indexed beside / instead of the registry
+    decon_config: str = ""  # a decon YAML config; sets decon mode (docs/decon.md)
     decon_report_dir: str = ""  # decon mode: decon-shaped report files (the config's report_output_dir)
     decon_cleaned_dir: str = ""  # decon mode: purified training files (cleaned_output_dir; default the report dir)
     purify: bool = False  # decon mode: write purified training files
-    follow_symlinks: bool = False  # CONTAM_FOLLOW_SYMLINKS=1: read symlinks that lead outside the pool
-    lm_eval_tasks: str = ""  # CONTAM_LM_EVAL_TASKS: lm-evaluation-harness tasks or groups (docs/benchmarks.md)
-    lm_eval_include: str = ""  # CONTAM_LM_EVAL_INCLUDE: a folder of the user's own lm-eval task YAMLs
-    trust_task_code: bool = False  # CONTAM_TRUST_TASK_CODE=1: build lm-eval tasks whose !function runs the include's code
-    allow_missing: bool = False  # CONTAM_ALLOW_MISSING=1: a task with no source files is a warning, not an error
-    knobs: DetectorKnobs = Field(default_factory=DetectorKnobs,  # CONTAM_KNOBS='{"threshold": 0.9}'
+    follow_symlinks: bool = False  # read symlinks that lead outside the pool
+    lm_eval_tasks: str = ""  # lm-evaluation-harness tasks or groups (docs/benchmarks.md)
+    lm_eval_include: str = ""  # a folder of the user's own lm-eval task YAMLs
+    trust_task_code: bool = False  # build lm-eval tasks whose !function runs the include's code
+    allow_missing: bool = False  # a task with no source files is a warning, not an error
+    knobs: DetectorKnobs = Field(default_factory=DetectorKnobs,
                                  description="detector knobs over the preset (and the decon config)")
 
     @property
@@ -96,7 +93,7 @@ class ContamSettings(dg.ConfigurableResource):
 
     @property
     def follow_links(self) -> bool:
-        """Symlinks out of the pool are read (CONTAM_FOLLOW_SYMLINKS).  A Hub cache snapshot's links into its own
+        """Symlinks out of the pool are read (the follow_symlinks setting).  A Hub cache snapshot's links into its own
         blobs/ are read without it (store/pool.py); a snapshot link anywhere else is skipped as outside_pool."""
         return self.follow_symlinks
 
@@ -167,43 +164,43 @@ class ContamSettings(dg.ConfigurableResource):
         return Path(self.experiments_dir).resolve() if self.experiments_dir else self.out_path / "experiments"
 
     @classmethod
-    def from_env(cls, **overrides) -> "ContamSettings":
-        env = os.environ
-        values = dict(
-            out_dir=env.get("CONTAM_OUT", "contam_out"),
-            pool_dir=env.get("CONTAM_POOL", ""),
-            benchmarks_dir=env.get("CONTAM_BENCHMARKS", ""),
-            tasks_dir=env.get("CONTAM_TASKS_DIR", ""),
-            tasks=env.get("CONTAM_TASKS", ""),
-            preset=env.get("CONTAM_PRESET", "default"),
-            parts=env.get("CONTAM_PARTS", ""),
-            removal=env.get("CONTAM_REMOVAL", "document"),
-            unescape=(env["CONTAM_UNESCAPE"] not in ("0", "false", "no")) if env.get("CONTAM_UNESCAPE") else None,
-            tokenizer=env.get("CONTAM_TOKENIZER", ""),
-            content_key=env.get("CONTAM_CONTENT_KEY", "text"),
-            experiments_dir=env.get("CONTAM_EXPERIMENTS", ""),
-            evals_dir=env.get("CONTAM_EVALS_DIR", ""),
-            decon_config=env.get("CONTAM_DECON_CONFIG", ""),
-            lm_eval_tasks=env.get("CONTAM_LM_EVAL_TASKS", ""),
-            lm_eval_include=env.get("CONTAM_LM_EVAL_INCLUDE", ""),
-            trust_task_code=env.get("CONTAM_TRUST_TASK_CODE", "").lower() in ("1", "true", "yes"),
-            allow_missing=env.get("CONTAM_ALLOW_MISSING", "").lower() in ("1", "true", "yes"),
-            follow_symlinks=env.get("CONTAM_FOLLOW_SYMLINKS", "").lower() in ("1", "true", "yes"),
-            knobs=DetectorKnobs(**json.loads(env["CONTAM_KNOBS"])) if env.get("CONTAM_KNOBS") else DetectorKnobs(),
-        )
+    def from_env(cls, flags: dict | None = None, env=None, **overrides) -> "ContamSettings":
+        """The settings by the one rule of contam_assets/settings.py: ``flags`` (by setting name; None = not given)
+        over the environment over the decon config (every field the decon_config setting's file holds, as
+        `contam detect` applies them) over the defaults.  ``overrides`` are set as given, over all of them."""
+        flags = {k: v for k, v in (flags or {}).items() if v is not None}
+        config = decon_config_values(settings.resolve("decon_config", flags.get("decon_config"), env))
+        values = {name: settings.resolve(name, flags.get(name), env, config) for name in SETTING_FIELDS}
+        values["knobs"] = DetectorKnobs(**(values["knobs"] or {}) | flags.get("knob_values", {}))
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def decon_config_values(path: str) -> dict:
+    """The settings a decon config file holds (settings.decon_values); {} when there is none, or when it cannot be
+    read: then the steps that read it fail with its message (ContamSettings.decon)."""
+    if not path:
+        return {}
+    from contam_assets.decon.config import load_decon_config
+
+    try:
+        return settings.decon_values(load_decon_config(path))
+    except (ConfigError, OSError, ValueError):
+        return {}
+
+
+SETTING_FIELDS = [name for name in ContamSettings.model_fields if name in settings.BY_NAME]
 
 
 class ContamDB(dg.ConfigurableResource):
     """The DuckDB file; connections are taken under a cross-process lock (contam_assets.store)."""
 
-    path: str = ""  # "" = <CONTAM_OUT>/contam.duckdb
+    path: str = ""  # "" = <out_dir setting>/contam.duckdb
 
     def resolved(self) -> Path:
         if self.path:
             return Path(self.path).resolve()
-        return Path(os.environ.get("CONTAM_OUT", "contam_out")).resolve() / "contam.duckdb"
+        return Path(settings.env_value("out_dir")).resolve() / "contam.duckdb"
 
     @contextmanager
     def connect(self, read_only: bool = False):
@@ -257,8 +254,8 @@ def detect_config(settings: ContamSettings) -> DetectConfig:
 
 
 def automation_on() -> bool:
-    """CONTAM_AUTOMATION=1: sensors and schedules start RUNNING when the code location loads."""
-    return os.environ.get("CONTAM_AUTOMATION", "").strip().lower() in ("1", "true", "yes", "on")
+    """The automation setting: sensors and schedules start RUNNING when the code location loads."""
+    return settings.automation_on()
 
 
 def sensor_default_status() -> dg.DefaultSensorStatus:

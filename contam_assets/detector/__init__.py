@@ -18,7 +18,7 @@ Read it in this order, from cleaning to the flag decision:
     prefilter.py   recall-safe skip of documents that cannot be flagged, built beside the index
     matches.py     candidates -> match rows a reviewer reads; scan_documents end to end
 
-Compiled steps (numba; each equals a plain path kept beside it, CONTAM_COMPILED=off uses those):
+Compiled steps (numba; each equals a plain path kept beside it, the compiled setting off uses those):
 
     word_kernel.py      a batch's words looked up in the word cache in one walk (tokenize.encode_translated)
     key_table.py        the index's n-gram keys in an open-addressing table (index.lookup)

@@ -17,13 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from contam_assets.settings import var
+
 # peak memory of a reference set and index build, per byte of benchmark text read (JSONL, uncompressed), plus a
-# base (Python, the tokenizer, Dagster): measured at 0.6 M synthetic instances, 6.7 GB from 431 MB (docs/scale.md)
-BYTES_PER_SOURCE_BYTE = 14.0
+# base (Python, the tokenizer, Dagster): with the batched index build, `contam detect` at 0.6 M synthetic instances
+# peaked at 3.13 GB summed PSS from 431 MB (4.9 bytes a byte over the base), most of it the index itself
+# (docs/scale.md, "A large registry"); 6 leaves a margin
+BYTES_PER_SOURCE_BYTE = 6.0
 BASE_BYTES = 1.0e9
 COMPRESSED_RATIO = 4  # a .gz/.zst/.bz2/.xz benchmark file's text, against its size on disk
 # "off": build without the check; a size ("12GB", "800MiB"): the memory the build may take (else what is available)
-MEMORY_CHECK_ENV = "CONTAM_MEMORY_CHECK"
+MEMORY_CHECK_ENV = var("memory_check")
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 # the share of a build's time each phase takes (measured at 0.6 M): reading the files, the decon filters (these two:
 # the reference_set step), the index (the ngram_index step)

@@ -1,11 +1,13 @@
 """Whether the scan's compiled steps run (numba): the word walk, the key table, the non-ASCII cleaning step, the
-prefilter's byte pass.  Each has a plain reference path that gives the same answer; ``CONTAM_COMPILED=off`` keeps
+prefilter's byte pass.  Each has a plain reference path that gives the same answer; the compiled setting off keeps
 to those (a platform where numba misbehaves, or a benchmark of the paths side by side)."""
 
 from __future__ import annotations
 
 import os
 from functools import lru_cache
+
+from contam_assets.settings import FALSE, resolve, var
 
 
 @lru_cache(maxsize=1)
@@ -20,13 +22,15 @@ def numba_installed() -> bool:
 def enabled() -> bool:
     # read on every call (a test or a benchmark may set it in between), its answer kept per value: the scan asks
     # a few hundred times per shard
-    value = os.environ.get("CONTAM_COMPILED", "on")
+    value = os.environ.get(_VAR, "")
     got = _ENABLED.get(value)
     if got is None:
-        got = _ENABLED[value] = value.strip().lower() not in ("off", "0", "false", "no") and numba_installed()
+        setting = resolve("compiled", env={_VAR: value})  # ValueError naming the variable when bad
+        got = _ENABLED[value] = setting not in FALSE and numba_installed()
     return got
 
 
+_VAR = var("compiled")
 _ENABLED: dict[str, bool] = {}
 
 

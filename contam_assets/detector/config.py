@@ -288,7 +288,7 @@ _THOROUGH_FIELDS = ("markup", "dense_short_questions", "question_only", "questio
                     "question_only_short_min_tokens", "question_only_short_min_idf",
                     "answer_suites", "answer_suite_min_words", "dump_min_items", "near_duplicates", "reference_overlap",
                     "paraphrase", "paraphrase_model", "paraphrase_min_similarity", "paraphrase_remove", "paraphrase_kinds")
-# The parts of `thorough`, by the name a user switches each on with (contam detect --markup, CONTAM_PARTS=markup,...)
+# The parts of `thorough`, by the name a user switches each on with (contam detect --markup, or the parts setting)
 THOROUGH_PARTS: dict[str, dict] = {
     "markup": {"markup": True},
     "short_questions": {"dense_short_questions": True},

@@ -9,7 +9,7 @@
   or any folder of data files (read recursively, sorted).
 
 pyarrow is imported inside the readers only: the detector's own modules import numpy, polars, tiktoken,
-xxhash and datasketch (docs/ARCHITECTURE.md); reading these formats is the one place that needs pyarrow.
+xxhash and datasketch (docs/detector.md, "The code"); reading these formats is the one place that needs pyarrow.
 """
 
 from __future__ import annotations

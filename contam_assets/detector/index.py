@@ -10,7 +10,6 @@ scanner skip almost every miss without a search.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import uuid
@@ -18,12 +17,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 import xxhash
 
 from contam_assets.detector import compiled
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.ngrams import ngram_hash, segment_ngram_hashes, unique_per_segment
+from contam_assets.detector.ngrams import unique_per_segment
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
 
@@ -274,94 +272,3 @@ def _compact(arrays: list[np.ndarray]) -> list[np.ndarray]:
     if len(arrays) < 2 or len({a.dtype for a in arrays}) != 1:
         return arrays
     return np.split(np.concatenate(arrays), np.cumsum([len(a) for a in arrays[:-1]]))
-
-
-def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None) -> NgramIndex:
-    """Index the records with indexed == True; ``progress``: a build_budget.BuildProgress, or None."""
-    step = progress.indexed if progress is not None else (lambda what, share: None)
-    recs = records.filter(pl.col("indexed")).sort("record_id")
-    n_rec = recs.height
-    if n_rec == 0:
-        raise ValueError("no reference record is indexable (check the benchmark folder and task filter)")
-    N = float(n_rec)
-    n, an, pn = cfg.ngram_size, cfg.answer_ngram_size, cfg.passage_ngram_size
-
-    step("tokenizing questions", 0.0)
-    q_tokens = encode_texts(recs["question"].to_list(), cfg)
-    step("tokenizing answers and passages", 0.3)
-    answers = recs["answer"].to_list() if cfg.index_answers else [None] * n_rec
-    passages = recs["passage"].to_list() if cfg.index_passages else [None] * n_rec
-    a_tokens = encode_texts([a or "" for a in answers], cfg)
-    p_tokens = encode_texts([p or "" for p in passages], cfg)
-
-    step("question n-grams", 0.5)
-    # -- question postings: unique n-grams per record --------------------------
-    q_len = np.array([len(t) for t in q_tokens], dtype=np.int32)
-    h, seg = segment_ngram_hashes(q_tokens, n)
-    # decon rule: a question shorter than n tokens is one n-gram of all its tokens
-    short = [i for i, t in enumerate(q_tokens) if 0 < len(t) < n]
-    h = np.concatenate([h, np.array([ngram_hash(q_tokens[i]) for i in short], dtype=np.uint64)])
-    seg = np.concatenate([seg, np.array(short, dtype=np.int64)])
-    all_h, seg = unique_per_segment(h, seg)  # per record, in record order: what np.unique per record gives
-    del h  # each temporary of the question postings freed once used: the build's peak is their sum
-    q_unique = np.bincount(seg, minlength=n_rec).astype(np.int32)
-    all_d = seg.astype(np.int32)
-    order = np.lexsort((all_d, all_h))
-    all_h, all_d = all_h[order], all_d[order]
-    del order, seg
-    q_keys, first, df = np.unique(all_h, return_index=True, return_counts=True)
-    q_offsets = np.append(first, len(all_h)).astype(np.int64)
-    del all_h, first
-    # decon rule: idf = ln(N / df) over indexed records
-    q_idf = np.log(N / df)
-    key_of_pair = np.repeat(np.arange(len(q_keys)), df)
-    q_idf_sum = np.zeros(n_rec, dtype=np.float64)
-    np.add.at(q_idf_sum, all_d, q_idf[key_of_pair])
-    del key_of_pair
-    # decon rule: an n-gram in more than max(2*floor(sqrt(N)), 2000) records is hot
-    hot_threshold = max(2 * int(math.isqrt(n_rec)), 2000)
-    hot = df > hot_threshold
-
-    bloom_bits = int(min(32, max(16, math.ceil(math.log2(max(1, len(q_keys)) * 16)))))
-    bloom = np.zeros((1 << bloom_bits) // 64, dtype=np.uint64)
-    bidx = q_keys >> np.uint64(64 - bloom_bits)
-    np.bitwise_or.at(bloom, (bidx >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), bidx & np.uint64(63)))
-    del bidx
-
-    step("token frequencies and answer n-grams", 0.75)
-    # -- token frequencies (decon: per field, unique tokens per record) ---------
-    uniq = [_unique_tokens(f) for f in (q_tokens, a_tokens, p_tokens)]
-    vocab, tok_df = np.unique(np.concatenate([u for u, _ in uniq]), return_counts=True)
-    del q_tokens
-
-    # -- answers --------------------------------------------------------------
-    a_len = np.array([len(t) for t in a_tokens], dtype=np.int32)
-    a_vals, a_seg = uniq[1]
-    a_unique = np.bincount(a_seg, minlength=n_rec).astype(np.int32)
-    # the idf sum of an answer's distinct tokens is > 0 exactly when one of them has idf > 0
-    a_short_ok = np.bincount(a_seg, weights=np.log(N / tok_df[np.searchsorted(vocab, a_vals)]) > 0, minlength=n_rec) > 0
-    long_answer = a_len > cfg.short_answer_token_threshold
-    a_ng_off, a_ng_keys = _per_record(*unique_per_segment(*segment_ngram_hashes(a_tokens, an, long_answer)), n_rec)
-    a_vocab, a_df = np.unique(a_ng_keys, return_counts=True)  # df over records (keys unique per record)
-    a_ng_idf = np.log(N / a_df[np.searchsorted(a_vocab, a_ng_keys)]) if len(a_ng_keys) else np.zeros(0)
-    a_idf_total = _segment_sums(a_ng_idf, a_ng_off)
-    a_tok_off, a_tok = _csr(a_tokens, np.uint64)
-
-    # -- passages -------------------------------------------------------------
-    p_len = np.array([len(t) for t in p_tokens], dtype=np.int32)
-    p_ng_off, p_ng_keys = _per_record(*unique_per_segment(*segment_ngram_hashes(p_tokens, pn)), n_rec)
-    p_vocab, p_df = np.unique(p_ng_keys, return_counts=True)
-    p_ng_idf = np.log(N / p_df[np.searchsorted(p_vocab, p_ng_keys)]) if len(p_ng_keys) else np.zeros(0)
-    p_idf_total = _segment_sums(p_ng_idf, p_ng_off)
-
-    index = NgramIndex(
-        record_ids=recs["record_id"].to_numpy().astype(np.int32),
-        q_keys=q_keys, q_offsets=q_offsets, q_docs=all_d, q_idf=q_idf, hot=hot,
-        q_len=q_len, q_unique=q_unique, q_idf_sum=q_idf_sum, bloom=bloom, bloom_bits=bloom_bits,
-        a_len=a_len, a_unique=a_unique, a_tok_off=a_tok_off, a_tok=a_tok, a_short_ok=a_short_ok,
-        a_ng_off=a_ng_off, a_ng_keys=a_ng_keys, a_ng_idf=np.asarray(a_ng_idf, dtype=np.float64), a_idf_total=a_idf_total,
-        p_len=p_len, p_ng_off=p_ng_off, p_ng_keys=p_ng_keys, p_ng_idf=np.asarray(p_ng_idf, dtype=np.float64),
-        p_idf_total=p_idf_total, hot_threshold=hot_threshold,
-        config_json=json.dumps(cfg.reference_key(), sort_keys=True),
-    )
-    return index

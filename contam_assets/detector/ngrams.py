@@ -125,6 +125,6 @@ def unique_per_segment(values: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray,
     keep = np.ones(len(key), dtype=bool)
     keep[1:] = key[1:] != key[:-1]
     key = key[keep]
-    low = key & ((np.uint64(1) << bits) - np.uint64(1))
+    low = key & (np.uint64(_MASK) >> (np.uint64(64) - bits))  # the low ``bits`` bits (all 64 of them too)
     v = distinct[low.astype(np.int64)] if distinct is not None else low
     return v.astype(values.dtype), (key >> bits).astype(seg.dtype)

@@ -22,6 +22,7 @@ Rules (decon's reference preprocessing plus seed 003's derived suites):
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,14 +144,14 @@ UNSPECIFIED_SPLIT = "unspecified"  # a decon reference record without a split
 def _decon_record(src, spec: TaskSpec) -> dict | None:
     """One reference record from a decon reference line, its fields read as decon reads them."""
     row = src.row
-    name = Path(src.source_file).name
+    name = sys.intern(Path(src.source_file).name)  # names repeated on every record held once (a registry of millions)
     # decon rule: eval_key, else eval_name, else the file stem (the name without its last suffix)
-    eval_key = next((row[k] for k in ("eval_key", "eval_name") if isinstance(row.get(k), str)), name.rsplit(".", 1)[0])
+    eval_key = sys.intern(next((row[k] for k in ("eval_key", "eval_name") if isinstance(row.get(k), str)), name.rsplit(".", 1)[0]))
     index = row.get("eval_instance_index")
     text = lambda k: row[k] if isinstance(row.get(k), str) else None  # noqa: E731
     doc_id = row.get("doc_id")
     return dict(
-        task=eval_key, suite=eval_key, eval_key=eval_key, split=text("split") or UNSPECIFIED_SPLIT,
+        task=eval_key, suite=eval_key, eval_key=eval_key, split=sys.intern(text("split") or UNSPECIFIED_SPLIT),
         # decon rule: eval_instance_index, else the line number
         instance_index=index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else src.source_line,
         subject=None, kind=spec.kind, language=spec.language, derived=False,

@@ -10,7 +10,7 @@ only: it would skip every other one on the same bound.  `reach` is scan.can_reac
 the hashing, lookup and span merging of boundaries.long_answer's window (the idf sum stays there, in numpy).
 
 Both need numba; clusters.py and scan.py keep the plain paths (the reference, with the thorough rules'
-short questions, and under ``CONTAM_COMPILED=off``).  test_walk_kernel.py holds them equal.
+short questions, and with the compiled setting off).  test_walk_kernel.py holds them equal.
 """
 
 from __future__ import annotations

@@ -33,8 +33,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import hypergeom
-from scipy.stats import t as student_t
 
 LEVEL = 0.95
 ALPHA = (1.0 - LEVEL) / 2
@@ -110,6 +108,8 @@ def positives_upper(k: int, n: int, N: int, alpha: float = ALPHA) -> int:
     replacement from N still has probability >= alpha (an exact one-sided bound; K = k when n = N)."""
     if n >= N:
         return int(k)
+    from scipy.stats import hypergeom  # here, not at the top: every load of the Dagster definitions imports this module
+
     K = np.arange(k, N - (n - k) + 1)
     ok = K[hypergeom.cdf(k, N, K, n) >= alpha]
     return int(ok.max()) if ok.size else int(k)
@@ -140,6 +140,8 @@ def total(design: Design, y: np.ndarray, boot: np.ndarray, floor: float = 1.0, c
     lo, hi = (float(v) for v in np.quantile(reps, [ALPHA, 1 - ALPHA]))
     se, df = design_se(design, y)
     if df > 0:  # the textbook interval too: a bootstrap of few units per stratum is too narrow on its own
+        from scipy.stats import t as student_t
+
         q = float(student_t.ppf(1 - ALPHA, df))
         lo, hi = min(lo, est - q * se), max(hi, est + q * se)
     positive = y > 0

@@ -36,9 +36,10 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
+from contam_assets import settings
 from contam_assets.evaluation.report import REPORT_FILE
 from contam_assets.evaluation.report_files import read_report
-from contam_assets.evaluation.report_index import FRESH_S, IndexBusy, Indexes, racy_until
+from contam_assets.evaluation.report_index import IndexBusy, Indexes, racy_until
 from contam_assets.evaluation.safeio import Refused, components_problem, json_bytes, name_problem
 from contam_assets.evaluation.webapp import ApiError, Body, cached, install_error_handlers
 from contam_assets.evaluation.webapp import serve as serve_app
@@ -196,15 +197,11 @@ def create_app(roots: list[str | Path] | None = None, cwd: str | Path | None = N
                fresh_s: float | None = None) -> FastAPI:
     """The app; ``roots`` default to API_PATHS (or, unset, the working directory).
 
-    ``fresh_s``: how old (seconds) a listing may be — ``CONTAM_API_FRESH_S``,
+    ``fresh_s``: how old (seconds) a listing may be — the api_fresh_s setting,
     default 1.0; 0 re-checks the folder for every request (report_index).
     """
     if fresh_s is None:
-        raw = os.environ.get("CONTAM_API_FRESH_S") or str(FRESH_S)
-        try:
-            fresh_s = float(raw)
-        except ValueError:
-            raise ValueError(f"CONTAM_API_FRESH_S must be a number of seconds, got {raw!r}") from None
+        fresh_s = settings.env_value("api_fresh_s")  # ValueError naming the variable when it is not a number
     if not 0 <= fresh_s <= 3600:
         raise ValueError(f"fresh_s must be between 0 and 3600 seconds, got {fresh_s}")
     cwd = Path(os.path.realpath(cwd or os.getcwd()))

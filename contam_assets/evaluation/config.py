@@ -1,9 +1,9 @@
 """The evaluation config: which benchmarks give the evaluation items, and the tracker.
 
-A YAML or JSON file (``CONTAM_EVAL_CONFIG``, the ``contam_evaluation``
+A YAML or JSON file (the eval_config setting, the ``contam_evaluation``
 resource's ``config_file``, or ``contam evaluate --config``)::
 
-    benchmarks:                      # optional; default: the known files of CONTAM_BENCHMARKS
+    benchmarks:                      # optional; default: the known files of the benchmarks_dir setting
       - name: gsm8k-test
         path: /data/gsm8k_test.jsonl # relative paths resolve against the config file's folder
         format: gsm8k                # optional: inferred from the first row

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contam_assets.detector import registry
+from contam_assets.settings import DEFAULT_TASKS_DIR
 
-DEFAULT_TASKS_DIR = Path(__file__).resolve().parents[2] / "data" / "tasks"
 # Where OpenCompass expects the mock set, then the two Skywork files (see shared/data/SOURCES.md).
 REFERENCE_CANDIDATES = (
     "mock_gsm8k_test.jsonl",

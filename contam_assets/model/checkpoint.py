@@ -2,7 +2,7 @@
 
 A checkpoint is a local Hugging Face folder (config, weights, tokenizer).  Its
 metadata comes from ``contam_checkpoint.json`` when present (see
-docs/ARCHITECTURE.md), otherwise from the folder names:
+docs/tables.md), otherwise from the folder names:
 ``<experiments>/<experiment>/checkpoints/<stage>/``, step from ``step-000400``,
 base when the stage is ``base``.
 """

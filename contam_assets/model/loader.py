@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contam_assets import settings
 from contam_assets.model.checkpoint import CheckpointError, check_complete
 
 DEFAULT_TOKEN_BUDGET = 16384  # padded tokens per forward batch
@@ -156,7 +157,7 @@ def load_checkpoint(path: str | Path, options: LoadOptions = LoadOptions()) -> L
         if custom and not options.trust_remote_code:
             raise CheckpointError(
                 f"checkpoint folder {path} defines its model in its own code ({', '.join(sorted(custom))} in "
-                "config.json auto_map); rerun with --trust-remote-code (CONTAM_TRUST_REMOTE_CODE=1) if you trust it"
+                f"config.json auto_map); rerun with --trust-remote-code ({settings.var('trust_remote_code')}=1) if you trust it"
             )
     device, where = placement(options)
     dtype = resolve_dtype(options.dtype)

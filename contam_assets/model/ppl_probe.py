@@ -63,7 +63,7 @@ def token_loss(items: Sequence[ItemScore]) -> float | None:
 
 
 def opencompass_token_loss(items: Sequence[ItemScore]) -> float | None:
-    """Token-weighted loss on OpenCompass's tokenization (special tokens in): what Δ used before issue 15."""
+    """Token-weighted loss on OpenCompass's tokenization (special tokens in), kept for comparison; Δ uses Skywork's, without special tokens."""
     predicted = sum(it.n_predicted for it in items)
     return sum(it.nll for it in items) / predicted if predicted else None
 

@@ -4,7 +4,7 @@ Every process that runs generated code (or the benchmark tests that judge it)
 starts as ``bwrap`` with:
 
 - **an unprivileged user**: when the probe runs as root, the sandbox is
-  started as ``nobody`` (uid 65534; ``CONTAM_SANDBOX_USER`` names another), so
+  started as ``nobody`` (uid 65534; the sandbox_user setting names another), so
   ``RLIMIT_NPROC`` binds (the kernel never applies it to uid 0) and host files
   are checked against an account that owns nothing; as a normal user, bwrap
   runs as that user;
@@ -41,6 +41,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contam_assets import settings
 from contam_assets.model import sandbox_child
 
 TOOL = "bwrap"
@@ -74,14 +75,14 @@ def drop_user() -> tuple[int, int] | None:
     """(uid, gid) to start bwrap as when this process is root; None otherwise."""
     if os.geteuid() != 0:
         return None
-    name = os.environ.get("CONTAM_SANDBOX_USER", "nobody")
+    name = settings.env_value("sandbox_user")
     try:
         entry = pwd.getpwnam(name)
         uid, gid = entry.pw_uid, entry.pw_gid
     except KeyError:
         uid = gid = SANDBOX_UID
     if uid == 0:
-        raise SandboxUnavailable(f"CONTAM_SANDBOX_USER={name!r} is root; the sandbox needs an unprivileged account")
+        raise SandboxUnavailable(f"{settings.var('sandbox_user')}={name!r} is root; the sandbox needs an unprivileged account")
     return uid, gid
 
 
@@ -128,7 +129,7 @@ def python_argv(status: SandboxStatus, *args: str) -> list[str]:
 def _interpreters() -> list[str]:
     """Candidate interpreters for inside the sandbox; the first that runs there is used."""
     found = []
-    for cand in (os.environ.get("CONTAM_SANDBOX_PYTHON"), "/usr/bin/python3", "/usr/local/bin/python3",
+    for cand in (settings.env_value("sandbox_python"), "/usr/bin/python3", "/usr/local/bin/python3",
                  getattr(sys, "_base_executable", None), sys.executable):
         if cand and os.path.isfile(cand):
             real = os.path.realpath(cand)
@@ -191,7 +192,7 @@ def _status(tool_path: str | None, user: tuple[int, int] | None, interpreters: t
 
 def sandbox_status(tool: str | None = None) -> SandboxStatus:
     """Whether generated code can run isolated here (checked from inside once per process and tool)."""
-    tool = tool or os.environ.get("CONTAM_SANDBOX_TOOL") or TOOL
+    tool = tool or settings.env_value("sandbox_tool") or TOOL
     try:
         user = drop_user()
     except SandboxUnavailable as exc:

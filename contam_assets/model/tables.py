@@ -1,4 +1,4 @@
-"""Model-side DuckDB tables (contract in docs/ARCHITECTURE.md).
+"""Model-side DuckDB tables (contract in docs/tables.md).
 
 ``probe_metrics`` and ``probe_items`` are long tables; a probe's rows for one
 checkpoint are replaced in one transaction (delete, then insert), so a re-run
@@ -33,7 +33,7 @@ def ensure_tables(con) -> None:
 
 
 def replace_correlations(con, results) -> None:
-    """Replace ``probe_correlations`` whole (recreated: tables from before issue 15 lack ``scope``)."""
+    """Replace ``probe_correlations`` whole (recreated: older tables lack ``scope``)."""
     con.execute("begin transaction")
     try:
         con.execute("drop table if exists probe_correlations")

@@ -119,6 +119,12 @@ def signature(code: str) -> tuple[str, tuple[str, ...]] | None:
     return m.group(1), params
 
 
+def signatures(code: str) -> set[tuple[str, tuple[str, ...]]]:
+    """(function name, parameter names) of every ``def`` in ``code``."""
+    return {(m.group(1), tuple(p.group(1) for p in (_PARAM.match(x) for x in m.group(2).split(",")) if p))
+            for m in _DEF.finditer(code)}
+
+
 # words a multiple-choice stem is made of whatever it asks: left out of its content words
 _STOP = frozenset("""the and for with that this these those which what who whom whose when where why how
 from into about over under between during after before than then such not but its their there they them

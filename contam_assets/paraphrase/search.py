@@ -3,14 +3,17 @@ at all, the windows of a document, and exact search (a matrix product in numpy).
 
 Gates, per document, before any embedding: a math item is a candidate only where the document
 holds every number of its question, close together (within the longest window the item could be
-in), and one of the item's less common words (held by at most ``TOPIC_SHARE`` of the items; a
+in) and with no number between them that neither its question nor its solution holds (the verifier
+refuses such a window), and one of the item's less common words (held by at most ``TOPIC_SHARE`` of the items; a
 rewording keeps a few: 98 % of GSM-Plus's "problem understanding" rows keep one), two where the
-item has at most ``FEW_NUMBERS`` distinct numbers; a code item where it holds the function's name, or
+item has at most ``FEW_NUMBERS`` distinct numbers; a code item where it holds the function's signature
+(``def name(params)``, which the signature rule needs), or
 (paraphrase_kinds ``code``) its less common words and example values close together; a multiple-choice
 item (paraphrase_kinds ``mc``) where it holds its less common content words close together
 (``WordGate``); any other item where it holds at least half
 of the item's rare words, and at least ``MIN_RARE`` (words of at most ``RARE_SHARE`` of the items).  A
-document with no candidate item is not tokenized for the embedder.
+document with no candidate item is not tokenized for the embedder; one whose candidates came through a
+word gate alone is embedded only around the words that let them through.
 
 Windows are runs of whole sentences (and lines), of one to ``MAX_SENTENCES`` sentences, whose
 length lies within ``[LENGTH_LOW, LENGTH_HIGH]`` times the item's (question, or question and
@@ -25,10 +28,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from scipy import sparse
 
 from contam_assets.paraphrase.embed import StaticEmbedder, normalize
-from contam_assets.paraphrase.quantities import SOFT, STEM, STEM_WORD, number_positions, string_positions
-from contam_assets.paraphrase.verify import CODE, MATH, MC, MC_COVER, Evidence, Item, check
+from contam_assets.paraphrase.quantities import SOFT, STEM, STEM_WORD, number_positions, signatures, string_positions
+from contam_assets.paraphrase.verify import (
+    CODE,
+    CODE_LITERALS,
+    CODE_MIN_LITERALS,
+    MATH,
+    MC,
+    MC_COVER,
+    MC_STEM_WEIGHT,
+    Evidence,
+    Item,
+    check,
+)
 
 MAX_SENTENCES = 12
 LENGTH_LOW, LENGTH_HIGH = 0.5, 2.0
@@ -40,9 +55,10 @@ MC_GATE_SHARE = 0.05  # a multiple-choice item's words held by at most this shar
 MC_RARE_SHARE = 0.01  # ... and one of them held by at most this share
 MC_GATE_WEIGHT = 14.0  # the least weight of them a document must hold (and MC_COVER of the item's)
 MC_STEP, CODE_STEP = 250, 500  # ... within a stretch of one to two steps (characters)
+RARE_MARK = 1e4  # more than any item's keys weigh together
+GATE_SPAN = 0.5  # ... and the words reaching that weight within this share of the item's length
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z][a-z']{3,}")
-_CALL = re.compile(r"[a-z_][a-z0-9_]*(?=\s*\()")
 
 
 @dataclass
@@ -87,18 +103,20 @@ class ParaphraseIndex:
         self.q_vec = embedder.embed(qs)
         self.qa_vec = embedder.embed([q + "\n" + a for q, a in zip(qs, ans)])
         # multiple choice and code: each item a bag of words weighted by rarity among the items of its kind
-        self.bags = {k: WordGate(self.items, k, self.q_vec, self.qa_vec) for k in (MC, CODE) if k in self.kinds}
         self.q_len = np.array([len(q) for q in qs], dtype=np.int64)
         self.qa_len = np.array([len(q) + 1 + len(a) for q, a in zip(qs, ans)], dtype=np.int64)
+        self.bags = {k: WordGate(self.items, k, self.q_vec, self.qa_vec, self.qa_len) for k in (MC, CODE) if k in self.kinds}
         self._gates(qs)
 
     def _gates(self, qs: list[str]) -> None:
         self.by_number: dict[float, list[int]] = defaultdict(list)
         self.by_word: dict[str, list[int]] = defaultdict(list)
-        self.by_call: dict[str, list[int]] = defaultdict(list)  # a code item's function name, matched as `name(`
+        self.by_call: dict[tuple, list[int]] = defaultdict(list)  # a code item's signature, as `def name(params)`
         self.need = np.zeros(len(self.items), dtype=np.int64)  # keys a document must share with the item
         self.by_topic: dict[str, list[int]] = defaultdict(list)  # a math item's less common words
         self.need_topic = np.zeros(len(self.items), dtype=np.int64)
+        # a math item's window holds no number outside its question's and its solution's (verify.check)
+        self.allowed: list[frozenset | None] = [None] * len(self.items)
         words = [set(_WORD.findall(q.lower())) for q in qs]
         df: dict[str, int] = defaultdict(int)
         for ws in words:
@@ -111,13 +129,14 @@ class ParaphraseIndex:
                 for v in it.numbers:
                     self.by_number[v].append(i)
                 self.need[i] = len(it.numbers)
+                self.allowed[i] = frozenset(round(v, 4) for v in set(it.numbers) | set(it.answer_numbers))
                 topic = [w for w in words[i] if df[w] <= topic_max]
                 for w in topic:
                     self.by_topic[w].append(i)
                 # few numbers say little: an item with FEW_NUMBERS or fewer needs two such words
                 self.need_topic[i] = min(len(topic), 2 if len(it.numbers) <= FEW_NUMBERS else 1)
             elif it.kind == CODE:
-                self.by_call[it.signature[0].lower()].append(i)
+                self.by_call[it.signature].append(i)
                 self.need[i] = 1
             elif it.kind == MC:
                 self.need[i] = 0  # the multiple-choice gate (WordGate) alone
@@ -143,14 +162,21 @@ class ParaphraseIndex:
         low = text.lower()
         words = set(_WORD.findall(low))
         posts += [self.by_word[w] for w in words if w in self.by_word]
-        if "(" in text:
-            posts += [self.by_call[w] for w in set(_CALL.findall(low)) if w in self.by_call]
-        bagged = [b.candidates(text, low, occ) for b in self.bags.values() if b.members.size]
-        bagged = np.concatenate(bagged) if bagged else np.zeros(0, dtype=np.int64)
+        if "def" in text:  # the signature rule needs the item's own signature in the window
+            posts += [self.by_call[s] for s in signatures(text) if s in self.by_call]
+        spans: dict[int, tuple[int, int]] = {}  # an item through a word gate: the stretch around its words
+        for b in self.bags.values():
+            if b.members.size:
+                for c, a, z in zip(*(x.tolist() for x in b.candidates(text, low, occ))):
+                    spans[c] = (a, z)
+        bagged = np.array(sorted(spans), dtype=np.int64)
         if not posts:
-            return (bagged, 0, len(text)) if len(bagged) else (np.zeros(0, dtype=np.int64), 0, 0)
+            if not spans:
+                return bagged, 0, 0
+            return bagged, min(a for a, _ in spans.values()), max(z for _, z in spans.values())
         counts = np.bincount(np.concatenate(posts), minlength=len(self.items))
         ok = (counts >= self.need) & (self.need > 0)
+        keyed = ok.copy()  # through the number, word or name gates: the whole document
         ok[bagged] = True
         if not ok.any():
             return np.zeros(0, dtype=np.int64), 0, 0
@@ -165,9 +191,10 @@ class ParaphraseIndex:
         for c in cand.tolist():
             if self.items[c].kind != MATH:
                 keep.append(c)
-                lo, hi = 0, len(text)
+                a, z = spans[c] if c in spans and not keyed[c] else (0, len(text))
+                lo, hi = min(lo, a), max(hi, z)
                 continue
-            span, a, b = min_span(seq, set(self.items[c].numbers))
+            span, a, b = min_span(seq, set(self.items[c].numbers), self.allowed[c])
             reach = LENGTH_HIGH * self.qa_len[c]
             if span <= reach:
                 keep.append(c)
@@ -229,13 +256,20 @@ class WordGate:
     """The items of one kind (multiple choice, or code) as bags of content words (code: and the literals of
     its examples), each word weighted by its rarity among them (log of items over items holding it).
 
-    The gate: a document holds at least ``MC_GATE_WEIGHT`` and ``MC_COVER`` of the weight of an item's
+    The gate, in three steps, each cheaper than the next is selective: (1) a stretch of the document (``step``
+    to twice that in characters) holds at least ``MC_GATE_WEIGHT`` and ``MC_COVER`` of the weight of an item's
     less common words (held by at most ``MC_GATE_SHARE`` of the items), one of them rare (at most
-    ``MC_RARE_SHARE``).  The margin: a window's similarity to the item less its best similarity to any
-    other item of the kind."""
+    ``MC_RARE_SHARE``): one sparse product per document; (2) a code item (renamed rule) needs ``CODE_LITERALS``
+    of its examples' values and every number of its prompt in the document: an item with fewer than
+    ``CODE_MIN_LITERALS`` values is found by its signature only; (3) the words that reach that weight lie within
+    ``GATE_SPAN`` of the item's length (question and answer): a rewording restates the item in about its
+    own length, a document about the subject spreads the same words over paragraphs.  The stretch of
+    characters handed to the embedder is the one around those words.  The margin: a window's similarity to
+    the item less its best similarity to any other item of the kind."""
 
-    def __init__(self, items: list, kind: str, q_vec: np.ndarray, qa_vec: np.ndarray):
+    def __init__(self, items: list, kind: str, q_vec: np.ndarray, qa_vec: np.ndarray, qa_len: np.ndarray):
         self.kind, self.n = kind, len(items)
+        self.items, self.qa_len = items, qa_len
         self.step = CODE_STEP if kind == CODE else MC_STEP
         self.members = np.array([i for i, it in enumerate(items) if it.kind == kind], dtype=np.int64)
         self.vec = np.concatenate([q_vec[self.members], qa_vec[self.members]])
@@ -249,41 +283,73 @@ class WordGate:
         self.rare = np.log(m / max(1, int(MC_RARE_SHARE * m)))
         by_word: dict[str, list[int]] = defaultdict(list)
         self.need = np.full(len(items), np.inf)
+        self.keys: dict[int, frozenset] = {}
         for i in self.members.tolist():
+            if kind == CODE and len(items[i].option_stems) < CODE_MIN_LITERALS:
+                continue  # the renamed rule cannot hold it: its signature gate alone
             keys = [w for w in items[i].stems if self.weights[w] >= gate_min]
             for w in keys:
                 by_word[w].append(i)
+            self.keys[i] = frozenset(keys)
             self.need[i] = max(MC_GATE_WEIGHT, MC_COVER * sum(self.weights[w] for w in keys))
+        # the keys as a sparse (word x item) matrix of weights, and one of rare keys
+        self.words = list(by_word)
+        self.word_id = {w: k for k, w in enumerate(self.words)}
+        rows = np.concatenate([np.full(len(v), k) for k, v in enumerate(by_word.values())]) if by_word else np.zeros(0, int)
+        cols = np.concatenate([np.asarray(v) for v in by_word.values()]) if by_word else np.zeros(0, int)
+        wts = np.array([self.weights[w] for w, v in by_word.items() for _ in v])
+        shape = (len(by_word), len(items))
+        # a rare key adds RARE_MARK: a product's entry is (rare keys) * RARE_MARK + (their weight)
+        self.matrix = sparse.csr_matrix((wts + RARE_MARK * (wts >= self.rare), (rows, cols)), shape=shape)
         self.by_word = {k: np.array(v, dtype=np.int64) for k, v in by_word.items()}
 
-    def candidates(self, text: str, low: str, occ: list) -> np.ndarray:
-        """The items whose less common words a stretch of the document holds (``step`` to twice that in
-        characters: a rewording's words lie close together, a long document holds many items' words apart)."""
-        keys: list[tuple[int, str]] = [(m.start() // self.step, w[:STEM]) for m in STEM_WORD.finditer(low)
-                                       if len(w := m.group(0).strip("'-")) >= 3]
+    def candidates(self, text: str, low: str, occ: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(items, lo, hi): the items whose less common words lie close together in the document, and for each
+        the stretch of characters its windows could lie in."""
+        none = np.zeros(0, dtype=np.int64)
+        wid = self.word_id
+        found = [(m.start(), k) for m in STEM_WORD.finditer(low)
+                 if (k := wid.get(m.group(0).strip("'-")[:STEM])) is not None]
+        lits: list[tuple[int, str]] = []
         if self.kind == CODE:
-            keys += [(at // self.step, "n:" + (str(int(v)) if float(v).is_integer() else str(v))) for v, at in occ]
-            keys += [(at // self.step, w) for at, w in string_positions(text)]
-        ids, chunk, wts = [], [], []
-        seen = set()
-        for b, w in keys:
-            post = self.by_word.get(w)
-            if post is None:
-                continue
-            for c in (b, b - 1):  # stretch c spans buckets c and c + 1
-                if c < 0 or (c, w) in seen:
-                    continue
-                seen.add((c, w))
-                ids.append(post)
-                chunk.append(np.full(len(post), c, dtype=np.int64))
-                wts.append(np.full(len(post), self.weights[w]))
-        if not ids:
-            return np.zeros(0, dtype=np.int64)
-        item, chunk, wt = np.concatenate(ids), np.concatenate(chunk), np.concatenate(wts)
-        uniq, inv = np.unique(chunk * self.n + item, return_inverse=True)
-        got = np.bincount(inv, weights=wt)
-        has_rare = np.bincount(inv, weights=(wt >= self.rare).astype(np.float64)) > 0
-        return np.unique(uniq[(got >= self.need[uniq % self.n]) & has_rare] % self.n)
+            lits = [(at, _num_key(v)) for v, at in occ]
+            lits += string_positions(text)
+            found += [(at, k) for at, w in lits if (k := wid.get(w)) is not None]
+        if not found:
+            return none, none, none
+        at, word = np.array(found, dtype=np.int64).T
+        bucket = at // self.step
+        # stretch c spans buckets c and c + 1: a word counts once per stretch
+        pairs = np.unique(np.concatenate([bucket, bucket - 1]) * len(wid) + np.concatenate([word, word]))
+        stretch, word_of = pairs // len(wid), pairs % len(wid)
+        ok = stretch >= 0
+        stretch, word_of = stretch[ok], word_of[ok]
+        stretches, row = np.unique(stretch, return_inverse=True)
+        pick = sparse.csr_matrix((np.ones(len(row)), (row, word_of)), shape=(len(stretches), len(wid)))
+        got = (pick @ self.matrix).tocoo()
+        hit = (got.data >= RARE_MARK) & (np.mod(got.data, RARE_MARK) >= self.need[got.col])
+        cand = np.unique(got.col[hit])
+        if len(cand) == 0:
+            return none, none, none
+        # the words reaching the weight lie close together: within GATE_SPAN of the item's length
+        nums = {w for _, w in lits}
+        keep, lo, hi = [], [], []
+        for c in cand.tolist():
+            it = self.items[c]
+            if self.kind == CODE and (len(it.option_stems & nums) < CODE_LITERALS * len(it.option_stems)
+                                      or any(_num_key(v) not in nums for v in it.numbers)):
+                continue  # the examples' values are not in the document
+            keys = self.keys[c]
+            pts = [(a, self.words[k]) for a, k in found if self.words[k] in keys]
+            if self.kind == MC and sum(self.weights[w] for w in {w for _, w in pts} & it.question_stems) < MC_STEM_WEIGHT:
+                continue  # the verifier needs that much of the question's own words
+            span, a, b = weight_span(pts, self.weights, self.need[c])
+            reach = LENGTH_HIGH * self.qa_len[c]
+            if span <= GATE_SPAN * self.qa_len[c]:
+                keep.append(c)
+                lo.append(max(0, int(b - reach)))
+                hi.append(min(len(text), int(a + reach)))
+        return np.array(keep, dtype=np.int64), np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
 
     def margin(self, item: int, vec: np.ndarray, similarity: float) -> float:
         """``similarity`` less the window's best similarity to any other item of the kind (its question, or
@@ -297,12 +363,44 @@ class WordGate:
         return similarity - float(sims.max())
 
 
-def min_span(seq: list[tuple[float, int]], values: set) -> tuple[float, int, int]:
+def _num_key(v: float) -> str:
+    return "n:" + (str(int(v)) if float(v).is_integer() else str(v))
+
+
+def weight_span(pts: list[tuple[int, str]], weights: dict, need: float) -> tuple[float, int, int]:
+    """(length, start, end) of the shortest stretch of characters whose distinct words (pts: (offset, word) in
+    order) weigh at least ``need``; length inf where they never do."""
+    have: dict[str, int] = {}
+    best, lo, total = (float("inf"), 0, 0), 0, 0.0
+    for at, w in pts:
+        have[w] = have.get(w, 0) + 1
+        if have[w] == 1:
+            total += weights[w]
+        while total >= need:
+            start, u = pts[lo]
+            if at - start < best[0]:
+                best = (at - start, start, at)
+            have[u] -= 1
+            if not have[u]:
+                del have[u]
+                total -= weights[u]
+            lo += 1
+    return best
+
+
+def min_span(seq: list[tuple[float, int]], values: set, allowed: frozenset | None = None) -> tuple[float, int, int]:
     """(length, start, end) of the shortest stretch of characters holding every value of ``values``
-    (seq: (value, offset) in order); length inf where some value is missing."""
+    (seq: (value, offset) in order) and no value outside ``allowed`` (None: any); length inf where there is none."""
     need, have, best, lo = len(values), {}, (float("inf"), 0, 0), 0
-    pts = [(v, at) for v, at in seq if v in values]
-    for hi, (v, at) in enumerate(pts):
+    pts: list[tuple[float, int]] = []
+    for v, at in seq:
+        if v in values:
+            pts.append((v, at))
+        elif allowed is not None and v not in allowed:  # a stretch past this value holds another problem's number
+            have, pts, lo = {}, [], 0
+            continue
+        else:
+            continue
         have[v] = have.get(v, 0) + 1
         while len(have) == need:
             if at - pts[lo][1] < best[0]:

@@ -15,7 +15,7 @@ import polars as pl
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.config import preset as preset_config
-from contam_assets.detector.index import build_index
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import MATCH_SCHEMA, Reference
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import TaskSpec

@@ -56,7 +56,7 @@ class Targets:
     numbers_same_template: float | None = None
 
 
-# The targets of each preset that has any (issue 7: default; issue 13: thorough).  Others are measured only.
+# The targets of each preset that has any (default and thorough).  Others are measured only.
 TARGETS = {
     "default": Targets(),
     "thorough": Targets(

@@ -113,7 +113,7 @@ def _match_card(m: dict, rank: int, raw: RawDocument | None = None, open_: bool 
     status = "flagged" if m["flagged"] else "near miss"
     if m["needs_review"]:
         status += " · needs review"
-    status += card_note(m)  # issue 13: reason and twins
+    status += card_note(m)  # the rule that made the match, and its twins
     subj = f" · {html_text(m['subject'])}" if m["subject"] else ""
     if raw is not None and raw.text is not None:
         doc_html, doc_label = raw.html(), "raw text"

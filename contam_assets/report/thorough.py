@@ -1,4 +1,4 @@
-"""Report sections of the thorough preset (issue 13): why each match was made, twins, span cuts.
+"""Report sections of the thorough preset: why each match was made, twins, span cuts.
 
 Called from report.html.render_report in one place (``thorough_sections``) and from the
 match cards (``card_note``); every section says "none" when its table is empty, so a

@@ -116,7 +116,7 @@ def _plan(con, out: Path, pool_dir: Path, shard: str, removal: str, cfg: DetectC
     if res is not None:
         run.unchanged += 1
         return _Shard(shard, res=res)
-    cutter = span_cutter(con, shard, cfg, content_key) if removal == "span" else None  # issue 13: cut the spans instead
+    cutter = span_cutter(con, shard, cfg, content_key) if removal == "span" else None  # --removal span: cut the spans instead
     job = MixJob(pool_dir=str(pool_dir), out_dir=str(out), shard=shard, drop=drop, rejected=rejected,
                  expected_read=stats[0] if stats[2] == "ok" else None, max_doc_bytes=cfg.max_doc_bytes,
                  accept_broken=stats[2] != "ok", cutter=cutter)

@@ -1,4 +1,4 @@
-"""What every worker of a run would otherwise load for itself, loaded once in the forkserver (issue 17).
+"""What every worker of a run would otherwise load for itself, loaded once in the forkserver.
 
 The forkserver imports this module (processes.WORKER_MODULES) before it forks any worker, so the
 compiled steps (the cleaning walk, the word walk, the key table and its stream pass, the cluster walk) and the default tokenizer are in

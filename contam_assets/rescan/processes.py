@@ -8,7 +8,7 @@ step process, the only DuckDB writer) writes what a serial loop would, in the sa
 An item whose ``fn`` raises yields its exception; the others go on.  A worker that dies
 (OOM killer, SIGKILL) breaks the pool: its item is tried again alone in a fresh pool, the
 others in flight in another fresh pool, and only an item that kills its worker twice fails
-(``WorkerDied``).  A ``CONTAM_FAULT`` kill point inside a worker kills the step too (an
+(``WorkerDied``).  A fault kill point (store/faults.py) inside a worker kills the step too (an
 operator's kill of the run), and a worker whose step is gone exits within a second.  Workers
 start from a forkserver, so no step thread is forked.
 """
@@ -27,6 +27,7 @@ from concurrent.futures import wait as wait_for
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 
+from contam_assets import settings
 from contam_assets.store import faults
 
 
@@ -48,8 +49,8 @@ def workers_for(n_items: int, workers: int) -> int:
 
 
 def workers_from_env(n_items: int, env=os.environ) -> int:
-    """``workers_for`` with CONTAM_SCAN_WORKERS (default 0 = every core)."""
-    return workers_for(n_items, int(env.get("CONTAM_SCAN_WORKERS", "0") or 0))
+    """``workers_for`` with the scan_workers setting (default 0 = every core)."""
+    return workers_for(n_items, settings.env_value("scan_workers", env))
 
 
 @contextmanager
@@ -83,7 +84,7 @@ def warm_forkserver(env=os.environ) -> bool:
     on (`contam detect` imports Dagster meanwhile): the first pool then starts without waiting for those imports,
     and no worker imports them again.  False where no local pool would start (one worker, Ray, no forkserver)."""
     if ("forkserver" not in mp.get_all_start_methods() or workers_from_env(2, env) < 2
-            or env.get("CONTAM_SCAN_ENGINE", "local").strip().lower() == "ray"):
+            or settings.env_value("scan_engine", env) == "ray"):
         return False
     from multiprocessing import forkserver
 

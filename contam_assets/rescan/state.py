@@ -1,6 +1,6 @@
 """What each shard was scanned with, and the writes that merge a shard scan into the tables.
 
-Two tables beside the data side's (docs/ARCHITECTURE.md):
+Two tables beside the data side's (docs/tables.md):
 
     shard_scans(shard, shard_fingerprint, size, mtime_ns, scan_config, stream_key,
                 index_digest, mode, scanned_at)

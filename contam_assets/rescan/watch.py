@@ -62,36 +62,6 @@ def pool_units(listing: dict[str, tuple[int, int]]) -> Units:
     return plan_units({s: size for s, (size, _) in listing.items()})
 
 
-def group_runs(order: list[str], wanted: set[str], sizes: dict[str, int], max_bytes: int, max_count: int,
-               counts: dict[str, int] | None = None) -> list[list[str]]:
-    """Consecutive runs of `wanted` keys in partition `order`, cut at `max_bytes` or `max_count` files (``counts``:
-    the files a key stands for, 1 when not given).
-
-    Each group becomes one Dagster run over a partition range, so many small shards
-    share a run while a large shard gets one of its own.
-    """
-    counts = counts or {}
-    groups: list[list[str]] = []
-    cur: list[str] = []
-    cur_bytes = cur_files = 0
-    for key in order:
-        if key not in wanted:
-            if cur:
-                groups.append(cur)
-            cur, cur_bytes, cur_files = [], 0, 0
-            continue
-        b, n = sizes.get(key, 0), counts.get(key, 1)
-        if cur and (cur_files + n > max_count or cur_bytes + b > max_bytes):
-            groups.append(cur)
-            cur, cur_bytes, cur_files = [], 0, 0
-        cur.append(key)
-        cur_bytes += b
-        cur_files += n
-    if cur:
-        groups.append(cur)
-    return groups
-
-
 @dataclass
 class Consistency:
     """Where the tables disagree with the pool and the registry."""

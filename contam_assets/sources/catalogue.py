@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contam_assets.settings import DEFAULT_TASKS_DIR  # noqa: F401 - the project's data/tasks, imported from here too
+
 PACKAGE = Path(__file__).resolve().parents[1]
-DEFAULT_TASKS_DIR = PACKAGE.parent / "data" / "tasks"
 # specs over the Hub's own layouts, no data (docs/benchmarks.md); `--tasks-dir catalogue`
 CATALOGUE_DIR = PACKAGE / "catalogue"
 

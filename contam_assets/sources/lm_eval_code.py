@@ -20,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from contam_assets import settings
+
 
 @dataclass(frozen=True)
 class TaskCode:
@@ -189,4 +191,4 @@ def refusal(code: list[TaskCode]) -> str:
     first = code[0]
     more = f" and {len(code) - 1} more file(s)" if len(code) > 1 else ""
     return (f"lm-eval task code would run: {first.module} (a !function of {first.yaml}){more}; "
-            "pass --trust-task-code (CONTAM_TRUST_TASK_CODE=1) to run it")
+            f"pass --trust-task-code ({settings.var('trust_task_code')}=1) to run it")

@@ -37,8 +37,15 @@ from contam_assets.store.readers import is_jsonl, reader_for
 def reference_digest(records: pl.DataFrame, cfg: DetectConfig) -> str:
     h = hashlib.sha256(json.dumps(cfg.reference_key(), sort_keys=True).encode())
     cols = ["record_id", "suite", "split", "instance_index", "question", "answer", "passage", "indexed"]
-    h.update(records.select(cols).write_csv().encode())
+    # the CSV of the records, DIGEST_ROWS rows at a time (the header once): the bytes of one CSV of them all,
+    # without that whole text (and its encoded copy) in memory
+    table = records.select(cols)
+    for start in range(0, max(1, table.height), DIGEST_ROWS):
+        h.update(table.slice(start, DIGEST_ROWS).write_csv(include_header=start == 0).encode())
     return h.hexdigest()[:16]
+
+
+DIGEST_ROWS = 100_000  # records written as CSV at once by reference_digest
 
 
 def index_dir(out_dir: Path, digest: str) -> Path:

@@ -8,7 +8,7 @@ instead of failing on DuckDB's own lock, and no rows are lost.
 
 A wait is never silent: one line on stderr names the file and the process that holds it, at once for DuckDB's own
 lock (a notebook or the duckdb shell holding the file open: DuckDB's message names it) and after ``WAIT_NOTICE_S``
-for ours (``/proc/locks`` names it; another contam process's write takes milliseconds); after ``CONTAM_DB_WAIT_S``
+for ours (``/proc/locks`` names it; another contam process's write takes milliseconds); after the db_wait_s setting's
 seconds (default 600) the wait ends in a TimeoutError of one line that names them again.
 """
 
@@ -25,19 +25,21 @@ from typing import Iterator
 
 import duckdb
 
+from contam_assets import settings
+
 
 def _lock_path(db_path: Path) -> Path:
     return db_path.with_name(db_path.name + ".lock")
 
 
 WAIT_NOTICE_S = 1.0  # a wait for the database longer than this is announced, once
-DEFAULT_WAIT_S = 600.0  # CONTAM_DB_WAIT_S: how long a wait for the database lasts before the run gives up
+DEFAULT_WAIT_S = settings.get("db_wait_s").default  # how long a wait for the database lasts before the run gives up
 
 
 def wait_limit(env=os.environ) -> float:
-    """CONTAM_DB_WAIT_S (seconds, default 600): how long a connection waits for another process's lock."""
+    """The db_wait_s setting (seconds, default 600): how long a connection waits for another process's lock."""
     try:
-        return max(0.0, float(env.get("CONTAM_DB_WAIT_S") or DEFAULT_WAIT_S))
+        return max(0.0, settings.env_value("db_wait_s", env))
     except ValueError:
         return DEFAULT_WAIT_S
 
@@ -98,18 +100,18 @@ class _Wait:
         now = time.monotonic()
         if now > self.deadline:
             raise TimeoutError(f"gave up after {self.timeout_s:.0f} s waiting for {self.db_path}: held by "
-                               f"{holder()}; set CONTAM_DB_WAIT_S to wait longer")
+                               f"{holder()}; set {settings.var('db_wait_s')} to wait longer")
         if not self.told and (at_once or now - self.start >= WAIT_NOTICE_S):
             self.told = True
             print(f"waiting for {self.db_path}: held by {holder()} (waiting up to {self.timeout_s:.0f} s, "
-                  f"CONTAM_DB_WAIT_S)", file=sys.stderr, flush=True)
+                  f"{settings.var('db_wait_s')})", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
 def connect(db_path: str | os.PathLike, read_only: bool = False,
             timeout_s: float | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open ``db_path`` under the cross-process lock and close it afterwards (``timeout_s``: default
-    CONTAM_DB_WAIT_S, else 600 s)."""
+    the db_wait_s setting, else 600 s)."""
     db_path = Path(db_path)
     wait = _Wait(db_path, wait_limit() if timeout_s is None else timeout_s)
     db_path.parent.mkdir(parents=True, exist_ok=True)

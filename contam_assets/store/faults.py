@@ -1,4 +1,4 @@
-"""Fault injection for the kill -9 tests: ``CONTAM_FAULT=<point>[:<n>]`` kills the process at a named point.
+"""Fault injection for the kill -9 tests: the fault setting, ``<point>[:<n>]``, kills the process at a named point.
 
 The process sends itself SIGKILL the n-th time (default the first) it passes `point`,
 exactly as an OOM killer or an operator would stop it: no cleanup runs.  Points:
@@ -7,7 +7,7 @@ written, index not), ``scan`` (after a batch of a shard is scanned), ``table_wri
 (inside the transaction that merges a shard), ``mix_write`` (mid-copy of a mix file),
 ``report_write`` (before the report is renamed into place).  Unset: nothing happens.
 
-With ``CONTAM_FAULT_HOLD=<file>`` the process does not kill itself at the point: it writes
+With the fault_hold setting, ``<file>``, the process does not kill itself at the point: it writes
 its pid to ``<file>`` and waits there (at most HOLD_SECONDS, then goes on), so a test can
 kill it, or the machine it runs on, from outside while it is surely mid-work (a Ray
 worker node mid-shard: docs/automation.md, Multi-node Ray).
@@ -19,6 +19,8 @@ import os
 import signal
 import time
 from pathlib import Path
+
+from contam_assets import settings
 
 HOLD_SECONDS = 600.0
 
@@ -35,16 +37,16 @@ def _hold(marker: Path) -> None:
 
 
 def fault_point(name: str) -> None:
-    spec = os.environ.get("CONTAM_FAULT")
+    spec = settings.env_value("fault")
     if not spec:
         return
     point, _, n = spec.partition(":")
     if point != name:
         return
     _counts[name] = _counts.get(name, 0) + 1
-    if os.environ.get("CONTAM_FAULT_HOLD"):
+    if settings.env_value("fault_hold"):
         if _counts[name] == int(n or 1):
-            _hold(Path(os.environ["CONTAM_FAULT_HOLD"]))
+            _hold(Path(settings.env_value("fault_hold")))
         return
     if _counts[name] >= int(n or 1):
         if _parent:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from contam_assets import settings
+
 # scheme -> (the fsspec protocol, the package that provides it, what its credentials come from)
 SCHEMES = {
     "file": ("file", "", ""),
@@ -360,8 +362,8 @@ PUBLISHED = ("contam.duckdb", "report.html", "run.json", "mix", "rejected", "tab
 
 def work_folder(loc: Location) -> Path:
     """The local folder a run with a remote ``--out`` works in (kept between runs: scan state, token cache,
-    Dagster home): $CONTAM_WORK_DIR, else ~/.cache/contam-assets/out/<scheme>/<bucket and path>."""
-    base = Path(os.environ.get("CONTAM_WORK_DIR") or Path.home() / ".cache" / "contam-assets" / "out")
+    Dagster home): the work_dir setting, else ~/.cache/contam-assets/out/<scheme>/<bucket and path>."""
+    base = Path(settings.env_value("work_dir") or Path.home() / ".cache" / "contam-assets" / "out")
     return base / loc.scheme / (loc.root.strip("/").replace("..", "_") or "root")
 
 

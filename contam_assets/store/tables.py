@@ -64,7 +64,7 @@ SCHEMA = {
     "mix_stats": """
         shard VARCHAR, written BIGINT, dropped BIGINT, rejected BIGINT, path VARCHAR, status VARCHAR, cut BIGINT
     """,
-    # thorough preset (issue 13): near-duplicate pairs of the reference set itself (detector/overlap.py)
+    # thorough preset: near-duplicate pairs of the reference set itself (detector/overlap.py)
     "reference_overlap": """
         task_a VARCHAR, split_a VARCHAR, instance_a INTEGER, subject_a VARCHAR,
         task_b VARCHAR, split_b VARCHAR, instance_b INTEGER, subject_b VARCHAR,
@@ -82,7 +82,7 @@ SCHEMA = {
     """,
     # a translated task's items and the source items they translate (detector/translations.py)
     "translation_links": LINKS_DDL,
-    # `--removal span` (issue 13): every cut made in a kept document (store/cuts.py)
+    # `--removal span`: every cut made in a kept document (store/cuts.py)
     "cuts": """
         shard VARCHAR, line INTEGER, doc_id VARCHAR, cut_start BIGINT, cut_end BIGINT,
         span_start BIGINT, span_end BIGINT, match_ids VARCHAR, removed_text VARCHAR

@@ -25,13 +25,14 @@ Pure: no Dagster, no I/O (the sizes come from the caller's listing).
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass, field
 
-SMALL_FILE_BYTES = int(os.environ.get("CONTAM_UNIT_SMALL_BYTES", str(16 << 20)))
-GROUP_MIN_FILES = int(os.environ.get("CONTAM_UNIT_MIN_FILES", "64"))
-GROUP_EVERY = int(os.environ.get("CONTAM_UNIT_EVERY", "256"))
+from contam_assets import settings
+
+SMALL_FILE_BYTES = settings.env_value("unit_small_bytes")
+GROUP_MIN_FILES = settings.env_value("unit_min_files")
+GROUP_EVERY = settings.env_value("unit_every")
 GROUP_MAX_BYTES = 256 << 20
 
 

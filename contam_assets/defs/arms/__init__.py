@@ -1,4 +1,4 @@
-"""Proxy ablation arms of seed 003 (issue 3): tokenizer, exposure, arm mixes, trained checkpoints."""
+"""Proxy ablation arms (seed 003's recipe): tokenizer, exposure, arm mixes, trained checkpoints."""
 
 import dagster as dg
 

@@ -1,11 +1,10 @@
-"""``arms_settings``: how the proxy arms are built and trained (env defaults CONTAM_ARMS_*)."""
+"""``arms_settings``: how the proxy arms are built and trained (the arms room of contam_assets/settings.py)."""
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
+from contam_assets import settings
 from contam_assets.model.arms.exposure import (
     DEFAULT_TARGET_WEIGHT_OTHER,
     DEFAULT_TARGET_WEIGHTS,
@@ -20,9 +19,9 @@ _D = TrainConfig()  # one set of defaults for the CLI, the resource and the demo
 class ArmsSettings(dg.ConfigurableResource):
     """Training budget, model size, seeds and mix weights of the arms (the same for every arm)."""
 
-    budget_tokens: int = _D.budget_tokens  # CONTAM_ARMS_BUDGET_TOKENS: tokens each arm trains on
-    max_minutes: float = 0.0  # CONTAM_ARMS_MAX_MINUTES: wall-clock cap per arm (0 = none)
-    seed: int = 0  # CONTAM_ARMS_SEED: data order and init; experiment `<arm>` at seed 0, `<arm>-seed<N>` otherwise
+    budget_tokens: int = _D.budget_tokens  # tokens each arm trains on
+    max_minutes: float = 0.0  # wall-clock cap per arm (0 = none)
+    seed: int = 0  # data order and init; experiment `<arm>` at seed 0, `<arm>-seed<N>` otherwise
     vocab_size: int = 4096
     block_size: int = _D.block_size
     batch_size: int = _D.batch_size
@@ -32,7 +31,7 @@ class ArmsSettings(dg.ConfigurableResource):
     lr: float = _D.lr
     warmup_steps: int = _D.warmup_steps
     n_checkpoints: int = _D.n_checkpoints
-    num_threads: int = 0  # CONTAM_ARMS_THREADS: torch threads (0 = every core)
+    num_threads: int = 0  # torch threads (0 = every core)
     proxy_weights: str = ""  # "math=2,web=0.5": epochs per source of the proxy mix ("" = 1 for every source)
     target_weights: str = ""  # epochs per source of the production mix ("" = built-in defaults, see docs/arms.md)
     target_default_weight: float = DEFAULT_TARGET_WEIGHT_OTHER
@@ -57,14 +56,7 @@ class ArmsSettings(dg.ConfigurableResource):
 
     @classmethod
     def from_env(cls) -> "ArmsSettings":
-        env = os.environ
-        values = {}
-        for field, var, cast in [
-            ("budget_tokens", "CONTAM_ARMS_BUDGET_TOKENS", int),
-            ("max_minutes", "CONTAM_ARMS_MAX_MINUTES", float),
-            ("seed", "CONTAM_ARMS_SEED", int),
-            ("num_threads", "CONTAM_ARMS_THREADS", int),
-        ]:
-            if env.get(var):
-                values[field] = cast(env[var])
-        return cls(**values)
+        values = {field: settings.env_value("arms_" + name) for field, name in [
+            ("budget_tokens", "budget_tokens"), ("max_minutes", "max_minutes"), ("seed", "seed"),
+            ("num_threads", "threads")]}
+        return cls(**{k: v for k, v in values.items() if v is not None})

@@ -2,7 +2,7 @@
 
 Assets and checks (assets.py), jobs (jobs.py), sensors and the nightly schedule (sensors.py)
 are found by ``load_from_defs_folder``; this module adds the resource of the domain:
-``contam_scan_engine``, where shard scans run (engine.py, chosen by CONTAM_SCAN_ENGINE
+``contam_scan_engine``, where shard scans run (engine.py, chosen by the scan_engine setting
 when the code location loads).
 """
 

@@ -8,10 +8,10 @@ from datetime import datetime
 import dagster as dg
 import polars as pl
 
+from contam_assets import settings as setting
 from contam_assets import store
 from contam_assets.defs.automation import (
     on_new_scans,
-    on_schedule,
 )
 from contam_assets.defs.data.engine import ScanEngine
 from contam_assets.defs.data.scan_jobs import ShardScanConfig, plan_jobs
@@ -24,12 +24,12 @@ from contam_assets.defs.data.scan_metadata import (
 )
 from contam_assets.defs.data.units import partition_files
 from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
-from contam_assets.defs.meta import DATA_OWNERS, DETECTOR_VERSION, SCAN_VERSION, check_metadata, tags
+from contam_assets.defs.meta import DATA_OWNERS, DETECTOR_VERSION, SCAN_VERSION, tags
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, lm_eval_specs, load_task_specs
 from contam_assets.detector import build_budget
 from contam_assets.detector.config import paraphrase_removes, settings_rows
-from contam_assets.detector.index import build_index
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.reference import build_reference_set
@@ -44,7 +44,6 @@ from contam_assets.detector.skips import instance_summary
 from contam_assets.detector.translations import links as translation_links
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
-from contam_assets.rescan import watch
 from contam_assets.rescan.outcomes import OutcomeWriter
 from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, scan_config_digest, task_hashes
 from contam_assets.store import artifacts, tables
@@ -55,9 +54,6 @@ from contam_assets.store.files import atomic_write_text
 GROUP = "decontamination"
 # What every asset of the data side declares (owners, group, tags); kinds and descriptions are per asset.
 _DATA = dict(group_name=GROUP, owners=DATA_OWNERS, tags=tags("data", "decontamination"))
-# The scan-state consistency check: with every removals run (once per backfill: removals waits until no scan is in
-# progress) and nightly, never inside a shard's own run.
-SCAN_STATE_CRON = "30 2 * * *"
 
 
 def lm_eval_check(context: dg.AssetExecutionContext, settings: ContamSettings) -> list[dict]:
@@ -71,7 +67,7 @@ def lm_eval_check(context: dg.AssetExecutionContext, settings: ContamSettings) -
     bad = [r for r in reports if not r.ok]
     if bad and not settings.allow_missing:
         raise dg.Failure(f"{len(bad)} lm-eval task(s) yielded nothing: " + "; ".join(f"{r.task}: {r.error}" for r in bad)
-                         + " — fix the task or its data, or pass --allow-missing (CONTAM_ALLOW_MISSING=1) to run without them")
+                         + f" — fix the task or its data, or pass --allow-missing ({setting.var('allow_missing')}=1) to run without them")
     for r in bad:
         context.log.warning(f"lm-eval {r.task} yielded nothing: {r.error}")
     return [dict(task=r.task, splits=", ".join(f"{k} {v}" for k, v in r.splits.items()), error=r.error or "",
@@ -120,10 +116,10 @@ def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSett
         hint = ""
         if contam_settings.benchmarks_path and looks_like_decon_references(contam_settings.benchmarks_path):
             hint = (f"; {contam_settings.benchmarks_path} holds decon reference files: pass it as --evals-dir "
-                    "(CONTAM_EVALS_DIR), not --benchmarks")
+                    f"({setting.var('evals_dir')}), not --benchmarks")
         raise dg.Failure(
             f"{len(no_files)} task(s) have no source files: " + "; ".join(f"{t} (looked for {', '.join(p)})" for t, p in no_files.items())
-            + " — fix the paths, or pass --allow-missing (CONTAM_ALLOW_MISSING=1) to run without them" + hint)
+            + f" — fix the paths, or pass --allow-missing ({setting.var('allow_missing')}=1) to run without them" + hint)
     if missing.height:
         (context.log.warning if contam_settings.benchmarks_path else context.log.info)(f"{missing.height} split(s) have no source file: " + ", ".join(f"{r['task']}/{r['split']}" for r in missing.to_dicts()))
     return dg.MaterializeResult(metadata={
@@ -135,7 +131,8 @@ def task_registry(context: dg.AssetExecutionContext, contam_settings: ContamSett
 
 
 @dg.asset(**_DATA, deps=[task_registry], kinds={"python", "duckdb"}, code_version=DETECTOR_VERSION)
-def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
+def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB,
+                  contam_scan_engine: ScanEngine) -> dg.MaterializeResult:
     """Every benchmark instance of every split as reference records (decon's preprocessing + derived suites).
 
     Built again only when what it is built from changed (registry.inputs_digest: the detector's code,
@@ -152,6 +149,29 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
         if state is not None and state["inputs"] == inputs:
             tables.replace_table(con, "detect_settings", cfg_rows)  # scan-only knobs may have changed
             return _reference_kept(context, con, state, time.perf_counter() - t0)
+    ahead = _tokenize_ahead(context, contam_settings, contam_scan_engine)  # the build is due: the scan's shards beside it
+    try:
+        return _build_reference(context, contam_settings, contam_db, cfg, specs, inputs, cfg_rows, t0)
+    finally:
+        if ahead is not None:
+            done = ahead.stop()
+            _say(context)(f"  tokenized ahead: {done['cached']} shard(s) cached, "
+                          f"{done['not_started'] + done['stopped'] + done['broken'] + done['failed']} left to the scan")
+
+
+def _tokenize_ahead(context: dg.AssetExecutionContext, settings: ContamSettings, engine: ScanEngine):
+    """Tokenizing ahead of the scan while the set is built (defs/data/ahead.py), or None."""
+    from contam_assets.defs.data.ahead import tokenize_ahead
+    from contam_assets.store.pool import list_pool
+
+    if not settings.pool_path.is_dir():
+        return None
+    shards = list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern).shards
+    return tokenize_ahead(settings, shards, _say(context), engine=engine) if shards else None
+
+
+def _build_reference(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB, cfg,
+                     specs, inputs: str, cfg_rows: pl.DataFrame, t0: float) -> dg.MaterializeResult:
     est = build_budget.estimate([f for spec in specs for split in spec.splits
                                  for f in locate(spec, split, contam_settings.benchmarks_path).files])
     try:  # one line before the build when it cannot fit in the memory available
@@ -175,7 +195,7 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
                          + (f" ({'; '.join(empty)})" if empty else ""))
     if empty and not contam_settings.allow_missing:
         raise dg.Failure(f"{len(empty)} task(s) contributed no indexed instance: " + "; ".join(empty)
-                         + " — fix the files or the spec, or pass --allow-missing (CONTAM_ALLOW_MISSING=1) to run without them")
+                         + f" — fix the files or the spec, or pass --allow-missing ({setting.var('allow_missing')}=1) to run without them")
     for line in empty:
         context.log.warning(f"contributed nothing: {line}")
     fault_point("reference_build")
@@ -276,7 +296,7 @@ def ngram_index(context: dg.AssetExecutionContext, contam_settings: ContamSettin
 @dg.asset(
     **_DATA,
     partitions_def=shards_partitions,
-    deps=[ngram_index],
+    deps=[ngram_index, dg.AssetKey("pool_listing")],  # defs/data/pool.py: the door check before any scan
     kinds={"python", "duckdb"},
     code_version=SCAN_VERSION,
     # at most N scan steps at once: `dagster instance concurrency set contam_scan N` (docs/automation.md)
@@ -290,6 +310,42 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     tasks changed, only the changed tasks are scanned, from the cached stream
     (rescan/plan.py, rescan/incremental.py).  Rows are replaced on re-run, never duplicated.
     """
+    try:
+        return _scan_partitions(context, config, contam_settings, contam_db, contam_scan_engine)
+    except Exception as exc:
+        record_run_failure(contam_settings, contam_db, list(context.partition_keys), ("scan", "write"), exc)
+        raise
+
+
+def record_run_failure(settings: ContamSettings, db: ContamDB, keys: list[str], steps: tuple[str, ...], exc: Exception) -> None:
+    """A run of partitions that failed as a whole (no shard of it recorded its own error): each of its files gets the
+    run's reason as its error row (steps[0]), and a scan's a failed shard_stats row where it has none, so a daemon
+    run leaves the rows `contam detect` reports."""
+    why = exc.description if isinstance(exc, dg.Failure) and exc.description else (
+        str(exc) if type(exc).__module__.startswith("contam_assets") or isinstance(exc, TimeoutError)
+        else f"{type(exc).__name__}: {exc}")
+    try:
+        files = [f for fs in partition_files(settings, keys).values() for f in fs]
+    except dg.Failure:
+        files = list(keys)
+    try:
+        with db.connect() as con:
+            want = set(files)
+            if any(e["shard"] in want and e["step"] in steps for e in shards_db.errors(con)):
+                return  # the run's shards said what failed, each
+            stats = {r[0] for r in con.execute("select shard from shard_stats").fetchall()} \
+                if store.table_exists(con, "shard_stats") else set()
+            for shard in files:
+                if steps[0] == "scan" and shard not in stats:
+                    shards_db.record_failed(con, shard, "scan", why, settings.out_path)
+                else:
+                    shards_db.record_error(con, shard, steps[0], why)
+    except Exception:  # noqa: BLE001 - a database that cannot be written: the run's own error is the one to raise
+        pass
+
+
+def _scan_partitions(context: dg.AssetExecutionContext, config: ShardScanConfig, contam_settings: ContamSettings,
+                     contam_db: ContamDB, contam_scan_engine: ScanEngine) -> dg.MaterializeResult:
     cfg = detect_config(contam_settings)
     try:
         index, records, digest = artifacts.load_index(contam_settings.out_path)
@@ -387,71 +443,6 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     })
 
 
-@dg.asset_check(asset=shard_matches, blocking=True,
-                description="every document read is kept, removed or rejected (read = kept + removed + rejected), in "
-                "every shard; blocking: a failure stops the removals from being recomputed by automation",
-                metadata=check_metadata(DATA_OWNERS, "the scan's document counts"))
-def shard_accounting(contam_db: ContamDB) -> dg.AssetCheckResult:
-    with contam_db.connect(read_only=True) as con:
-        if not store.table_exists(con, "shard_stats"):
-            return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
-        bad = store.query_df(con, "select shard, read, kept, removed, rejected from shard_stats where read != kept + removed + rejected")
-        n = con.execute("select count(*) from shard_stats").fetchone()[0]
-    return dg.AssetCheckResult(passed=bad.height == 0, metadata={
-        "shards_checked": n, "violations": bad.height, "details": dg.MetadataValue.md(md_table(None, bad.to_dicts()))})
-
-
-@dg.asset_check(asset=shard_matches, description=(
-    "every shard's stream was read to its end (status ok) and every document read is kept, removed or rejected "
-    "(read = kept + removed + rejected); a truncated or corrupt shard, or one that failed, is an ERROR naming it. "
-    "Not blocking: a broken shard is quarantined by the mix, the other shards' removals stand"),
-    metadata=check_metadata(DATA_OWNERS, "shard streams and counts"))
-def shard_conservation(contam_db: ContamDB) -> dg.AssetCheckResult:
-    with contam_db.connect(read_only=True) as con:
-        if not store.table_exists(con, "shard_stats"):
-            return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
-        bad = store.query_df(con, """select shard, read, kept, removed, rejected, coalesce(status, 'ok') status,
-                   coalesce(status_reason, 'read != kept + removed + rejected') problem from shard_stats
-            where read != kept + removed + rejected or coalesce(status, 'ok') <> 'ok' order by shard""")
-        n = con.execute("select count(*) from shard_stats").fetchone()[0]
-        errors = shards_db.errors(con)
-    details = bad.to_dicts() + [dict(shard=e["shard"], status="failed", problem=f"{e['step']}: {e['message']}") for e in errors]
-    return dg.AssetCheckResult(passed=not details, severity=dg.AssetCheckSeverity.ERROR, metadata={
-        "shards_checked": n, "violations": len(details),
-        "incomplete_or_failed": dg.MetadataValue.json(sorted({d["shard"] for d in details})),
-        "details": dg.MetadataValue.md(md_table(["shard", "status", "read", "kept", "removed", "rejected", "problem"],
-                                                details[:50]))})
-
-
-def consistency(instance: dg.DagsterInstance, settings: ContamSettings) -> watch.Consistency:
-    """How far the match tables are from the pool and the registry (rescan.watch.check_consistency)."""
-    cfg = detect_config(settings)
-    try:
-        digest = artifacts.current_digest(settings.out_path)
-    except FileNotFoundError:
-        digest, tasks_now = "", {}
-    else:
-        tasks_now = load_task_hashes(artifacts.index_dir(settings.out_path, digest), None, cfg)
-    with store.connect(settings.db_path, read_only=True) as con:
-        states = scan_state.load_states(con)
-        sigs = scan_state.stat_signatures(con)
-    return watch.check_consistency(watch.pool_listing(settings.pool_path, settings.follow_links, settings.pool_pattern), instance.get_dynamic_partitions(shards_partitions.name),
-                                   states, sigs, tasks_now, digest)
-
-
-@dg.asset_check(asset="removals", blocking=False, automation_condition=on_schedule(SCAN_STATE_CRON),
-                description="the removals come from current scans: every pool shard is a partition, scanned at its current "
-                "content, for the current tasks and index (WARN; runs with each removals run and nightly)",
-                metadata=check_metadata(DATA_OWNERS, "scan state against the pool, the partitions and the index"))
-def scan_state_current(context: dg.AssetCheckExecutionContext, contam_settings: ContamSettings) -> dg.AssetCheckResult:
-    c = consistency(context.instance, contam_settings)
-    examples = {k: v[:5] for k, v in c.__dict__.items() if v}
-    return dg.AssetCheckResult(passed=c.ok, severity=dg.AssetCheckSeverity.WARN, metadata={
-        **{k: n for k, n in c.counts().items()},
-        "examples": dg.MetadataValue.json(examples),
-    })
-
-
 def _scanned_shards(con) -> int:
     return con.execute("select count(*) from shard_stats").fetchone()[0] if store.table_exists(con, "shard_stats") else 0
 
@@ -476,22 +467,3 @@ def removals(context: dg.AssetExecutionContext, contam_db: ContamDB):
         "removed_documents": n, "pending_review_documents": int(pending), "review_decisions": decisions,
         "per_task": dg.MetadataValue.md(md_table(None, by_task)), "per_source": dg.MetadataValue.md(md_table(None, by_source)),
     }, check_results=[inputs_present(shards_scanned=shards)])
-
-
-@dg.asset_check(asset=removals, blocking=True,
-                description="removed(shard) = number of removals rows of the shard, and every removed document has a "
-                "flagged match that no reviewer rejected; blocking: a failure stops the report and the mix",
-                metadata=check_metadata(DATA_OWNERS, "removals against matches, decisions and shard_stats"))
-def removals_consistent(contam_db: ContamDB) -> dg.AssetCheckResult:
-    with contam_db.connect(read_only=True) as con:
-        if not store.table_exists(con, "removals"):
-            return dg.AssetCheckResult(passed=True, metadata={"shards_checked": 0})
-        counts = store.query_df(con, """select s.shard, s.removed, count(r.line) as rows from shard_stats s
-            left join removals r using (shard) group by all having s.removed <> count(r.line) order by 1""")
-        orphans = store.query_df(con, f"""select r.shard, r.line from removals r where not exists (
-            select 1 from ({tables.REMOVABLE_SQL}) m where m.shard = r.shard and m.line = r.line and m.flagged
-              and coalesce(m.decision, '') <> 'reject') order by 1, 2 limit 5""")
-        n = con.execute("select count(*) from shard_stats").fetchone()[0]
-    return dg.AssetCheckResult(passed=counts.height == 0 and orphans.height == 0, metadata={
-        "shards_checked": n, "count_mismatches": counts.height, "removals_without_a_flag": orphans.height,
-        "examples": dg.MetadataValue.json({"counts": counts.head(5).to_dicts(), "orphans": orphans.to_dicts()})})

@@ -5,19 +5,9 @@ only one that writes: workers return each shard's rows and counters, and the ste
 merges them into DuckDB (rescan.state) as they arrive, so a Ray worker never needs
 the database file, only the pool and the token cache (shared storage on a cluster).
 
-Chosen by environment at load time (docs/automation.md):
-    CONTAM_SCAN_ENGINE=local|ray     default local
-    CONTAM_SCAN_WORKERS=N            local: worker processes per run (default 0 = every core; 1 = in the step's process)
-    CONTAM_RAY_ADDRESS=ray://host:10001   an existing cluster (e.g. KubeRay); empty = start a local one
-    CONTAM_RAY_NUM_CPUS              CPUs of a local Ray cluster (default: all)
-    CONTAM_RAY_TEMP_DIR              session folder of a local Ray cluster (default /tmp/ray)
-    CONTAM_RAY_SHARD_RETRIES         resubmissions of a shard whose worker or node died (default 2)
-    CONTAM_RAY_SCHEDULING            SPREAD (default: a run's shards over every node) or DEFAULT (Ray's own)
-    CONTAM_TOKEN_CACHE=DIR|off       where token streams are kept (default <out>/token_cache)
-    CONTAM_TOKENIZE_AHEAD=auto|on|off  `contam detect`: tokenize new shards into the cache while the reference set is
-                                     built, on the cores the build leaves (rescan/ahead.py); auto (default): where
-                                     the set will be built from >= 8 MiB of benchmark files (runner.build_ahead_pays)
-CONTAM_RAY_ADDRESS may also be the GCS address of a cluster started with `ray start` (host:6379): the
+Chosen at load time by the scan room of contam_assets/settings.py (docs/settings.md): scan_engine (local or
+ray), scan_workers, ray_address, ray_num_cpus, ray_temp_dir, ray_cpus_per_shard, ray_shard_retries, ray_scheduling,
+ray_shared_folder, token_cache and tokenize_ahead.  ray_address may also be the GCS address of a cluster started with `ray start` (host:6379): the
 step then joins it as a driver, without Ray Client (docs/automation.md, Multi-node Ray).
 """
 
@@ -29,6 +19,7 @@ import dagster as dg
 from dagster_ray import LocalRay, RayResource
 from pydantic import Field
 
+from contam_assets import settings
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference
 from contam_assets.rescan.jobs import (
@@ -131,7 +122,7 @@ class RayScanEngine(ScanEngine):
         if not self.shared_folder:
             local = [j for j in jobs if j.source is None]
             if local:
-                raise dg.Failure(f"CONTAM_RAY_SHARED_FOLDER=0: the nodes share no folder with the driver, so the pool "
+                raise dg.Failure(f"{settings.var('ray_shared_folder')}=0: the nodes share no folder with the driver, so the pool "
                                  f"must be a URL they can read (s3://, gs://, ...), not a local folder ({local[0].shard})")
             entry = run_shard_job_detached
         index_ref, records_ref = ray.put(index), ray.put(ref.records)
@@ -200,18 +191,16 @@ def local_ray(num_cpus: int | None = None, temp_dir: str | None = None) -> Local
 
 
 def engine_from_env(env=os.environ) -> ScanEngine:
-    kind = env.get("CONTAM_SCAN_ENGINE", "local").strip().lower() or "local"
-    cache = env.get("CONTAM_TOKEN_CACHE", "")
+    """The scan engine of the scan room's settings (contam_assets/settings.py); ValueError naming a bad variable."""
+    kind = settings.env_value("scan_engine", env)
+    cache = settings.env_value("token_cache", env)
     if kind == "local":
-        return ScanEngine(token_cache_dir=cache, workers=int(env.get("CONTAM_SCAN_WORKERS", "0") or 0))
-    if kind == "ray":
-        address = env.get("CONTAM_RAY_ADDRESS", "")
-        cpus = int(env.get("CONTAM_RAY_NUM_CPUS", "0") or 0) or None
-        cluster = RayClusterAddress(address=address) if address else local_ray(cpus, env.get("CONTAM_RAY_TEMP_DIR") or None)
-        return RayScanEngine(token_cache_dir=cache, ray_cluster=cluster,
-                             num_cpus_per_shard=float(env.get("CONTAM_RAY_CPUS_PER_SHARD", "1")),
-                             shard_retries=int(env.get("CONTAM_RAY_SHARD_RETRIES", "2")),
-                             scheduling_strategy=env.get("CONTAM_RAY_SCHEDULING", "SPREAD").strip().upper() or "SPREAD",
-                             shared_folder=env.get("CONTAM_RAY_SHARED_FOLDER", "1").strip().lower() not in
-                             ("0", "false", "no", "off"))
-    raise ValueError(f"CONTAM_SCAN_ENGINE must be 'local' or 'ray', got {kind!r}")
+        return ScanEngine(token_cache_dir=cache, workers=settings.env_value("scan_workers", env))
+    address = settings.env_value("ray_address", env)
+    cpus = settings.env_value("ray_num_cpus", env) or None
+    cluster = RayClusterAddress(address=address) if address else local_ray(cpus, settings.env_value("ray_temp_dir", env) or None)
+    return RayScanEngine(token_cache_dir=cache, ray_cluster=cluster,
+                         num_cpus_per_shard=settings.env_value("ray_cpus_per_shard", env),
+                         shard_retries=settings.env_value("ray_shard_retries", env),
+                         scheduling_strategy=settings.env_value("ray_scheduling", env),
+                         shared_folder=settings.env_value("ray_shared_folder", env))

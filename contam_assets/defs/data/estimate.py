@@ -7,6 +7,7 @@ import shutil
 import dagster as dg
 from pydantic import Field
 
+from contam_assets import settings
 from contam_assets.defs.data.assets import _DATA, ngram_index
 from contam_assets.defs.data.engine import ScanEngine
 from contam_assets.defs.data.jobs import RUN_CONFIG
@@ -173,14 +174,14 @@ estimate_job = dg.define_asset_job(
 
 
 def sensor_config(env=os.environ) -> dict:
-    """The estimate a sensor-launched run makes: CONTAM_ESTIMATE_FRACTION (default 0.026), CONTAM_ESTIMATE_SEED (0)."""
-    return {"fraction": float(env.get("CONTAM_ESTIMATE_FRACTION", DEFAULT_FRACTION)),
-            "seed": int(env.get("CONTAM_ESTIMATE_SEED", "0"))}
+    """The estimate a sensor-launched run makes: the estimate_fraction and estimate_seed settings."""
+    return {"fraction": settings.env_value("estimate_fraction", env),
+            "seed": settings.env_value("estimate_seed", env)}
 
 
 @dg.sensor(job=estimate_job, minimum_interval_seconds=300, default_status=sensor_default_status(),
            description="A pool whose listing changed (shards added, changed or removed) is estimated again from a new "
-           "sample (CONTAM_ESTIMATE_FRACTION, CONTAM_ESTIMATE_SEED). STOPPED unless CONTAM_AUTOMATION=1.")
+           "sample (settings estimate_fraction, estimate_seed). STOPPED unless the automation setting is on.")
 def pool_estimate_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
     """Cursor: a digest of the pool listing and the estimate's settings; run_key the same digest, so one run per
     state of the pool."""

@@ -1,4 +1,5 @@
-"""Jobs of the data side: what sensors, the schedule, the CLI (runner.py) and the demo launch by name."""
+"""Jobs of the data side: what sensors, the schedule, automation and the CLI (runner.py, through defs/data/runs.py)
+launch by name."""
 
 from pathlib import Path
 
@@ -32,9 +33,9 @@ reference_job = dg.define_asset_job(
     config=RUN_CONFIG,
 )
 scan_shards_job = dg.define_asset_job(
-    "scan_shards", selection=dg.AssetSelection.assets("shard_matches"),
-    description="Scan shards (one partition per shard, or a range of them) into the match tables; with "
-    "shard_conservation.",
+    "scan_shards", selection=dg.AssetSelection.assets("pool_listing", "shard_matches"),
+    description="List the pool (sweep, door check, pool skips, retirement, run.json), then scan shards (one partition "
+    "per shard, or a range of them) into the match tables; with shard_conservation.",
     tags=_TAGS,
     config=RUN_CONFIG,
 )
@@ -47,6 +48,12 @@ report_job = dg.define_asset_job(
 mix_job = dg.define_asset_job(
     "write_mix", selection=dg.AssetSelection.assets("decontaminated_mix"),
     description="Write the decontaminated mix, shard by shard.",
+    tags=_TAGS,
+    config=RUN_CONFIG,
+)
+publish_outputs = dg.define_asset_job(
+    "publish_outputs", selection=dg.AssetSelection.assets("decon_reports", "pool_tables"),
+    description="decon's report files (when a decon report folder is set) and the Parquet export of the tables.",
     tags=_TAGS,
     config=RUN_CONFIG,
 )

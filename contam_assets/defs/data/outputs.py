@@ -8,7 +8,7 @@ import dagster as dg
 
 from contam_assets import store
 from contam_assets.defs.automation import MIX_REFRESH_CRON, REPORT_REFRESH_CRON, on_new_removals
-from contam_assets.defs.data.assets import _DATA, _scanned_shards, removals, shard_matches
+from contam_assets.defs.data.assets import _DATA, _scanned_shards, record_run_failure, removals, shard_matches
 from contam_assets.defs.data.units import partition_files
 from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
 from contam_assets.defs.meta import DATA_OWNERS, check_metadata
@@ -80,8 +80,16 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
     A shard whose stream broke (status incomplete or failed) is quarantined: no mix file,
     until it is replaced (and rescanned) or a reviewer accepts it (`contam review --accept-shard`).
     One shard that cannot be written fails only its own partition.  The files of a run's shards are
-    written by CONTAM_SCAN_WORKERS processes (rescan/mix.py); the tables are the serial loop's.
+    written by the scan_workers setting's processes (rescan/mix.py); the tables are the serial loop's.
     """
+    try:
+        return _write_partitions(context, contam_settings, contam_db)
+    except Exception as exc:
+        record_run_failure(contam_settings, contam_db, list(context.partition_keys), ("mix",), exc)
+        raise
+
+
+def _write_partitions(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     if contam_settings.removal not in ("document", "span"):
         raise dg.Failure(f"removal must be 'document' or 'span', got {contam_settings.removal!r}")
     unit_files = partition_files(contam_settings, list(context.partition_keys))

@@ -10,20 +10,28 @@
 - nightly_rescan_schedule: the full consistency check (rescan.watch) and the rescans it implies,
   including a full rescan of shards whose rows were scored with an older index (IDF drift).
 
-All are STOPPED by default; CONTAM_AUTOMATION=1 makes them RUNNING when the code location
+All are STOPPED by default; the automation setting makes them RUNNING when the code location
 loads (production), or turn them on in the UI / with `dagster sensor start`.
 Cursors are small and only advance on a successful tick (Dagster's rule); every request has a
 run_key derived from the change, so a repeated tick never launches a second run for it.
 """
 
 import json
-import os
 
 import dagster as dg
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from contam_assets import settings as setting
 from contam_assets import store
 from contam_assets.defs.data.jobs import reference_job, scan_shards_job
+from contam_assets.defs.data.runs import (  # noqa: F401 - RUN_MAX_*: where they were read before
+    RUN_MAX_BYTES,
+    RUN_MAX_SHARDS,
+    file_runs,
+    listing_request,
+    plan_for,
+    pool_plan,
+    scan_request,
+)
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import (
     ContamSettings,
@@ -36,33 +44,18 @@ from contam_assets.rescan import state as scan_state
 from contam_assets.rescan import watch
 from contam_assets.rescan.plan import load_task_hashes
 from contam_assets.store import artifacts
-from contam_assets.store import shards as shards_db
 from contam_assets.store.location import LocationError
 from contam_assets.store.mirror import mirror_or_fail
-from contam_assets.store.units import looks_grouped
 
 DEFAULT_STATUS = sensor_default_status()
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED
-# A sensor-launched run covers consecutive shards up to these limits (small shards share a run).
-RUN_MAX_SHARDS = int(os.environ.get("CONTAM_RUN_MAX_SHARDS", "16"))
-RUN_MAX_BYTES = int(os.environ.get("CONTAM_RUN_MAX_BYTES", str(4 << 30)))
 # Task maps up to this many tasks are kept in the cursor (to name what changed); larger ones as a hash only.
 CURSOR_MAP_MAX_TASKS = 256
 
 
-def scan_request(group: list[str], run_key: str, mode: str = "auto", tags: dict | None = None) -> dg.RunRequest:
-    """One run of `scan_shards` over consecutive partitions group[0]..group[-1]."""
-    run_config = {"ops": {"shard_matches": {"config": {"mode": mode}}}}
-    tags = {"contam/scan_mode": mode, "contam/shards": str(len(group)), **(tags or {})}
-    if len(group) == 1:
-        return dg.RunRequest(run_key=run_key, partition_key=group[0], run_config=run_config, tags=tags)
-    return dg.RunRequest(run_key=run_key, run_config=run_config, tags={
-        **tags, ASSET_PARTITION_RANGE_START_TAG: group[0], ASSET_PARTITION_RANGE_END_TAG: group[-1]})
-
-
 @dg.sensor(job=scan_shards_job, minimum_interval_seconds=60, default_status=DEFAULT_STATUS,
            description="A new shard file in the pool becomes a `shards` partition and its scan is requested; a scanned "
-           "shard whose file changed is rescanned. STOPPED unless CONTAM_AUTOMATION=1.")
+           "shard whose file changed is rescanned. STOPPED unless the automation setting is on.")
 def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
     """Adds a `shards` partition for every new work unit (a file, or a group of small files: store/units.py) and
     requests its scan; the unit of a changed shard is rescanned.
@@ -70,8 +63,9 @@ def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: Cont
     Cursor: a 16-hex digest of the pool listing (path, size, mtime); an unchanged listing is
     a cheap no-op.  New units are the ones without a partition (the partitions are added in
     the same tick, so they are requested once); changed shards are scanned shards whose
-    (size, mtime) differs from what their last scan read (table shard_scans).  The partitions of
-    units the pool no longer holds are deleted; only files that left the pool are retired.
+    (size, mtime) differs from what their last scan read (table shard_scans).  The partitions to add and
+    delete are defs/data/runs.py's plan; the tick changes no table: files that left the pool are retired by
+    the pool_listing asset of the run it requests.
     """
     try:
         loc = contam_settings.pool_location  # LocationError: e.g. credentials in the URL (refused, never shown)
@@ -85,37 +79,28 @@ def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: Cont
     cursor = watch.digest(sorted(listing.items()))
     if context.cursor == cursor:
         return dg.SensorResult(skip_reason="pool listing unchanged", cursor=cursor)
-    units = watch.pool_units(listing)  # a partition per file, or per stable group of small files (store/units.py)
-    known = context.instance.get_dynamic_partitions(shards_partitions.name)
-    have = set(known)
-    new = [k for k in units.keys if k not in have]
-    # partitions the pool no longer holds: a file gone, a group regrouped, a file that now sits in a group
-    stale = [k for k in known if k not in units.files]
-    # files that left the pool: their rows and files go (store/shards.retire); a file that moved into a group keeps them
-    gone = {k for k in stale if not looks_grouped(k) and k not in listing}
+    # a partition per file, or per stable group of small files; partitions to add and delete (defs/data/runs.py)
+    plan = pool_plan(contam_settings, context.instance, listing)
+    new, have = plan.add, set(plan.known)
     sigs = {}
     if contam_settings.db_path.exists():
         with store.connect(contam_settings.db_path, read_only=True) as con:
             sigs = scan_state.stat_signatures(con)
-        gone |= {s for s in sigs if s not in listing}
-        if gone:
-            with store.connect(contam_settings.db_path) as con:
-                retired = shards_db.retire(con, contam_settings.out_path, sorted(gone))
-            context.log.info(f"{len(retired)} shard(s) left the pool and were retired: {_tag(sorted(gone))}")
-    changed = {s for s in listing if s in sigs and tuple(sigs[s]) != listing[s] and units.unit_of[s] in have}
+    changed = {s for s in listing if s in sigs and tuple(sigs[s]) != listing[s] and plan.units.unit_of[s] in have}
     requests = []
-    for key in new + [k for k in units.keys_of(changed) if k not in new]:
-        files = units.files[key]
+    for key in new + [k for k in plan.units.keys_of(changed) if k not in new]:
+        files = plan.units.files[key]
         # run_key: one run per content of the unit's files; a repeated tick for the same content is a no-op
         stamp = "-".join(map(str, listing[files[0]])) if len(files) == 1 else watch.digest([listing[f] for f in files])
         requests.append(scan_request([key], run_key=f"{key}@{stamp}",
                                      tags={"contam/trigger": "new_shard" if key in new else "changed_shard"}))
     if requests:
         context.log.info(f"{len(new)} new partition(s), {len(changed)} changed shard(s)")
-    partition_requests = [shards_partitions.build_add_request(new)] if new else []
-    if stale:
-        partition_requests.append(shards_partitions.build_delete_request(stale))
-    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests, cursor=cursor)
+    elif plan.gone:  # files only left the pool: pool_listing retires them (the tick itself changes no table)
+        requests.append(listing_request(run_key=f"pool@{cursor}", tags={"contam/trigger": "left_pool"}))
+    if plan.gone:
+        context.log.info(f"{len(plan.gone)} shard(s) left the pool, retired by the next pool_listing: {_tag(plan.gone)}")
+    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=plan.partition_requests(), cursor=cursor)
 
 
 def _tag(names: list[str]) -> str:
@@ -125,7 +110,7 @@ def _tag(names: list[str]) -> str:
 
 @dg.sensor(job=reference_job, minimum_interval_seconds=60, default_status=DEFAULT_STATUS,
            description="A task spec added, changed or removed (or a benchmark file behind one) launches the rebuild of "
-           "the registry, reference set and index. STOPPED unless CONTAM_AUTOMATION=1.")
+           "the registry, reference set and index. STOPPED unless the automation setting is on.")
 def new_tasks_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
     """A task spec added, changed or removed launches the rebuild of the reference set and index.
 
@@ -173,17 +158,13 @@ def stale_task_groups(instance: dg.DagsterInstance, settings: ContamSettings, di
 
 def unit_runs(order: list[str], shards: set[str], listing: dict[str, tuple[int, int]]) -> list[list[str]]:
     """Runs of consecutive partitions holding ``shards`` (files of the pool; each stands in its unit, store/units.py),
-    cut at RUN_MAX_BYTES / RUN_MAX_SHARDS files."""
-    units = watch.pool_units(listing)
-    keys = set(units.keys_of(s for s in shards if s in listing))
-    sizes = {k: sum(listing[f][0] for f in files) for k, files in units.files.items()}
-    counts = {k: len(files) for k, files in units.files.items()}
-    return watch.group_runs(order, keys, sizes, RUN_MAX_BYTES, RUN_MAX_SHARDS, counts)
+    cut at RUN_MAX_BYTES / RUN_MAX_SHARDS files (defs/data/runs.py)."""
+    return file_runs(plan_for(listing, order, []), shards)
 
 
 @dg.sensor(job=scan_shards_job, minimum_interval_seconds=30, default_status=DEFAULT_STATUS,
            description="A new ngram_index materialization requests the incremental rescans of the scanned shards whose "
-           "task set differs from the index's. STOPPED unless CONTAM_AUTOMATION=1.")
+           "task set differs from the index's. STOPPED unless the automation setting is on.")
 def tasks_rescan_sensor(context: dg.SensorEvaluationContext, contam_settings: ContamSettings) -> dg.SensorResult:
     """A new `ngram_index` materialization requests the rescans its task changes imply.
 
@@ -227,20 +208,20 @@ def _cfg(settings: ContamSettings):
     return detect_config(settings)
 
 
-@dg.schedule(job=scan_shards_job, cron_schedule=os.environ.get("CONTAM_NIGHTLY_CRON", "0 3 * * *"),
+@dg.schedule(job=scan_shards_job, cron_schedule=setting.env_value("nightly_cron"),
              execution_timezone="UTC", default_status=SCHEDULE_STATUS,
              description="Nightly consistency check of the match tables against the pool and the index; rescans what "
-             "is stale, new or changed (IDF drift in full). STOPPED unless CONTAM_AUTOMATION=1.")
+             "is stale, new or changed (IDF drift in full). STOPPED unless the automation setting is on.")
 def nightly_rescan_schedule(context: dg.ScheduleEvaluationContext, contam_settings: ContamSettings):
     """Nightly consistency check: rescans what is stale, new or changed.
 
     - scanned with another task set, never scanned, or changed file: `auto` (incremental when it can);
     - rows scored with an older index (IDF drift after an incremental add): `full`, from the cached
-      token streams (CONTAM_NIGHTLY_IDF_RESCAN=0 only reports them).
+      token streams (the nightly_idf_rescan setting off only reports them).
     Shard files without a partition are left to new_shards_sensor and reported.
     run_key = "nightly:<date>:<mode>:<first>..<last>".
     """
-    from contam_assets.defs.data.assets import consistency
+    from contam_assets.defs.data.checks import consistency
 
     if not contam_settings.db_path.exists():
         return dg.SkipReason("nothing scanned yet")
@@ -249,7 +230,7 @@ def nightly_rescan_schedule(context: dg.ScheduleEvaluationContext, contam_settin
     listing = watch.pool_listing(contam_settings.pool_path, contam_settings.follow_links, contam_settings.pool_pattern)
     order = context.instance.get_dynamic_partitions(shards_partitions.name)
     wanted = {"auto": set(c.unscanned) | set(c.changed) | set(c.task_stale),
-              "full": set(c.idf_stale) if os.environ.get("CONTAM_NIGHTLY_IDF_RESCAN", "1") != "0" else set()}
+              "full": set(c.idf_stale) if setting.env_value("nightly_idf_rescan") else set()}
     requests = []
     for mode, shards in wanted.items():
         for g in unit_runs(order, shards, listing):

@@ -6,10 +6,10 @@ config, call ``report.evaluate``, send to the tracker, attach metadata.
 
 
 import json
-import os
 
 import dagster as dg
 
+from contam_assets import settings
 from contam_assets.defs.automation import on_new_probe_results
 from contam_assets.defs.meta import MODEL_OWNERS, check_metadata, tags
 from contam_assets.defs.partitions import checkpoints_partitions
@@ -24,7 +24,7 @@ PROBE_ASSETS = ("ppl_probe", "bits_per_byte", "membership_scores", "recitation_r
 class EvaluationSettings(dg.ConfigurableResource):
     """Where the evaluation config (benchmarks, tracker) lives; see docs/evaluation.md."""
 
-    config_file: str = ""  # CONTAM_EVAL_CONFIG: YAML/JSON; "" = defaults (known benchmark files, tracker off)
+    config_file: str = ""  # YAML/JSON; "" = defaults (known benchmark files, tracker off)
     use_cache: bool = True  # reuse the contamination measured for the same train.jsonl and items
 
 
@@ -140,5 +140,5 @@ def evaluation_comparison(context: dg.AssetExecutionContext, contam_settings: Co
 
 defs = dg.Definitions(
     assets=[evaluation_report, evaluation_comparison],
-    resources={"contam_evaluation": EvaluationSettings(config_file=os.environ.get("CONTAM_EVAL_CONFIG", ""))},
+    resources={"contam_evaluation": EvaluationSettings(config_file=settings.env_value("eval_config"))},
 )

@@ -63,7 +63,7 @@ checkpoint_probes_job = dg.define_asset_job(
 
 @dg.sensor(job=checkpoint_probes_job, minimum_interval_seconds=60, default_status=sensor_default_status(),
            description="A new or rewritten checkpoint folder under <experiments>/*/checkpoints/ becomes a `checkpoints` "
-           "partition and its probes run once. STOPPED unless CONTAM_AUTOMATION=1.")
+           "partition and its probes run once. STOPPED unless the automation setting is on.")
 def new_checkpoints_sensor(
     context: dg.SensorEvaluationContext, contam_settings: ContamSettings, checkpoint_loader: CheckpointLoader
 ):
@@ -74,7 +74,7 @@ def new_checkpoints_sensor(
     tick; a folder rewritten later (its files changed) is probed again.
     The cursor maps partition key -> modification time of the probed folder;
     folders that disappeared are dropped from it, so it tracks what exists.
-    Starts STOPPED unless CONTAM_AUTOMATION=1 (like the data-side sensors).
+    Starts STOPPED unless the automation setting is on (like the data-side sensors).
     """
     seen: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
     now = time.time()

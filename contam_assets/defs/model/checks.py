@@ -18,7 +18,7 @@ from contam_assets.model.checkpoint import discover
 
 @dg.asset_check(
     asset="checkpoints", blocking=False, automation_condition=on_schedule("45 2 * * *", at_start=True),
-    description="at least one checkpoint folder exists under <experiments>/*/checkpoints/ (or CONTAM_CHECKPOINTS), and "
+    description="at least one checkpoint folder exists under <experiments>/*/checkpoints/ (or the checkpoints setting's folder), and "
     "each is a `checkpoints` partition (WARN: nothing to probe yet, or new_checkpoints_sensor is not running)",
     metadata=check_metadata(MODEL_OWNERS, "checkpoint folders against the checkpoints partitions"),
 )

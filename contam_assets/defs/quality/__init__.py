@@ -1,4 +1,4 @@
-"""Detector quality (issue 7): planted-contamination suite and the detector's measured recall and precision."""
+"""Detector quality: planted-contamination suite and the detector's measured recall and precision."""
 
 import dagster as dg
 

@@ -92,7 +92,7 @@ def _recall_png(scores: pl.DataFrame) -> bytes:
     check_specs=[dg.AssetCheckSpec("quality_targets", asset="detector_quality",
                                    description="the partition's preset targets (quality.scores.TARGETS): default: recall >= 0.99 "
                                                "verbatim/formatting/escaped Q+A, >= 0.95 solution-only code, <= 100 false positives "
-                                               "per million clean documents, none on hard negatives; thorough: issue 13's table",
+                                               "per million clean documents, none on hard negatives; thorough: its table in docs/quality.md",
                                    metadata=check_metadata(DATA_OWNERS, "the detector's measured recall and false positives"))],
 )
 def detector_quality(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB,

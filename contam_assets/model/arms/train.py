@@ -6,7 +6,7 @@ mix is already shuffled), ``batch_size`` blocks per step.  Every arm trained
 with the same config therefore reads the same number of tokens per step, and
 step ``n`` of one arm aligns with step ``n`` of another.
 
-Written under ``<experiments_dir>/<experiment>/`` (docs/ARCHITECTURE.md):
+Written under ``<experiments_dir>/<experiment>/`` (docs/tables.md):
 ``checkpoints/<stage>/`` (``save_pretrained`` model + tokenizer and
 ``contam_checkpoint.json``), ``data/train.jsonl`` (written by the caller, see
 :func:`write_train_jsonl`) and ``train_log.json`` (loss per step).  A

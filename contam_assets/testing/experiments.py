@@ -1,4 +1,5 @@
-"""Builders shared by the evaluation and API tests: experiment folders and DuckDB rows."""
+"""Builders shared by the evaluation and API tests and benchmarks/api_load.py: experiment folders, DuckDB rows and
+a running ``contam api`` (httpx, a dev extra, is imported where the server is asked)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
-from contam_assets import store
+from contam_assets import settings, store
+from contam_assets.testing import dev_module
 
 HOST = "127.0.0.1"
 
@@ -61,13 +61,14 @@ def start_api(cwd: Path, api_paths: str, log_level: str = "warning", fresh_s: fl
               ) -> tuple[subprocess.Popen, str]:
     """``contam api`` in a subprocess on a free loopback port; returns once it answers /openapi.json.
 
-    ``fresh_s`` sets CONTAM_API_FRESH_S (0: every listing re-checks the folder; None: the default).
+    ``fresh_s`` sets the api_fresh_s setting's variable (0: every listing re-checks the folder; None: the default).
     """
+    httpx = dev_module("httpx")
     port = free_port()
     env = dict(os.environ, API_PATHS=api_paths)
-    env.pop("CONTAM_API_FRESH_S", None)
+    env.pop(settings.var("api_fresh_s"), None)
     if fresh_s is not None:
-        env["CONTAM_API_FRESH_S"] = str(fresh_s)
+        env[settings.var("api_fresh_s")] = str(fresh_s)
     proc = subprocess.Popen(
         [sys.executable, "-m", "contam_assets.cli", "api", "--host", HOST, "--port", str(port), "--log-level", log_level],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -89,6 +90,7 @@ def start_api(cwd: Path, api_paths: str, log_level: str = "warning", fresh_s: fl
 @contextlib.contextmanager
 def api_server(cwd: Path, api_paths: str, fresh_s: float | None = 0.0):
     """A running ``contam api`` and an httpx client on it; terminated (then killed) afterwards."""
+    httpx = dev_module("httpx")
     proc, url = start_api(cwd, api_paths, fresh_s=fresh_s)
     try:
         with httpx.Client(base_url=url, timeout=30) as client:

@@ -1,4 +1,4 @@
-"""Pools in every format a reader is registered for, with planted GSM8K copies (not a test module).
+"""Pools in every format a reader is registered for, with planted GSM8K copies.
 
 Documents are host text around real GSM8K test items (question and worked answer) from the shared
 benchmark data, or clean host text; the planted ones must be removed, the clean ones kept.

@@ -1,4 +1,4 @@
-"""A pool with every kind of bad input a production pool holds, and what must happen to each (not a test module).
+"""A pool with every kind of bad input a production pool holds, and what must happen to each.
 
 Each entry of :data:`EXPECTED` names a shard (or a pool entry that is not a shard) and
 what a run must report: the shard's status, its exact line accounting, whether it gets a

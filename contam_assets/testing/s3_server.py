@@ -1,8 +1,9 @@
-"""An S3-protocol server on loopback for the tests: moto's standalone server, as s3fs's own tests use.
+"""An S3-protocol server on loopback for tests and benchmarks: moto's standalone server, as s3fs's own tests use.
 
 moto keeps its buckets in process-wide state, not per server: a server started after another one in the same pytest
 worker would see that one's buckets and objects. Each server here starts and stops with that state reset, so a test
-sees only what it uploads."""
+sees only what it uploads.  moto and boto3 come with the dev extra; without them a server or client fails with
+one line saying so."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import socket
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from contam_assets.testing import dev_module
 
 
 def free_port() -> int:
@@ -27,7 +30,7 @@ def _reset(endpoint: str) -> None:
 @contextmanager
 def s3_server(key: str = "contam-test-key", secret: str = "contam-test-secret") -> Iterator[dict]:
     """Yields the variables a client needs (endpoint, credentials, region) for a fresh, empty server."""
-    from moto.server import ThreadedMotoServer
+    ThreadedMotoServer = dev_module("moto.server").ThreadedMotoServer
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -45,7 +48,7 @@ def s3_server(key: str = "contam-test-key", secret: str = "contam-test-secret") 
 
 
 def s3_client(env: dict):
-    import boto3
+    boto3 = dev_module("boto3")
 
     return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")

@@ -1,4 +1,4 @@
-"""Planted documents for the throughput and prefilter tests (not a test module).
+"""Planted documents for the throughput and prefilter tests.
 
 A deterministic mix of host text (contam_assets.demo.HostText) and real
 benchmark items from ../shared/data, planted in the ways training data quotes
@@ -22,13 +22,14 @@ from pathlib import Path
 
 import polars as pl
 
-from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.demo import HostText
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.index import NgramIndex, build_index
+from contam_assets.detector.index import NgramIndex
+from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference, scan_documents
 from contam_assets.detector.reference import build_reference_set
 from contam_assets.detector.registry import TaskSpec, load_registry
+from contam_assets.sources.catalogue import DEFAULT_TASKS_DIR
 from contam_assets.store.pool import Document
 
 

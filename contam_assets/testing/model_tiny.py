@@ -1,4 +1,4 @@
-"""Tiny real checkpoints for the model-side tests.
+"""Tiny real checkpoints for the model-side tests and benchmarks.
 
 A byte-level BPE tokenizer trained locally with ``tokenizers`` and a 2-layer
 GPT-2 from ``transformers``, saved as a real Hugging Face folder.  The trained
@@ -14,7 +14,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from contam_assets_tests.conftest import SHARED_DATA as SHARED
+from contam_assets.testing import SHARED_DATA as SHARED
 
 N_MEMBERS = 16  # the shortest GSM8K test items among the first 200 are trained on ("{question} {answer}")
 RECITED = ("HumanEval/27", "HumanEval/34", "HumanEval/55")  # trained on prompt + canonical solution

@@ -1,0 +1,138 @@
+"""Data side, the pool as the scans see it: ``pool_listing``, the first asset of every `scan_shards` run.
+
+It does what a run must do before any shard is scanned, the same for `contam detect` and a daemon-started run:
+sweeps the temporary files a killed run left, lists the pool (a remote pool is mirrored first), checks the door
+(store/door.py: every new or changed unit holds the content key; the units that passed are kept in table
+``door_checks``, so a tick on a large pool does not read every file again), records what the listing skipped,
+retires the files of this output folder that left the pool (the one retirement rule: defs/data/runs.py), and
+writes run.json (the settings `contam apply` and `contam review` read back).
+"""
+
+
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from contam_assets.defs.data.assets import _DATA
+from contam_assets.defs.data.runs import known_files
+from contam_assets.defs.resources import ContamDB, ContamSettings, DetectorKnobs
+from contam_assets.store import shards as shards_db
+from contam_assets.store import table_exists, tables
+from contam_assets.store.door import DoorError, check_units
+from contam_assets.store.files import atomic_write_text, sweep_temp_files
+from contam_assets.store.location import LocationError
+from contam_assets.store.mirror import mirror_or_fail
+from contam_assets.store.pool import list_pool
+from contam_assets.store.readers import FORMATS
+
+RECORDED = ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset", "parts", "removal", "unescape", "tokenizer",
+            "content_key", "evals_dir", "decon_config", "decon_report_dir", "decon_cleaned_dir", "purify", "allow_missing",
+            "follow_symlinks", "lm_eval_tasks", "lm_eval_include")
+DOOR_TABLE = "door_checks"
+
+
+def settings_record(settings: ContamSettings) -> dict:
+    """What `contam apply` and `contam review` need to know about the run (run.json)."""
+    rec = {k: getattr(settings, k) for k in RECORDED}
+    rec["knobs"] = {k: v for k, v in settings.knobs.model_dump().items() if v is not None}
+    return rec
+
+
+def recorded_settings(out_dir: Path) -> ContamSettings | None:
+    p = Path(out_dir) / "run.json"
+    if not p.exists():
+        return None
+    rec = json.loads(p.read_text())
+    return ContamSettings(**{k: v for k, v in rec.items() if k in RECORDED},
+                          knobs=DetectorKnobs(**rec.get("knobs", {})))
+
+
+def pool_missing(settings: ContamSettings, listing) -> str | None:
+    """The one line of a pool that cannot be scanned (no folder, no pool file), else None."""
+    loc = settings.pool_location
+    if not settings.pool_path.is_dir():
+        return f"pool not found: {loc.display}"
+    if not listing.shards:
+        return (f"no pool files ({FORMATS}) in {loc.display}"
+                + (f" ({len(listing.skipped)} other entries, e.g. {listing.skipped[0].path}: "
+                   f"{listing.skipped[0].reason})" if listing.skipped else ""))
+    return None
+
+
+def _stamps(paths: dict[str, Path]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for unit, path in paths.items():
+        try:
+            st = os.stat(path)
+        except OSError:  # gone since it was listed: the scan reports it
+            continue
+        out[unit] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def door_check(con, paths: dict[str, Path], content_key: str) -> tuple[int, int]:
+    """check_units over the units new or changed since they last passed the door (for this content key); those that
+    pass are recorded.  DoorError as check_units raises it; (units checked now, units passed before and unchanged)."""
+    con.execute(f"create table if not exists {DOOR_TABLE} (shard varchar primary key, size bigint, mtime_ns bigint, "
+                "content_key varchar)")
+    passed = {r[0]: (r[1], r[2], r[3]) for r in con.execute(f"select shard, size, mtime_ns, content_key from {DOOR_TABLE}").fetchall()}
+    stamps = _stamps(paths)
+    todo = {u: p for u, p in paths.items() if u not in stamps or passed.get(u) != (*stamps[u], content_key)}
+    check_units(todo, content_key)
+    rows = [dict(shard=u, size=stamps[u][0], mtime_ns=stamps[u][1], content_key=content_key) for u in todo if u in stamps]
+    if rows:
+        df = pl.DataFrame(rows, schema={"shard": pl.Utf8, "size": pl.Int64, "mtime_ns": pl.Int64, "content_key": pl.Utf8})
+        con.register("door_rows", df)
+        try:
+            con.execute(f"insert or replace into {DOOR_TABLE} select * from door_rows")
+        finally:
+            con.unregister("door_rows")
+    gone = sorted(set(passed) - set(paths))
+    if gone:
+        con.execute(f"delete from {DOOR_TABLE} where shard in (select unnest(?::varchar[]))", [gone])
+    return len(todo), len(paths) - len(todo)
+
+
+@dg.asset(**_DATA, kinds={"python", "duckdb"},
+          description="The pool as a run reads it: temporary files of a killed run swept, the pool listed (a remote "
+          "pool mirrored), the door check on new or changed units (the content key), pool skips recorded, files that "
+          "left the pool retired, run.json written. A refused door fails the run before any scan.")
+def pool_listing(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
+    settings = contam_settings
+    try:
+        loc = settings.pool_location
+        if not loc.is_local:  # a remote pool: new or changed files fetched into the mirror the scans read
+            mirror_or_fail(loc, settings.pool_path, log=context.log.info)
+    except LocationError as exc:
+        raise dg.Failure(str(exc)) from None
+    swept = sweep_temp_files(settings.out_path)
+    if swept:
+        context.log.info(f"removed {len(swept)} temporary file(s) left by an interrupted run")
+    listing = list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern)
+    missing = pool_missing(settings, listing)
+    if missing:
+        raise dg.Failure(missing)
+    gone = sorted(known_files(settings) - set(listing.shards))
+    with contam_db.connect() as con:
+        tables.ensure_schema(con)
+        try:
+            checked, kept = door_check(con, listing.paths, settings.content_key)
+        except DoorError as exc:  # one line: the unit, the keys it has, the flag to pass
+            raise dg.Failure(str(exc)) from None
+        shards_db.record_pool_skips(con, listing.skipped)
+        retired = shards_db.retire(con, settings.out_path, gone)
+        if table_exists(con, "retired_shards"):
+            shards_db.unretire(con, listing.shards)
+    for r in retired:
+        context.log.info(f"retired {r['shard']}: left the pool ({r['matches']} match row(s), {r['removals']} "
+                         f"removal(s), {len(r['files'])} file(s) removed)")
+    atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
+    return dg.MaterializeResult(metadata={
+        "files": len(listing.shards), "skipped_entries": len(listing.skipped), "door_checked": checked,
+        "door_unchanged": kept, "retired": len(retired), "temporary_files_removed": len(swept),
+        "retired_files": dg.MetadataValue.json([r["shard"] for r in retired]),
+        "pool": loc.display,
+    })

@@ -1,0 +1,45 @@
+"""The paraphrase part's gates choose which documents are embedded at all (docs/paraphrase.md): planted cases
+with known answers for the pieces that make them selective."""
+
+from __future__ import annotations
+
+from contam_assets.paraphrase.quantities import number_positions, signatures
+from contam_assets.paraphrase.search import min_span, weight_span
+
+PROBLEM = "Tom has 12 apples and buys 7 more. Later he eats 3 of them. How many apples are left?"
+
+
+def _seq(text: str) -> list[tuple[float, int]]:
+    return [(round(v, 4), at) for v, at in number_positions(text) if v not in (0.0, 1.0)]
+
+
+def test_a_math_items_numbers_must_lie_together_with_no_number_of_another_problem():
+    values, allowed = {12.0, 7.0, 3.0}, frozenset({12.0, 7.0, 3.0, 19.0, 16.0})
+    span, a, b = min_span(_seq(PROBLEM), values, allowed)
+    assert (a, b) == (PROBLEM.index("12"), PROBLEM.index("3 of"))
+    # the solution's numbers may stand beside the question's (a question with its worked answer)
+    solved = PROBLEM + " He had 12 + 7 = 19, and 19 - 3 = 16 are left."
+    assert min_span(_seq(solved), values, allowed)[0] <= span
+    # a number neither the question nor the solution holds, between them: no window could be the problem
+    foreign = "Tom has 12 apples and buys 7 more, for 45 dollars. Later he eats 3 of them. How many are left?"
+    assert min_span(_seq(foreign), values, allowed)[0] == float("inf")
+    assert min_span(_seq(foreign), values)[0] < float("inf")  # without ``allowed``: the numbers alone
+    # the same problem again after the foreign number is found there
+    again = foreign + "\n\n" + PROBLEM
+    assert min_span(_seq(again), values, allowed)[1] == len(foreign) + 2 + PROBLEM.index("12")
+
+
+def test_the_shortest_stretch_whose_distinct_words_reach_a_weight():
+    weights = {"ecolog": 5.0, "urban": 4.0, "coloni": 6.0, "market": 2.0}
+    pts = [(0, "urban"), (40, "market"), (300, "ecolog"), (320, "urban"), (350, "coloni"), (900, "coloni")]
+    assert weight_span(pts, weights, 15.0) == (50, 300, 350)  # ecolog + urban + coloni, not the first urban
+    assert weight_span(pts, weights, 6.0) == (0, 350, 350)  # one word that weighs enough alone
+    assert weight_span(pts, weights, 17.1)[0] == float("inf")  # all four together weigh 17
+    # a word counted once however often it occurs
+    assert weight_span([(0, "urban"), (5, "urban"), (9, "urban")], weights, 8.0)[0] == float("inf")
+
+
+def test_every_signature_of_a_text():
+    code = "def add(a, b):\n    return a + b\n\nclass C:\n    def get(self, key, *args, **kw):\n        return add(1, 2)\n"
+    assert signatures(code) == {("add", ("a", "b")), ("get", ("self", "key", "args", "kw"))}
+    assert signatures("add(1, 2) + get(x)") == set()  # calls are no signatures
