@@ -57,8 +57,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from contam_assets import store  # noqa: E402
+from contam_assets.evaluation.checkpoint_report import dumps, evaluate  # noqa: E402
 from contam_assets.evaluation.config import EvaluationConfig  # noqa: E402
-from contam_assets.evaluation.report import dumps, evaluate  # noqa: E402
 from contam_assets.testing.experiments import (  # noqa: E402
     add_checkpoint,
     start_api,

@@ -111,9 +111,9 @@ def timed(fn, repeat: int):
 
 def main(argv=None) -> int:
     from contam_assets.detector.config import preset
-    from contam_assets.detector.reference import build_reference_set
-    from contam_assets.detector.registry import load_registry
     from contam_assets.sources.catalogue import CATALOGUE_DIR, DEFAULT_TASKS_DIR
+    from contam_assets.sources.reference import build_reference_set
+    from contam_assets.sources.registry import load_registry
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1000, help="rows of each catalogue benchmark's evaluated split")

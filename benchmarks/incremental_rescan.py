@@ -4,7 +4,7 @@ Builds a deterministic pool of host text (data/demo) with GSM8K test items, MBPP
 HumanEval prompts planted into --planted of the documents (0.5 % by default), then, on one core
 (each step's best wall time of --repeat runs, 3 by default; the anchors are built once):
 
-  full (base)      rescan.jobs.tokenize_and_scan of every shard with the base registry,
+  full (base)      executor.shard_work.tokenize_and_scan of every shard with the base registry,
                    writing the token cache (what shard_matches does on a first scan);
                    rescan.shard.scan_shard on the same shards for comparison (no cache)
   index            reference set + index of the grown registry (base + --add)
@@ -16,7 +16,7 @@ HumanEval prompts planted into --planted of the documents (0.5 % by default), th
   full (cached)    scan_stream of every shard, all tasks (the nightly IDF refresh)
   per-task prefilter  no token cache: per shard, read the text, clear with the added task's own
                    prefilter (anchors of its questions only), tokenize and scan only what passes
-                   (rescan.jobs.tokenize_and_scan(tasks=[add]) with prefilter on); its anchors are
+                   (executor.shard_work.tokenize_and_scan(tasks=[add]) with prefilter on); its anchors are
                    built once, timed apart
   full (prefilter) tokenize_and_scan of every shard with the grown registry and the prefilter on
 
@@ -50,13 +50,13 @@ from contam_assets.demo import HostText  # noqa: E402
 from contam_assets.detector.config import preset  # noqa: E402
 from contam_assets.detector.index_build import build_index  # noqa: E402
 from contam_assets.detector.matches import Reference
-from contam_assets.detector.reference import build_reference_set  # noqa: E402
-from contam_assets.detector.registry import load_registry  # noqa: E402
-from contam_assets.rescan import token_cache  # noqa: E402
+from contam_assets.executor.shard_work import tokenize_and_scan
 from contam_assets.rescan.incremental import scan_stream  # noqa: E402
-from contam_assets.rescan.jobs import tokenize_and_scan
 from contam_assets.rescan.plan import shard_identity
 from contam_assets.rescan.shard import scan_shard  # noqa: E402
+from contam_assets.sources.reference import build_reference_set  # noqa: E402
+from contam_assets.sources.registry import load_registry  # noqa: E402
+from contam_assets.store import token_cache  # noqa: E402
 
 
 def jsonl(path: Path) -> list[dict]:

@@ -36,10 +36,10 @@ import polars as pl  # noqa: E402
 
 from contam_assets.detector.config import PRESETS, ConfigError  # noqa: E402
 from contam_assets.detector.matches import Reference  # noqa: E402
-from contam_assets.detector.reference import build_reference_set  # noqa: E402
-from contam_assets.detector.registry import load_registry  # noqa: E402
 from contam_assets.paraphrase.stage import paraphrase_index, paraphrase_rows  # noqa: E402
 from contam_assets.quality.hosts import Hosts  # noqa: E402
+from contam_assets.sources.reference import build_reference_set  # noqa: E402
+from contam_assets.sources.registry import load_registry  # noqa: E402
 from contam_assets.store.pool import Document  # noqa: E402
 
 FILES = {"gsmplus_testmini.jsonl": "GSM-Plus", "mmlusr_question_only.jsonl": "MMLU-SR (question only)",

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_pool import build_pool, parse_size  # noqa: E402
 
-from contam_assets.detector.compression import open_binary  # noqa: E402
+from contam_assets.store.compression import open_binary  # noqa: E402
 from contam_assets.testing.s3_server import s3_client, s3_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

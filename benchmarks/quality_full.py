@@ -94,7 +94,7 @@ def miss_causes(out: Path, benchmarks: Path) -> tuple[list[dict], list[dict]]:
                                        and leak_type in ({', '.join(repr(x) for x in types)})""")
     if rows.height == 0:
         return [], []
-    from contam_assets.detector.registry import load_registry
+    from contam_assets.sources.registry import load_registry
 
     det = build_detector("default", load_registry(PROJECT / "data" / "tasks", sorted(set(rows["task"].to_list()))), benchmarks)
     cfg = det.cfg

@@ -11,7 +11,7 @@ counted once), the wall time and the stage seconds of the run's summary.
     python benchmarks/reference_scale.py --instances 600000 --tasks 226 --work /tmp/contam-refscale --json ref.json
 
 (`--instances` takes a comma-separated list: one run per size; `--pool-mb` (2), `--workers` (1), `--seed` (17);
-`--generate-only` writes the folders and stops.)  `contam_assets_tests/test_reference_scale_benchmark.py` runs
+`--generate-only` writes the folders and stops.)  `contam_assets_tests/sources/test_reference_scale_benchmark.py` runs
 it at 3,000 instances.
 """
 

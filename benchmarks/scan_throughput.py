@@ -72,12 +72,12 @@ from contam_assets.detector.config import PRESETS, DetectConfig
 from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
-from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import load_registry
 from contam_assets.detector.text import clean_text, clean_words
 from contam_assets.detector.thorough import ensure_extras
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.rescan.shard import BATCH, scan_shard
+from contam_assets.sources.reference import build_reference_set
+from contam_assets.sources.registry import load_registry
 from contam_assets.store import artifacts
 from contam_assets.store.pool import read_shard
 

@@ -33,7 +33,7 @@ from contam_assets.store import shards as shards_db
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.mirror import mirror_or_fail
 from contam_assets.store.pool import list_pool
-from contam_assets.store.translations import DIRECT
+from contam_assets.store.translated_matches import DIRECT
 from contam_assets.store.units import Units
 
 # The CLI prints the warnings that asset code logs and one line per failure; Dagster's own

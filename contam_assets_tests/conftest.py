@@ -65,8 +65,8 @@ def two_tasks(shared_data):
     from contam_assets.defs.resources import DEFAULT_TASKS_DIR
     from contam_assets.detector.config import preset
     from contam_assets.detector.index_build import build_index
-    from contam_assets.detector.reference import build_reference_set
-    from contam_assets.detector.registry import load_registry
+    from contam_assets.sources.reference import build_reference_set
+    from contam_assets.sources.registry import load_registry
 
     cfg = preset("default")
     records, _ = build_reference_set(load_registry(DEFAULT_TASKS_DIR, ["gsm8k", "mbpp"]), shared_data, cfg)

@@ -1,4 +1,4 @@
-"""``contam api``: serve the evaluation reports over HTTP (see contam_assets/evaluation/api.py)."""
+"""``contam api``: serve the evaluation reports over HTTP (see contam_assets/web/api.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _run(args) -> int:
         raise CliError(f"--fresh-s must be between 0 and 3600, got {args.fresh_s}")
     if args.paths is not None:
         os.environ["API_PATHS"] = args.paths
-    from contam_assets.evaluation.api import serve
+    from contam_assets.web.api import serve
 
     try:
         serve(args.host, args.port, log_level=args.log_level, fresh_s=args.fresh_s)

@@ -29,9 +29,9 @@ def run(args) -> int:
     from contam_assets.defs.resources import ContamSettings
     from contam_assets.demo import build_demo_pool
     from contam_assets.detector.config import preset
-    from contam_assets.detector.reference import build_reference_set
-    from contam_assets.detector.registry import load_registry
     from contam_assets.settings import DEFAULT_TASKS_DIR
+    from contam_assets.sources.reference import build_reference_set
+    from contam_assets.sources.registry import load_registry
     from contam_assets.store.files import atomic_write_text
 
     out = Path(args.out).resolve()

@@ -139,7 +139,7 @@ def check_out(out: str | Path | None, flag: str = "--out") -> None:
 def check_tasks(tasks: str | None, tasks_dir: str | None) -> None:
     """One line (CliError) for a task name the registry does not hold, with the nearest one and the known names."""
     from contam_assets.cli import CliError
-    from contam_assets.detector.registry import TaskSpecError, load_registry
+    from contam_assets.sources.registry import TaskSpecError, load_registry
 
     only = [t.strip() for t in (tasks or "").split(",") if t.strip()]
     if not only:
@@ -336,7 +336,7 @@ def run(args) -> int:
 def _run(args) -> int:
     precheck(args)  # one line for a mistake, before any work (and before the heavy imports)
     from contam_assets.cli import CliError
-    from contam_assets.rescan.processes import warm_forkserver
+    from contam_assets.executor.processes import warm_forkserver
     from contam_assets.store.door import DoorError
     from contam_assets.store.location import LocationError
 

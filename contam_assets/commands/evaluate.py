@@ -29,8 +29,8 @@ def _run(args) -> int:
     from contam_assets import store
     from contam_assets.cli import CliError
     from contam_assets.defs.resources import ContamSettings
+    from contam_assets.evaluation.checkpoint_report import ReportError, evaluate
     from contam_assets.evaluation.config import ConfigError, load_config
-    from contam_assets.evaluation.report import ReportError, evaluate
     from contam_assets.evaluation.tracker import TrackerError, send_report
 
     settings = ContamSettings.from_env(experiments_dir=args.experiments)

@@ -92,7 +92,7 @@ def _record_decisions(con, args) -> int:
 
 
 def _print_stats(con) -> None:
-    from contam_assets.store.translations import DIRECT
+    from contam_assets.store.translated_matches import DIRECT
 
     def table(sql, title):
         cur = con.execute(sql)
@@ -118,7 +118,7 @@ def _print_stats(con) -> None:
           "per reason, in matches")
     table("select coalesce(source,'(none)') source, count(*) removed_documents from removals group by 1 order by 2 desc",
           "removed per source")
-    from contam_assets.store.translations import exposure_lines
+    from contam_assets.store.translated_matches import exposure_lines
 
     lines = exposure_lines(con)
     if lines:

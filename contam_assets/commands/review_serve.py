@@ -1,4 +1,4 @@
-"""`contam review OUT --serve`: the review page (contam_assets/report/review_app.py) on uvicorn.
+"""`contam review OUT --serve`: the review page (contam_assets/web/review_app.py) on uvicorn.
 
 The socket is bound before anything else is done or printed: a busy port or an address
 that is not this machine's is one line (exit 2), and the URL printed (with the server's
@@ -60,8 +60,8 @@ def serve(out: Path, host: str, port: int, reviewer: str, dagster_home: str | No
     import uvicorn
 
     from contam_assets import runner
-    from contam_assets.report.review_app import ReviewConfig, create_app
-    from contam_assets.report.review_guard import url_host
+    from contam_assets.web.review_app import ReviewConfig, create_app
+    from contam_assets.web.review_guard import url_host
 
     settings = runner.recorded_settings(out)
     cfg = settings.detect_config()[0] if settings else None  # the preset's tokenizer and cleaning, as scanned

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def split_rows(spec, split, avail) -> tuple[int, int]:
     """(readable rows, unreadable rows) of one split."""
-    from contam_assets.detector.registry import iter_split
+    from contam_assets.sources.registry import iter_split
 
     ok = bad = 0
     for src, _ in iter_split(spec, split, avail):
@@ -37,7 +37,7 @@ def split_rows(spec, split, avail) -> tuple[int, int]:
 
 
 def unused_files(folder: Path, used: set[str]) -> list[str]:
-    from contam_assets.detector.hf_files import expand_folder
+    from contam_assets.sources.hf_files import expand_folder
 
     return [os.path.relpath(f, folder) for f in expand_folder(folder) if os.path.realpath(f) not in used]
 
@@ -62,9 +62,9 @@ def list_lm_eval(args) -> None:
 
 def run(args) -> int:
     from contam_assets.cli import CliError
-    from contam_assets.detector.registry import TaskSpecError, load_registry, locate
     from contam_assets.report.inert import term_text as inert
     from contam_assets.sources.catalogue import resolve_tasks_dir
+    from contam_assets.sources.registry import TaskSpecError, load_registry, locate
 
     bench = Path(args.benchmarks) if args.benchmarks else None
     if bench is not None and not bench.is_dir():

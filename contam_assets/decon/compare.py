@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contam_assets import store
-from contam_assets.decon.reports import training_file_name
-from contam_assets.detector.reference import UNSPECIFIED_SPLIT
+from contam_assets.decon.decon_outputs import training_file_name
+from contam_assets.sources.reference import UNSPECIFIED_SPLIT
 from contam_assets.store.tables import REMOVABLE_SQL
 
 Key = tuple[str, int, str, int]  # training_file, training_line, eval_key, eval_line

@@ -2,7 +2,7 @@
 
 One place for the metadata every asset and check carries (owners, kinds, tags), so
 a new asset is declared the way the others are and the graph snapshot test
-(``contam_assets_tests/test_graph_snapshot.py``) can hold all of them.
+(``contam_assets_tests/defs/test_graph_snapshot.py``) can hold all of them.
 
 Code versions: an asset whose output changes when the detector's rules change
 carries ``code_version=DETECTOR_VERSION`` (a digest of the detector's source
@@ -44,6 +44,6 @@ def source_digest(*packages: str) -> str:
     return h.hexdigest()[:12]
 
 
-DETECTOR_VERSION = f"detector-{source_digest('detector')}"  # reference set, index, registry
-SCAN_VERSION = f"scan-{source_digest('detector', 'rescan')}"  # shard scans: the detector plus the rescan plans
-QUALITY_VERSION = f"quality-{source_digest('detector', 'quality')}"  # planted suite and its scores
+DETECTOR_VERSION = f"detector-{source_digest('detector', 'sources')}"  # reference set, index, registry
+SCAN_VERSION = f"scan-{source_digest('detector', 'sources', 'rescan', 'executor')}"  # shard scans: the detector plus the rescan plans
+QUALITY_VERSION = f"quality-{source_digest('detector', 'sources', 'quality')}"  # planted suite and its scores

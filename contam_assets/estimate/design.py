@@ -28,7 +28,7 @@ UNIT_KINDS = ("auto", "shard", "block")
 
 
 @dataclass(frozen=True)
-class Unit:
+class PoolUnit:
     key: str  # the unit's own key: the shard's, or for a block the shard's with `.b<start>.jsonl` / `.rg<i>.parquet`
     shard: str  # the shard it is read from
     stratum: str
@@ -42,7 +42,7 @@ class Unit:
 class Sample:
     fraction: float
     seed: int
-    units: list[Unit]  # the sampled units, sorted by key
+    units: list[PoolUnit]  # the sampled units, sorted by key
     pool_units: dict[str, int]  # stratum -> N_h
     pool_bytes: int
     strata: list[str] = field(default_factory=list)
@@ -64,9 +64,9 @@ def stratum_of(shard: str) -> str:
     return head if sep else ROOT_STRATUM
 
 
-def shard_units(shards: list[str], paths: dict[str, os.PathLike]) -> list[Unit]:
+def shard_units(shards: list[str], paths: dict[str, os.PathLike]) -> list[PoolUnit]:
     """The units of a pool listing: one per shard, its size on disk as its bytes."""
-    return [Unit(key=s, shard=s, stratum=stratum_of(s), bytes=os.stat(paths[s]).st_size) for s in sorted(shards)]
+    return [PoolUnit(key=s, shard=s, stratum=stratum_of(s), bytes=os.stat(paths[s]).st_size) for s in sorted(shards)]
 
 
 def _cuttable(shard: str) -> str:
@@ -76,7 +76,7 @@ def _cuttable(shard: str) -> str:
     return "row_group" if shard.endswith(".parquet") else ""
 
 
-def block_units(shards: list[str], paths: dict[str, os.PathLike], block_bytes: int) -> list[Unit]:
+def block_units(shards: list[str], paths: dict[str, os.PathLike], block_bytes: int) -> list[PoolUnit]:
     """The blocks of a pool listing: byte ranges of ``block_bytes`` of its plain JSON/JSONL shards, the row groups of
     its Parquet shards (their compressed size as bytes; a footer that cannot be read: the whole shard), and every
     other shard whole."""
@@ -84,14 +84,14 @@ def block_units(shards: list[str], paths: dict[str, os.PathLike], block_bytes: i
     for s in sorted(shards):
         size, how = os.stat(paths[s]).st_size, _cuttable(s)
         if how == "bytes" and size > block_bytes:
-            out += [Unit(key=f"{s}.b{start:012d}.jsonl", shard=s, stratum=stratum_of(s), start=start,
+            out += [PoolUnit(key=f"{s}.b{start:012d}.jsonl", shard=s, stratum=stratum_of(s), start=start,
                          end=min(size, start + block_bytes), bytes=min(size, start + block_bytes) - start, kind="bytes")
                     for start in range(0, size, block_bytes)]
         elif how == "row_group" and (groups := _row_group_bytes(paths[s])) and len(groups) > 1:
-            out += [Unit(key=f"{s}.rg{i:06d}.parquet", shard=s, stratum=stratum_of(s), start=i, bytes=b, kind="row_group")
+            out += [PoolUnit(key=f"{s}.rg{i:06d}.parquet", shard=s, stratum=stratum_of(s), start=i, bytes=b, kind="row_group")
                     for i, b in enumerate(groups)]
         else:
-            out.append(Unit(key=s, shard=s, stratum=stratum_of(s), bytes=size))
+            out.append(PoolUnit(key=s, shard=s, stratum=stratum_of(s), bytes=size))
     return out
 
 
@@ -111,7 +111,7 @@ def compressed_bytes(group) -> int:
     return sum(group.column(c).total_compressed_size for c in range(group.num_columns)) or group.total_byte_size
 
 
-def sample_size(units: list[Unit], fraction: float) -> int:
+def sample_size(units: list[PoolUnit], fraction: float) -> int:
     """How many of ``units`` a stratified sample at ``fraction`` draws."""
     by: dict[str, int] = {}
     for u in units:
@@ -120,7 +120,7 @@ def sample_size(units: list[Unit], fraction: float) -> int:
 
 
 def choose_units(shards: list[str], paths: dict[str, os.PathLike], fraction: float, unit: str = "auto",
-                 min_units: int = MIN_UNITS) -> tuple[list[Unit], str, int]:
+                 min_units: int = MIN_UNITS) -> tuple[list[PoolUnit], str, int]:
     """(units, 'shard' or 'block', block bytes) of a pool for a sample at ``fraction``: whole shards when ``unit`` is
     'shard', or when it is 'auto' and the sample would hold at least ``min_units`` shards (or every shard); else
     blocks of max(MIN_BLOCK_BYTES, F * pool bytes / min_units) bytes (`block_units`)."""
@@ -148,17 +148,17 @@ def allocation(n_units: int, fraction: float) -> int:
     return min(n_units, max(1, int(np.floor(fraction * n_units + 0.5))))
 
 
-def stratified_sample(units: list[Unit], fraction: float, seed: int = 0, unit: str = "shard",
+def stratified_sample(units: list[PoolUnit], fraction: float, seed: int = 0, unit: str = "shard",
                       block_bytes: int = 0) -> Sample:
     """The seeded stratified sample of ``units`` at ``fraction`` (see the module's description)."""
     fraction = check_fraction(fraction)
     if not units:
         raise ValueError("no units to sample from (an empty pool)")
     rng = np.random.default_rng(seed)
-    by: dict[str, list[Unit]] = {}
+    by: dict[str, list[PoolUnit]] = {}
     for u in sorted(units, key=lambda u: u.key):
         by.setdefault(u.stratum, []).append(u)
-    chosen: list[Unit] = []
+    chosen: list[PoolUnit] = []
     for name in sorted(by):
         members = by[name]
         n = allocation(len(members), fraction)

@@ -28,7 +28,7 @@ from contam_assets.estimate.design import Sample, design_text
 from contam_assets.estimate.estimators import REPLICATES, Design, items_present, rao_wu_weights, total
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.tables import REMOVABLE_SQL, REMOVES
-from contam_assets.store.translations import language_name
+from contam_assets.store.translated_matches import language_name
 
 TABLE = "pool_estimates"
 TABLE_SCHEMA = {TABLE: """
@@ -179,7 +179,7 @@ def estimate(con, sample: Sample, by_source: bool = False, tasks: list[str] | No
 
 def _translations(con) -> pl.DataFrame:
     """(task, source_task, language of the source, source item) of every translated item
-    (detector/translations.py); empty without links."""
+    (sources/translation_links.py); empty without links."""
     schema = {"task": pl.Utf8, "source_task": pl.Utf8, "language": pl.Utf8, "item": pl.Utf8}
     if not store.table_exists(con, "translation_links"):
         return pl.DataFrame(schema=schema)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from contam_assets.evaluation.report import REPORT_FILE, SCHEMA
+from contam_assets.evaluation.checkpoint_report import REPORT_FILE, SCHEMA
 from contam_assets.evaluation.safeio import Refused, display_name, loads_bounded, name_problem, os_message, read_regular
 
 MAX_REPORT_BYTES = 8 * 1024 * 1024

@@ -54,8 +54,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from contam_assets.evaluation.checkpoint_report import dumps, flatten_numbers
 from contam_assets.evaluation.config import TrackerConfig
-from contam_assets.evaluation.report import dumps, flatten_numbers
 from contam_assets.store.files import atomic_write_text
 
 MARKER_FILE = "tracker.json"

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contam_assets.detector import registry
 from contam_assets.settings import DEFAULT_TASKS_DIR
+from contam_assets.sources import registry
 
 # Where OpenCompass expects the mock set, then the two Skywork files (see shared/data/SOURCES.md).
 REFERENCE_CANDIDATES = (

@@ -71,7 +71,7 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class ExecJob:
+class ExecCase:
     """One item: what the candidate runs and what the judge checks it with."""
 
     program: str  # the generated program as the candidate runs it
@@ -91,14 +91,14 @@ class ExecResult:
         return self.status == "passed"
 
 
-def run_job(job: ExecJob, limits: Limits = Limits(), status: SandboxStatus | None = None) -> ExecResult:
+def run_job(job: ExecCase, limits: Limits = Limits(), status: SandboxStatus | None = None) -> ExecResult:
     """Judge one item in two fresh sandboxes; raises SandboxUnavailable when isolation is not possible."""
     status = (status or sandbox_status()).require()
     with tempfile.TemporaryDirectory(prefix="contam_exec_") as tmp:
         return _run(job, limits, status, Path(tmp))
 
 
-def _run(job: ExecJob, limits: Limits, status: SandboxStatus, tmp: Path) -> ExecResult:
+def _run(job: ExecCase, limits: Limits, status: SandboxStatus, tmp: Path) -> ExecResult:
     (tmp / "program.py").write_text(job.program, encoding="utf-8")
     spec = {"setup": job.setup, "tests": job.tests, "entry": job.entry}
     (tmp / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
@@ -188,7 +188,7 @@ def _tail(path: Path, n: int = _MAX_TAIL) -> str:
 
 
 def run_jobs(
-    jobs: Sequence[ExecJob], limits: Limits = Limits(), workers: int = 2, log: LogFn | None = None, what: str = "executing"
+    jobs: Sequence[ExecCase], limits: Limits = Limits(), workers: int = 2, log: LogFn | None = None, what: str = "executing"
 ) -> list[ExecResult]:
     """Every job, ``workers`` at a time, in input order; one item's failure or hang costs only that item."""
     if not jobs:

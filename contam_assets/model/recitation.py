@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from contam_assets.model.batching import LogFn
-from contam_assets.model.code_exec import ExecJob, Limits, run_jobs
+from contam_assets.model.code_exec import ExecCase, Limits, run_jobs
 from contam_assets.model.code_text import HUMANEVAL_STOP, code_tokens, function_body, normalize_code, similarity
 from contam_assets.model.generation import generate_greedy
 from contam_assets.model.loader import LoadedModel
@@ -37,13 +37,13 @@ class CodeProblem:
     tests: str  # the benchmark's test code (HumanEval: defines check; MBPP: its assert lines)
     setup: str = ""  # MBPP's test_setup_code
 
-    def job(self, completion: str) -> ExecJob:
+    def job(self, completion: str) -> ExecCase:
         """What the sandbox runs: the generated program, judged by the benchmark's tests."""
         if self.entry_point:  # HumanEval: prompt + completion; the judge has the prompt's helpers itself
-            return ExecJob(f"{self.prompt}{completion}\n", self.tests, setup=self.prompt, entry=self.entry_point)
+            return ExecCase(f"{self.prompt}{completion}\n", self.tests, setup=self.prompt, entry=self.entry_point)
         # MBPP: the setup code builds its data from the generated classes, so it runs with the program;
         # what it builds reaches the judge as plain values or handles.
-        return ExecJob(f"{completion}\n\n{self.setup}\n", self.tests)
+        return ExecCase(f"{completion}\n\n{self.setup}\n", self.tests)
 
 
 @dataclass(frozen=True)

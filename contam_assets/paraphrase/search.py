@@ -41,7 +41,7 @@ from contam_assets.paraphrase.verify import (
     MC_COVER,
     MC_STEM_WEIGHT,
     Evidence,
-    Item,
+    ItemFacts,
     check,
 )
 
@@ -99,7 +99,7 @@ class ParaphraseIndex:
         kinds = recs["kind"].fill_null("qa").to_list()
         keys = recs.select(key).iter_rows()
         renamed = CODE in self.kinds
-        self.items = [Item.of(k, q, a, options.get(tuple(kk)), renamed) for k, q, a, kk in zip(kinds, qs, ans, keys)]
+        self.items = [ItemFacts.of(k, q, a, options.get(tuple(kk)), renamed) for k, q, a, kk in zip(kinds, qs, ans, keys)]
         self.q_vec = embedder.embed(qs)
         self.qa_vec = embedder.embed([q + "\n" + a for q, a in zip(qs, ans)])
         # multiple choice and code: each item a bag of words weighted by rarity among the items of its kind

@@ -54,7 +54,7 @@ FEW_NUMBERS, FEW_NUMBERS_MARGIN = 2, 0.1  # a math item with this few distinct n
 
 
 @dataclass
-class Item:
+class ItemFacts:
     kind: str
     numbers: Counter  # hard numbers of the question
     answer_numbers: frozenset  # hard numbers of the answer (worked solution; code: the solution's literals)
@@ -70,7 +70,7 @@ class Item:
 
     @classmethod
     def of(cls, kind: str, question: str, answer: str | None, choices: list | None = None,
-           renamed: bool = False) -> "Item":
+           renamed: bool = False) -> "ItemFacts":
         """What ``check`` needs of an item.  ``choices`` (a multiple-choice item's options; paraphrase_kinds "mc"):
         the multiple-choice rule, where the math one does not apply (without them: the generic rule); ``renamed``
         (paraphrase_kinds "code"): a code item is also found renamed and rewritten (without: by its signature)."""
@@ -120,7 +120,7 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else str(v)
 
 
-def check(item: Item, window: str, similarity: float, min_similarity: float,
+def check(item: ItemFacts, window: str, similarity: float, min_similarity: float,
           weights: dict | None = None, margin: float = 1.0) -> Evidence | None:
     """The evidence for ``window`` restating ``item``, or None.  ``weights``: a content word's weight (multiple
     choice; a word no item holds weighs the most); ``margin``: the similarity over the closest other item."""
@@ -159,7 +159,7 @@ def check(item: Item, window: str, similarity: float, min_similarity: float,
     return Evidence(OTHER, similarity, sorted(item.numbers), sorted(found))
 
 
-def _check_mc(item: Item, window: str, w_nums: Counter, similarity: float, min_similarity: float,
+def _check_mc(item: ItemFacts, window: str, w_nums: Counter, similarity: float, min_similarity: float,
               weights: dict, margin: float) -> Evidence | None:
     if similarity < max(MC_SIMILARITY, min_similarity) or margin < MC_MARGIN or item.numbers - w_nums:
         return None
@@ -185,7 +185,7 @@ def _check_mc(item: Item, window: str, w_nums: Counter, similarity: float, min_s
                            "gold_answer": item.gold[:200]})
 
 
-def _check_renamed(item: Item, window: str, similarity: float, weights: dict) -> Evidence | None:
+def _check_renamed(item: ItemFacts, window: str, similarity: float, weights: dict) -> Evidence | None:
     """A code task under other names: its examples' values (some of them uncommon among the tasks) and its words.
     Code reads alike to a static embedder, so a margin over the other tasks says little: the values decide."""
     lits = item.option_stems

@@ -1,6 +1,6 @@
 """Benchmark items as the planted suite sees them: one per (task, split, instance, subject).
 
-Built from the reference records (``detector.reference.build_reference_set``), so the
+Built from the reference records (``sources.reference.build_reference_set``), so the
 suite plants exactly the instances the detector indexes: a multiple-choice item
 gathers its per-choice records back into one question with its options, a code
 item carries its reference solution (the derived ``<task>_solution`` suite).
@@ -20,7 +20,7 @@ def item_key(task: str, split: str, instance_index: int, subject: str | None) ->
 
 
 @dataclass(frozen=True)
-class Item:
+class PlantedItem:
     task: str
     kind: str  # qa | multiple-choice | code
     split: str
@@ -45,8 +45,8 @@ class Item:
         return self.choices[self.gold]
 
 
-def items_from_records(records: pl.DataFrame) -> list[Item]:
-    """One Item per instance of the primary suites, in (task, split, subject, instance_index) order."""
+def items_from_records(records: pl.DataFrame) -> list[PlantedItem]:
+    """One PlantedItem per instance of the primary suites, in (task, split, subject, instance_index) order."""
     prim = records.filter(~pl.col("derived")).sort("task", "split", "subject", "instance_index", "choice_index", nulls_last=False)
     derived = {
         item_key(r["task"], r["split"], r["instance_index"], r["subject"]): r
@@ -67,7 +67,7 @@ def items_from_records(records: pl.DataFrame) -> list[Item]:
         if r0["kind"] == "multiple-choice":
             rows = sorted(rows, key=lambda r: r["choice_index"])
             gold = next((i for i, r in enumerate(rows) if r["is_correct"]), None)
-            items.append(Item(**common, answer=None, choices=tuple(r["answer"] or "" for r in rows), gold=gold))
+            items.append(PlantedItem(**common, answer=None, choices=tuple(r["answer"] or "" for r in rows), gold=gold))
         else:
-            items.append(Item(**common, answer=r0["answer"]))
+            items.append(PlantedItem(**common, answer=r0["answer"]))
     return items

@@ -20,7 +20,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Callable
 
-from contam_assets.quality.items import Item, Key
+from contam_assets.quality.items import Key, PlantedItem
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -41,7 +41,7 @@ class Context:
     """What a leak type may need beyond the item itself."""
 
     hosts: object  # quality.hosts.Hosts
-    same_split: Callable[[Item, int], list[Item]]  # other eligible items of the item's task and split
+    same_split: Callable[[PlantedItem, int], list[PlantedItem]]  # other eligible items of the item's task and split
 
 
 # -- base renderings -----------------------------------------------------------
@@ -54,14 +54,14 @@ def _mc_lines(question: str, choices: list[str], labels: list[str], gold_label: 
     return text
 
 
-def mc_text(item: Item, rng: random.Random) -> tuple[str, str]:
+def mc_text(item: PlantedItem, rng: random.Random) -> tuple[str, str]:
     labels = list(LETTERS[: len(item.choices)])
     style = rng.choice(("dot", "paren"))
     gold = labels[item.gold] if item.gold is not None else None
     return _mc_lines(item.question, list(item.choices), labels, gold, item.gold_text, style), f"mc_{style}"
 
 
-def qa_text(item: Item, rng: random.Random) -> tuple[str, str]:
+def qa_text(item: PlantedItem, rng: random.Random) -> tuple[str, str]:
     """The item's question followed by its answer, in one of the usual layouts."""
     if item.kind == "multiple-choice":
         return mc_text(item, rng)
@@ -86,7 +86,7 @@ def qa_text(item: Item, rng: random.Random) -> tuple[str, str]:
     return layouts[name].format(q=q, a=a), name
 
 
-def _source_for(item: Item, rng: random.Random, default: tuple[str, ...] = ("web", "math", "instruct", "other")) -> str:
+def _source_for(item: PlantedItem, rng: random.Random, default: tuple[str, ...] = ("web", "math", "instruct", "other")) -> str:
     if item.kind == "code":
         return "code"
     if item.task.startswith("gsm"):
@@ -149,20 +149,20 @@ def punctuation_change(text: str, rng: random.Random) -> tuple[str, str]:
 
 # -- leak types --------------------------------------------------------------------
 
-def verbatim(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def verbatim(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     text, layout = qa_text(item, rng)
     return Block(text, _source_for(item, rng), layout)
 
 
 def _formatted(change):
-    def leak(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+    def leak(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
         text, layout = qa_text(item, rng)
         out, v = change(text, rng)
         return Block(out, _source_for(item, rng), v, {"layout": layout})
     return leak
 
 
-def _fields(item: Item) -> dict:
+def _fields(item: PlantedItem) -> dict:
     if item.kind == "multiple-choice":
         return {"question": item.question, "choices": list(item.choices), "answer": item.gold}
     if item.kind == "code":
@@ -170,14 +170,14 @@ def _fields(item: Item) -> dict:
     return {"question": item.question, "answer": item.answer}
 
 
-def json_escaped(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def json_escaped(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     ascii_only = rng.random() < 0.5
     indent = 2 if rng.random() < 0.3 else None
     text = json.dumps(_fields(item), ensure_ascii=ascii_only, indent=indent)
     return Block(text, "code", ("pretty" if indent else "line") + ("_ascii" if ascii_only else "_utf8"))
 
 
-def python_escaped(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def python_escaped(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     v = rng.choice(("assign", "pprint", "tuple_list"))
     f = _fields(item)
     if v == "assign":
@@ -189,7 +189,7 @@ def python_escaped(item: Item, rng: random.Random, ctx: Context) -> Block | None
     return Block(text, "code", v)
 
 
-def html_wrapped(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def html_wrapped(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     entities = rng.random() < 0.3  # html.escape(quote=True): quotes become &quot; / &#x27;
     def esc(s: str) -> str:
         return html.escape(s, quote=entities)
@@ -217,21 +217,21 @@ def html_wrapped(item: Item, rng: random.Random, ctx: Context) -> Block | None:
     return Block(text, "web", "entities" if entities else "minimal", wrap=False, spans=[(item.key, start, end)])
 
 
-def question_only(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def question_only(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     q = item.question
     if item.kind == "qa" and rng.random() < 0.5:
         q = "Question: " + q
     return Block(q, _source_for(item, rng), "stem")
 
 
-def answer_only(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def answer_only(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     if item.kind != "qa" or not item.answer or len(item.answer.split()) < 10:
         return None
     lead = rng.choice(("", "Solution:\n", "Answer: "))
     return Block(lead + item.answer, _source_for(item, rng), "answer" if not lead else "answer_with_label")
 
 
-def solution_only(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def solution_only(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     if item.kind != "code" or not item.solution:
         return None
     sol = item.solution
@@ -248,7 +248,7 @@ def solution_only(item: Item, rng: random.Random, ctx: Context) -> Block | None:
     return Block(text, "code", v)
 
 
-def question_middle_cut(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def question_middle_cut(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     words = item.question.split(" ")
     if len(words) < 12:
         return None
@@ -256,12 +256,12 @@ def question_middle_cut(item: Item, rng: random.Random, ctx: Context) -> Block |
     n_cut = max(1, round(len(words) * frac))
     a = (len(words) - n_cut) // 2
     cut_q = " ".join(words[:a]) + rng.choice((" ... ", " ", " [...] ")) + " ".join(words[a + n_cut:])
-    cut_item = Item(**{**item.__dict__, "question": cut_q})
+    cut_item = PlantedItem(**{**item.__dict__, "question": cut_q})
     text, layout = qa_text(cut_item, rng)
     return Block(text, _source_for(item, rng), layout, {"cut_fraction": round(n_cut / len(words), 3), "cut_words": [a, a + n_cut]})
 
 
-def mc_options_changed(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def mc_options_changed(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     if item.kind != "multiple-choice" or len(item.choices) < 2:
         return None
     v = rng.choice(("reordered", "relabelled", "reordered+relabelled"))
@@ -282,7 +282,7 @@ def mc_options_changed(item: Item, rng: random.Random, ctx: Context) -> Block | 
     return Block(text, _source_for(item, rng), v, {"order": order, "labels": labels})
 
 
-def _dump_record(item: Item, fmt: str, i: int) -> str:
+def _dump_record(item: PlantedItem, fmt: str, i: int) -> str:
     f = _fields(item)
     if fmt == "jsonl":
         return json.dumps(f, ensure_ascii=False)
@@ -301,7 +301,7 @@ def _dump_record(item: Item, fmt: str, i: int) -> str:
         return f"| {i} | {cell(item.question)} | {cell(item.answer)} |"
     if fmt == "eval_log":
         if item.kind == "multiple-choice":
-            prompt, _ = mc_text(Item(**{**item.__dict__, "gold": None}), random.Random(i))
+            prompt, _ = mc_text(PlantedItem(**{**item.__dict__, "gold": None}), random.Random(i))
             target = LETTERS[item.gold] if item.gold is not None else "?"
         else:
             prompt, target = item.question, item.answer or ""
@@ -309,7 +309,7 @@ def _dump_record(item: Item, fmt: str, i: int) -> str:
     raise ValueError(fmt)
 
 
-def benchmark_dump(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def benchmark_dump(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     others = ctx.same_split(item, rng.randint(4, 11))
     items = [item] + others
     rng.shuffle(items)
@@ -321,7 +321,7 @@ def benchmark_dump(item: Item, rng: random.Random, ctx: Context) -> Block | None
         text = f"{item.task} practice set\n\n"
         for i, it in enumerate(items, 1):
             if it.kind == "multiple-choice":
-                body, _ = mc_text(Item(**{**it.__dict__, "gold": None}), rng)
+                body, _ = mc_text(PlantedItem(**{**it.__dict__, "gold": None}), rng)
                 key_lines.append(f"{i}. {LETTERS[it.gold] if it.gold is not None else '?'}")
             else:
                 body = it.question
@@ -370,18 +370,18 @@ def change_numbers(question: str, answer: str, rng: random.Random) -> tuple[str,
     return sub(question), sub(answer), mapping
 
 
-def numbers_changed(item: Item, rng: random.Random, ctx: Context) -> Block | None:
+def numbers_changed(item: PlantedItem, rng: random.Random, ctx: Context) -> Block | None:
     """Template copy: GSM8K-style item with new numbers (the truth is the source item)."""
     if item.kind != "qa" or not item.answer or len(item.answer.split()) < 10:
         return None
     if len(_NUM.findall(item.question)) < 2:
         return None
     q, a, mapping = change_numbers(item.question, item.answer, rng)
-    text, layout = qa_text(Item(**{**item.__dict__, "question": q, "answer": a}), rng)
+    text, layout = qa_text(PlantedItem(**{**item.__dict__, "question": q, "answer": a}), rng)
     return Block(text, _source_for(item, rng), "template", {"layout": layout, "numbers": mapping})
 
 
-LEAK_TYPES: dict[str, Callable[[Item, random.Random, Context], Block | None]] = {
+LEAK_TYPES: dict[str, Callable[[PlantedItem, random.Random, Context], Block | None]] = {
     "verbatim": verbatim,
     "case": _formatted(case_change),
     "whitespace": _formatted(whitespace_change),

@@ -17,13 +17,13 @@ from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.config import preset as preset_config
 from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import MATCH_SCHEMA, Reference
-from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import TaskSpec
 from contam_assets.quality.items import items_from_records
 from contam_assets.quality.overlap import PresenceIndex
 from contam_assets.quality.scores import QualityResult, Targets, evaluate
 from contam_assets.quality.suite import load_suite_tables
 from contam_assets.rescan.shard import scan_shard
+from contam_assets.sources.reference import build_reference_set
+from contam_assets.sources.registry import TaskSpec
 from contam_assets.store.pool import Document, list_shards, read_shard
 
 MATCH_KEEP = ["shard", "line", "doc_id", "task", "suite", "split", "instance_index", "subject", "choice_index",

@@ -19,7 +19,7 @@ What counts (decided here, documented in docs/quality.md):
 - A clean or hard-negative document with any flagged pair is a **false positive**.
   GSM-Hard items whose question differs from their GSM8K source are hard negatives
   for GSM8K: a flagged GSM8K pair on them is a false positive too.
-- Item split (seed 003): an instance is **present** when its normalised question
+- PlantedItem split (seed 003): an instance is **present** when its normalised question
   occurs in a removed document (one with a flagged pair that is not held for review),
   **flagged** when any flagged pair points at it; recall given presence =
   flagged and present / present.
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from contam_assets.detector.text import clean_text
-from contam_assets.quality.items import Item, Key, item_key
+from contam_assets.quality.items import Key, PlantedItem, item_key
 from contam_assets.quality.leaks import FORMATTING
 from contam_assets.quality.overlap import PresenceIndex
 from contam_assets.quality.suite import NUMBER_CHANGED_COPIES
@@ -116,7 +116,7 @@ def match_pairs(matches: pl.DataFrame) -> pl.DataFrame:
 
 
 def evaluate(preset: str, truth: pl.DataFrame, docs: pl.DataFrame, matches: pl.DataFrame, texts: dict[tuple[str, int], str],
-             items: list[Item], presence: PresenceIndex | None = None, targets: Targets | None = None) -> QualityResult:
+             items: list[PlantedItem], presence: PresenceIndex | None = None, targets: Targets | None = None) -> QualityResult:
     targets = targets if targets is not None else TARGETS.get(preset)
     presence = presence or PresenceIndex((it.key, it.question) for it in items)
     norm_q = {it.key: clean_text(it.question) for it in items}

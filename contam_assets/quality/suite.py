@@ -25,7 +25,7 @@ import polars as pl
 
 from contam_assets.detector.text import clean_text
 from contam_assets.quality.hosts import Hosts
-from contam_assets.quality.items import Item, Key, items_from_records
+from contam_assets.quality.items import Key, PlantedItem, items_from_records
 from contam_assets.quality.leaks import LEAK_TYPES, Block, Context, qa_text
 from contam_assets.quality.overlap import ShingleIndex
 from contam_assets.store.files import atomic_write_text
@@ -99,7 +99,7 @@ def _grams(text: str, n: int = 3) -> set:
     return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)} or {tuple(w)}
 
 
-def pair_number_changed(copies: list[Item], sources: list[Item], min_jaccard: float = 0.5) -> list[tuple[Item, Item]]:
+def pair_number_changed(copies: list[PlantedItem], sources: list[PlantedItem], min_jaccard: float = 0.5) -> list[tuple[PlantedItem, PlantedItem]]:
     """(copy, source) for every copy whose text differs from its most similar source (word 3-gram Jaccard)."""
     src_grams = [_grams(s.question) for s in sources]
     inv: dict[tuple, list[int]] = defaultdict(list)
@@ -124,7 +124,7 @@ def pair_number_changed(copies: list[Item], sources: list[Item], min_jaccard: fl
 
 # -- building ------------------------------------------------------------------------
 
-def _truth_rows(doc_id: str, leak: str, block: Block, spans: list[tuple[Key, int, int]], by_key: dict[Key, Item],
+def _truth_rows(doc_id: str, leak: str, block: Block, spans: list[tuple[Key, int, int]], by_key: dict[Key, PlantedItem],
                 roles: dict[Key, str] | None = None) -> list[TruthRow]:
     rows = []
     for key, s, e in spans:
@@ -137,7 +137,7 @@ def _truth_rows(doc_id: str, leak: str, block: Block, spans: list[tuple[Key, int
     return rows
 
 
-def _place(block: Block, item: Item, hosts: Hosts) -> tuple[str, list[tuple[Key, int, int]]]:
+def _place(block: Block, item: PlantedItem, hosts: Hosts) -> tuple[str, list[tuple[Key, int, int]]]:
     if block.wrap:
         doc, s, e = hosts.wrap(block.text, block.source)
         spans = [(k, s + a, s + b) for k, a, b in block.spans] if block.spans else [(item.key, s, e)]
@@ -145,7 +145,7 @@ def _place(block: Block, item: Item, hosts: Hosts) -> tuple[str, list[tuple[Key,
     return block.text, block.spans or [(item.key, 0, len(block.text))]
 
 
-def _eligible(leak: str, item: Item) -> bool:
+def _eligible(leak: str, item: PlantedItem) -> bool:
     return item.solution_indexed if leak == "solution_only" else item.indexed
 
 
@@ -168,8 +168,8 @@ def build_suite(records: pl.DataFrame, seed: int = 0, per_type: int = 20, clean_
     if unknown:
         raise ValueError(f"unknown leak type(s) {sorted(unknown)}; known: {list(LEAK_TYPES)}")
 
-    by_task: dict[str, list[Item]] = defaultdict(list)
-    by_split: dict[tuple[str, str], list[Item]] = defaultdict(list)
+    by_task: dict[str, list[PlantedItem]] = defaultdict(list)
+    by_split: dict[tuple[str, str], list[PlantedItem]] = defaultdict(list)
     for it in items:
         by_task[it.task].append(it)
         if it.indexed:
@@ -181,7 +181,7 @@ def build_suite(records: pl.DataFrame, seed: int = 0, per_type: int = 20, clean_
             rng = random.Random(derive_seed(seed, leak, task))
             hosts = Hosts(derive_seed(seed, leak, task, "hosts"))
 
-            def same_split(item: Item, k: int, _rng=rng) -> list[Item]:
+            def same_split(item: PlantedItem, k: int, _rng=rng) -> list[PlantedItem]:
                 pool = [x for x in by_split[(item.task, item.split)] if x.key != item.key]
                 return _rng.sample(pool, min(k, len(pool)))
 
@@ -215,7 +215,7 @@ def build_suite(records: pl.DataFrame, seed: int = 0, per_type: int = 20, clean_
     return suite
 
 
-def _natural_number_changes(suite: Suite, items: list[Item], by_key: dict, seed: int, per_type: int, skipped: dict) -> None:
+def _natural_number_changes(suite: Suite, items: list[PlantedItem], by_key: dict, seed: int, per_type: int, skipped: dict) -> None:
     """GSM-Hard items whose question differs from their GSM8K source: the source item, numbers changed."""
     for copy_task, (src_task, src_split) in NUMBER_CHANGED_COPIES.items():
         copies = [it for it in items if it.task == copy_task]

@@ -20,14 +20,14 @@ from pathlib import Path
 import duckdb
 
 from contam_assets.detector.text import clean_text
-from contam_assets.report.estimate import estimate_section
+from contam_assets.report.estimate_section import estimate_section
 from contam_assets.report.inert import html_text
 from contam_assets.report.matrix import heatmap_png, source_task_matrix
 from contam_assets.report.raw_text import RawDocument, raw_documents
-from contam_assets.report.thorough import card_note, thorough_sections
+from contam_assets.report.thorough_sections import card_note, thorough_sections
 from contam_assets.store.shards import file_counts, file_counts_line
 from contam_assets.store.tables import REMOVABLE_SQL
-from contam_assets.store.translations import DIRECT, exposure_lines
+from contam_assets.store.translated_matches import DIRECT, exposure_lines
 
 SHARED_WINDOW = 3  # words: a run of this many words found on both sides is highlighted
 
@@ -280,7 +280,7 @@ def render_report(con: duckdb.DuckDBPyConnection, title: str = "contam-assets re
     cards = "".join(_match_card(m, i + 1, raws.get(m["match_id"]), open_=i < OPEN_CARDS) for i, m in enumerate(top_rows))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     estimate = estimate_section(con)
-    translated = "".join(f"<p>{html_text(line)}</p>" for line in exposure_lines(con))  # store/translations.py
+    translated = "".join(f"<p>{html_text(line)}</p>" for line in exposure_lines(con))  # store/translated_matches.py
     counts = f"""<div class="grid"><div><h3>per task and split</h3>{_table(by_task, ['task','split','flagged_matches','documents','instances','near_misses'])}</div>
 <div><h3>per suite</h3>{_table(by_suite, ['suite','needs_review','flagged_matches','documents','near_misses'])}</div>
 <div><h3>removed documents per source</h3>{_table(by_source, ['source','removed_documents'])}</div></div>"""

@@ -23,7 +23,6 @@ import numpy as np
 import polars as pl
 
 from contam_assets.detector import compiled, key_table
-from contam_assets.detector.compression import StreamError
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex, encode_texts
 from contam_assets.detector.matches import Reference, rows_for_doc
@@ -32,8 +31,9 @@ from contam_assets.detector.scan import scan_many
 from contam_assets.detector.text import clean_words, join_words
 from contam_assets.detector.thorough import ensure_extras, finish
 from contam_assets.detector.tokenize import get_tokenizer
-from contam_assets.rescan import token_cache
 from contam_assets.rescan.shard import BATCH, MatchSink, ShardOutcome, outcome_rows, shard_stats_row
+from contam_assets.store import token_cache
+from contam_assets.store.compression import StreamError
 from contam_assets.store.pool import Document, open_binary, parse_line
 
 PREFILTER_TOKENS = 1 << 22  # tokens hashed at once by the n-gram prefilter

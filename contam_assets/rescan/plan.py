@@ -6,7 +6,7 @@ see rescan/state.py) with the current state and picks the cheapest correct work:
 
 - ``full``: never scanned, the shard changed, or the detector settings changed (or a
   full rescan was asked for).  The text is tokenized once and the token stream cached
-  (rescan/token_cache.py); when a valid stream is cached already, it is scanned instead.
+  (store/token_cache.py); when a valid stream is cached already, it is scanned instead.
 - ``incremental``: only tasks were added, changed or removed.  Rows of removed and
   changed tasks are deleted; added and changed tasks are scanned from the cached token
   stream, and only in documents that contain one of their question n-grams

@@ -27,7 +27,7 @@ from contam_assets.rescan.plan import ShardState
 from contam_assets.rescan.shard import ShardOutcome
 from contam_assets.store import tables
 from contam_assets.store.faults import fault_point
-from contam_assets.store.translations import DIRECT
+from contam_assets.store.translated_matches import DIRECT
 
 STATE_SCHEMA = {
     "shard_scans": """

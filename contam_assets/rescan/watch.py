@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contam_assets.detector.registry import TaskSpec, load_registry, locate, spec_digest
 from contam_assets.rescan.plan import ShardState
+from contam_assets.sources.registry import TaskSpec, load_registry, locate, spec_digest
 from contam_assets.store.pool import list_pool
 from contam_assets.store.units import Units, plan_units
 

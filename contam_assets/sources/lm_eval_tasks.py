@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contam_assets.detector.names import path_name
-from contam_assets.detector.registry import Fields, SplitSpec, TaskSpec
 from contam_assets.detector.text import clean_text
 from contam_assets.sources.lm_eval_code import SANDBOX_HINT, refusal, task_code, template_sandbox
 from contam_assets.sources.lm_eval_include import broken_yaml
-from contam_assets.sources.translations import translation_for
+from contam_assets.sources.lm_eval_translations import translation_for
+from contam_assets.sources.registry import Fields, SplitSpec, TaskSpec
 
 MANIFEST = "manifest.json"
 ROWS = 2  # how rows are mapped from docs; a manifest of another mapping is read again

@@ -130,7 +130,7 @@ def connect(db_path: str | os.PathLike, read_only: bool = False,
         con = _open_with_retry(db_path, read_only, wait)
         try:
             if read_only:  # an older database, read as it is: the columns a newer version reads, shown empty
-                from contam_assets.store.translations import read_only_view
+                from contam_assets.store.translated_matches import read_only_view
 
                 read_only_view(con)
             yield con

@@ -28,7 +28,7 @@ from typing import Iterator
 
 import xxhash
 
-from contam_assets.detector.compression import (  # noqa: F401  (open_writer: part of this module's API)
+from contam_assets.store.compression import (  # noqa: F401  (open_writer: part of this module's API)
     DATA_SUFFIXES,
     STREAM_ERRORS,
     NotRegularFile,

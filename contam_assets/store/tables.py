@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from contam_assets.store.translations import LINKS_DDL, link_rows
+from contam_assets.store.translated_matches import LINKS_DDL, link_rows
 
 SCHEMA = {
     "tasks": """
@@ -80,7 +80,7 @@ SCHEMA = {
         task VARCHAR, split VARCHAR, instances BIGINT, indexed BIGINT, skipped BIGINT, reasons VARCHAR, notes VARCHAR,
         short_covered BIGINT
     """,
-    # a translated task's items and the source items they translate (detector/translations.py)
+    # a translated task's items and the source items they translate (sources/translation_links.py)
     "translation_links": LINKS_DDL,
     # `--removal span`: every cut made in a kept document (store/cuts.py)
     "cuts": """
@@ -141,7 +141,7 @@ def replace_table(con: duckdb.DuckDBPyConnection, table: str, df: pl.DataFrame) 
 
 # Which flagged matches remove their document: primary suites at once, derived
 # suites (needs_review) only once a reviewer accepted the match or its instance.  A translated task's rows
-# (via_task, store/translations.py) are not among them: they remove nothing and wait for no decision.
+# (via_task, store/translated_matches.py) are not among them: they remove nothing and wait for no decision.
 REMOVABLE_SQL = """
     select m.*,
       coalesce(dm.decision, di.decision) as decision

@@ -1,7 +1,7 @@
 """What the test suite and the benchmarks both build on: planted pools, a loopback S3-protocol server, tiny models.
 
 It is part of the product so that ``benchmarks/`` needs nothing from ``contam_assets_tests``; no other module of the
-product imports it (``contam_assets_tests/test_layout.py`` holds both rules).  Importing it needs no pytest.
+product imports it (``contam_assets_tests/docs/test_layout.py`` holds both rules).  Importing it needs no pytest.
 
 - ``pool_formats``       pools in every format a reader is registered for, GSM8K items planted; ``contam`` in a subprocess
 - ``bad_pool``           a pool with every kind of bad input and the exact accounting a run must report for each entry

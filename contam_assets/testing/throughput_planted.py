@@ -27,9 +27,9 @@ from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference, scan_documents
-from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import TaskSpec, load_registry
 from contam_assets.sources.catalogue import DEFAULT_TASKS_DIR
+from contam_assets.sources.reference import build_reference_set
+from contam_assets.sources.registry import TaskSpec, load_registry
 from contam_assets.store.pool import Document
 
 

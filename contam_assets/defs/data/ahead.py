@@ -1,5 +1,5 @@
 """Tokenizing ahead: while the reference set is built, the shards a scan will surely read in full are tokenized
-into the token cache on the cores the build leaves (rescan/ahead.py).  reference_set starts it (it alone knows
+into the token cache on the cores the build leaves (executor/ahead.py).  reference_set starts it (it alone knows
 whether it builds), so `contam detect` and a daemon-started build get it alike; the tokenize_ahead setting (auto, on or off).
 """
 
@@ -15,8 +15,8 @@ from contam_assets import settings as setting
 from contam_assets import store
 from contam_assets.defs.data.engine import RayScanEngine, ScanEngine, engine_from_env
 from contam_assets.defs.resources import ContamSettings
+from contam_assets.executor.ahead import TokenizeAhead, shards_to_tokenize
 from contam_assets.rescan import state as scan_state
-from contam_assets.rescan.ahead import TokenizeAhead, shards_to_tokenize
 from contam_assets.store import tables
 
 # auto: a reference build from fewer bytes of benchmark files is over in a few seconds, before a shard is tokenized
@@ -40,7 +40,7 @@ def build_ahead_pays(settings: ContamSettings, con) -> bool:
     it.  A kept set takes a second or two, and a small registry a few: tokenizing ahead would only be thrown away."""
     from contam_assets.defs.meta import DETECTOR_VERSION
     from contam_assets.defs.resources import load_task_specs
-    from contam_assets.detector.registry import inputs_digest, source_bytes
+    from contam_assets.sources.registry import inputs_digest, source_bytes
 
     if settings.lm_eval_list:  # lm_eval reads its tasks in the task_registry step, not before it
         return False
@@ -59,7 +59,7 @@ def build_ahead_pays(settings: ContamSettings, con) -> bool:
 def tokenize_ahead(settings: ContamSettings, shards: list[str], log: Callable[[str], None] = print,
                    env=os.environ, engine: ScanEngine | None = None) -> TokenizeAhead | None:
     """Tokenize the shards a scan will surely read in full while the reference set is built, on the cores the
-    build leaves (rescan/ahead.py); None where nothing is to be gained (`ahead_mode`)."""
+    build leaves (executor/ahead.py); None where nothing is to be gained (`ahead_mode`)."""
     mode = ahead_mode(env)
     if mode == "off":
         return None

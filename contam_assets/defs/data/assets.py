@@ -14,7 +14,6 @@ from contam_assets.defs.automation import (
     on_new_scans,
 )
 from contam_assets.defs.data.engine import ScanEngine
-from contam_assets.defs.data.scan_jobs import ShardScanConfig, plan_jobs
 from contam_assets.defs.data.scan_metadata import (
     LOG_EACH_SHARD,
     SHARD_FIGURES,
@@ -22,6 +21,7 @@ from contam_assets.defs.data.scan_metadata import (
     partition_metadata,
     shard_figures,
 )
+from contam_assets.defs.data.scan_plan import ShardScanConfig, plan_work
 from contam_assets.defs.data.units import partition_files
 from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
 from contam_assets.defs.meta import DATA_OWNERS, DETECTOR_VERSION, SCAN_VERSION, tags
@@ -32,20 +32,20 @@ from contam_assets.detector.config import paraphrase_removes, settings_rows
 from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
-from contam_assets.detector.reference import build_reference_set
-from contam_assets.detector.registry import (
+from contam_assets.detector.skips import instance_summary
+from contam_assets.report.render import md_table
+from contam_assets.rescan import state as scan_state
+from contam_assets.rescan.outcomes import OutcomeWriter
+from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, scan_config_digest, task_hashes
+from contam_assets.sources.reference import build_reference_set
+from contam_assets.sources.registry import (
     TaskSpecError,
     inputs_digest,
     locate,
     looks_like_decon_references,
     spec_digest,
 )
-from contam_assets.detector.skips import instance_summary
-from contam_assets.detector.translations import links as translation_links
-from contam_assets.report.render import md_table
-from contam_assets.rescan import state as scan_state
-from contam_assets.rescan.outcomes import OutcomeWriter
-from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, scan_config_digest, task_hashes
+from contam_assets.sources.translation_links import links as translation_links
 from contam_assets.store import artifacts, tables
 from contam_assets.store import shards as shards_db
 from contam_assets.store.faults import fault_point
@@ -365,7 +365,7 @@ def _scan_partitions(context: dg.AssetExecutionContext, config: ShardScanConfig,
     shards = [f for files in unit_files.values() for f in files]
     with contam_db.connect(read_only=True) as con:
         states = scan_state.load_states(con, shards)
-    jobs, sigs, failed = plan_jobs(contam_settings, shards, cfg, digest, tasks_now, cache_root, config.mode, states)
+    jobs, sigs, failed = plan_work(contam_settings, shards, cfg, digest, tasks_now, cache_root, config.mode, states)
     context.log.info(f"{len(jobs)} shard(s) on {contam_scan_engine.describe(len(jobs))}: "
                      + ", ".join(f"{j.shard}: {j.plan.describe()}" for j in jobs[:20]) + (" …" if len(jobs) > 20 else ""))
     totals = dict.fromkeys(SHARD_FIGURES, 0)

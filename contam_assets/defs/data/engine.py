@@ -22,15 +22,15 @@ from pydantic import Field
 from contam_assets import settings
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.matches import Reference
-from contam_assets.rescan.jobs import (
-    ShardJob,
+from contam_assets.executor.pool_scan import available_cpus, scan_in_processes
+from contam_assets.executor.processes import frozen_heap
+from contam_assets.executor.shard_work import (
+    ShardWork,
     current_outcome,
-    run_shard_job,
-    run_shard_job_detached,
-    run_shard_job_shared,
+    run_shard_work,
+    run_shard_work_detached,
+    run_shard_work_shared,
 )
-from contam_assets.rescan.pool_scan import available_cpus, scan_in_processes
-from contam_assets.rescan.processes import frozen_heap
 from contam_assets.rescan.shard import ShardOutcome
 
 
@@ -55,8 +55,8 @@ class ScanEngine(dg.ConfigurableResource):
         n = self.processes(n_jobs)
         return f"{n} local processes" if n > 1 else "in-process"
 
-    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference, idle: Callable[[], None] | None = None,
-            source: Path | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+    def run(self, jobs: list[ShardWork], index: NgramIndex, ref: Reference, idle: Callable[[], None] | None = None,
+            source: Path | None = None) -> Iterator[tuple[ShardWork, ShardOutcome | Exception]]:
         """(job, outcome or exception) in the jobs' order; ``idle()`` is called while the step waits for the next.
         ``source``: the index folder ``index`` and ``ref.records`` were read from (workers read it themselves)."""
         if self.processes(len(jobs)) > 1:
@@ -71,11 +71,11 @@ class ScanEngine(dg.ConfigurableResource):
         yield from self._in_process(jobs, index, ref)
 
     @staticmethod
-    def _in_process(jobs: list[ShardJob], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+    def _in_process(jobs: list[ShardWork], index: NgramIndex, ref: Reference) -> Iterator[tuple[ShardWork, ShardOutcome | Exception]]:
         for job in jobs:
             try:
                 with frozen_heap():
-                    outcome = run_shard_job(job, index, ref)
+                    outcome = run_shard_work(job, index, ref)
             except Exception as exc:  # one bad shard does not lose the others' results
                 yield job, exc
                 continue
@@ -106,8 +106,8 @@ class RayScanEngine(ScanEngine):
     def describe(self, n_jobs: int = 1) -> str:
         return f"ray ({self.ray_cluster.name})"
 
-    def run(self, jobs: list[ShardJob], index: NgramIndex, ref: Reference, idle: Callable[[], None] | None = None,
-            source: Path | None = None) -> Iterator[tuple[ShardJob, ShardOutcome | Exception]]:
+    def run(self, jobs: list[ShardWork], index: NgramIndex, ref: Reference, idle: Callable[[], None] | None = None,
+            source: Path | None = None) -> Iterator[tuple[ShardWork, ShardOutcome | Exception]]:
         """Results as they finish (``idle()`` is called every second while none is).  A task lost with its worker process or its node (not an error of the
         scan itself) is submitted again, up to `shard_retries` times; the outcome counts its attempts."""
         import ray
@@ -118,13 +118,13 @@ class RayScanEngine(ScanEngine):
         if not ray.is_initialized():
             raise dg.Failure("Ray is not connected: the ray_cluster resource did not run ray.init()")
         log = dg.get_dagster_logger()
-        entry = run_shard_job_shared
+        entry = run_shard_work_shared
         if not self.shared_folder:
             local = [j for j in jobs if j.source is None]
             if local:
                 raise dg.Failure(f"{settings.var('ray_shared_folder')}=0: the nodes share no folder with the driver, so the pool "
                                  f"must be a URL they can read (s3://, gs://, ...), not a local folder ({local[0].shard})")
-            entry = run_shard_job_detached
+            entry = run_shard_work_detached
         index_ref, records_ref = ray.put(index), ray.put(ref.records)
         # Ray's own retries are off: a lost shard is resubmitted here, where it is counted and logged
         task = ray.remote(num_cpus=self.num_cpus_per_shard, max_retries=0,

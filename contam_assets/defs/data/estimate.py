@@ -11,7 +11,7 @@ from contam_assets import settings
 from contam_assets.defs.data.assets import _DATA, ngram_index
 from contam_assets.defs.data.engine import ScanEngine
 from contam_assets.defs.data.jobs import RUN_CONFIG
-from contam_assets.defs.data.scan_jobs import plan_jobs
+from contam_assets.defs.data.scan_plan import plan_work
 from contam_assets.defs.meta import SCAN_VERSION
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, sensor_default_status
 from contam_assets.detector.matches import Reference
@@ -57,7 +57,7 @@ def scan_sample(log, settings: ContamSettings, db: ContamDB, engine: ScanEngine,
     cache_root = None if index_out else engine.cache_root(settings.out_path)
     with db.connect(read_only=True) as con:
         states = scan_state.load_states(con, shards)
-    jobs, sigs, failed = plan_jobs(settings, shards, cfg, digest, tasks_now, cache_root, "auto", states)
+    jobs, sigs, failed = plan_work(settings, shards, cfg, digest, tasks_now, cache_root, "auto", states)
 
     def done(job, out, stats) -> None:
         if isinstance(out, Exception):

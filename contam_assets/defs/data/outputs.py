@@ -14,16 +14,16 @@ from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_mis
 from contam_assets.defs.meta import DATA_OWNERS, check_metadata
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config
+from contam_assets.executor.mix import write_mix
+from contam_assets.executor.processes import workers_from_env
 from contam_assets.report.html import histogram_png, render_report
 from contam_assets.report.render import md_table, png_markdown_bytes
-from contam_assets.rescan.mix import write_mix
-from contam_assets.rescan.processes import workers_from_env
 from contam_assets.store import artifacts
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.pool import shard_path
 from contam_assets.store.shards import file_counts
-from contam_assets.store.translations import DIRECT
+from contam_assets.store.translated_matches import DIRECT
 
 
 def _has_estimate(con) -> bool:
@@ -80,7 +80,7 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
     A shard whose stream broke (status incomplete or failed) is quarantined: no mix file,
     until it is replaced (and rescanned) or a reviewer accepts it (`contam review --accept-shard`).
     One shard that cannot be written fails only its own partition.  The files of a run's shards are
-    written by the scan_workers setting's processes (rescan/mix.py); the tables are the serial loop's.
+    written by the scan_workers setting's processes (executor/mix.py); the tables are the serial loop's.
     """
     try:
         return _write_partitions(context, contam_settings, contam_db)

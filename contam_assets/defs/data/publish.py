@@ -31,7 +31,7 @@ def decon_reports(context: dg.AssetExecutionContext, contam_settings: ContamSett
     s = contam_settings
     if not s.decon_report_dir:
         return dg.MaterializeResult(metadata={"enabled": False, "why": "no decon report folder set (decon mode only)"})
-    from contam_assets.decon.reports import write_decon_outputs
+    from contam_assets.decon.decon_outputs import write_decon_outputs
 
     context.log.info(f"decon reports -> {s.decon_report_dir}")
     cfg, _ = s.detect_config()

@@ -39,10 +39,10 @@ from contam_assets.defs.resources import (
     evals_spec,
     sensor_default_status,
 )
-from contam_assets.detector.registry import TaskSpecError
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan import watch
 from contam_assets.rescan.plan import load_task_hashes
+from contam_assets.sources.registry import TaskSpecError
 from contam_assets.store import artifacts
 from contam_assets.store.location import LocationError
 from contam_assets.store.mirror import mirror_or_fail

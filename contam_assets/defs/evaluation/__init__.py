@@ -60,9 +60,9 @@ def evaluation_report(
     contam_db: ContamDB,
     contam_evaluation: EvaluationSettings,
 ) -> dg.MaterializeResult:
+    from contam_assets.evaluation.checkpoint_report import ReportError, evaluate
     from contam_assets.evaluation.config import ConfigError, load_config
-    from contam_assets.evaluation.report import ReportError, evaluate
-    from contam_assets.evaluation.reports import report_problems
+    from contam_assets.evaluation.run_comparison import report_problems
     from contam_assets.evaluation.tracker import TrackerError, send_report
 
     key = context.partition_key
@@ -119,7 +119,7 @@ def evaluation_report(
     "experiment the latest report's contamination; written to <out_dir>/evaluation/comparison.json.",
 )
 def evaluation_comparison(context: dg.AssetExecutionContext, contam_settings: ContamSettings) -> dg.MaterializeResult:
-    from contam_assets.evaluation.reports import comparison, markdown_table
+    from contam_assets.evaluation.run_comparison import comparison, markdown_table
 
     comp = comparison(contam_settings.experiments_path)
     out = contam_settings.out_path / "evaluation" / "comparison.json"

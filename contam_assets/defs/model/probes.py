@@ -20,7 +20,7 @@ from contam_assets.defs.model.resources import CheckpointLoader, ProbeSettings
 from contam_assets.defs.partitions import checkpoints_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.model import probe_inputs as pin
-from contam_assets.model.report import histogram_png, metrics_md
+from contam_assets.model.asset_markdown import histogram_png, metrics_md
 from contam_assets.model.sandbox import sandbox_status
 from contam_assets.model.sequences import ScoredSets
 from contam_assets.report.inert import md_text

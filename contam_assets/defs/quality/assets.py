@@ -18,8 +18,8 @@ from contam_assets.defs.meta import DATA_OWNERS, QUALITY_VERSION, check_metadata
 from contam_assets.defs.quality.resources import QualitySettings
 from contam_assets.defs.resources import ContamDB, ContamSettings, load_task_specs
 from contam_assets.detector.config import PRESETS, preset
-from contam_assets.detector.reference import build_reference_set
 from contam_assets.report.render import md_table, png_markdown_bytes
+from contam_assets.sources.reference import build_reference_set
 from contam_assets.store.files import atomic_write_text
 
 GROUP = "quality"
@@ -100,7 +100,7 @@ def detector_quality(context: dg.AssetExecutionContext, contam_settings: ContamS
     """Recall per leak type and task, precision, false positives per million and the item split, for one preset."""
     from contam_assets.quality import tables
     from contam_assets.quality.measure import measure
-    from contam_assets.quality.report import build_json, render_html
+    from contam_assets.quality.quality_files import build_json, render_html
     from contam_assets.quality.suite import load_suite_tables
 
     name = context.partition_key

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import orjson
 
-from contam_assets.detector.compression import DATA_SUFFIXES, StreamError, open_binary
+from contam_assets.store.compression import DATA_SUFFIXES, StreamError, open_binary
 from contam_assets.store.documents import PLAIN as _PLAIN
 from contam_assets.store.documents import Document, Reject, StreamFailure, content_of, safe_text
 

@@ -17,7 +17,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from contam_assets.detector.compression import open_regular
+from contam_assets.store.compression import open_regular
 from contam_assets.store.documents import Document, Reject, StreamFailure
 from contam_assets.store.readers.columns import (
     BATCH,

@@ -1,0 +1,352 @@
+"""Reference set: every benchmark row of every split turned into reference records.
+
+Rules (decon's reference preprocessing plus seed 003's derived suites):
+- one record per row; multiple choice expands to one record per choice (`is_correct`);
+- decon reference files are already one record per line: task and suite are the line's
+  `eval_key`, the instance its `eval_instance_index` (else the line), and `split`,
+  `is_correct`, `doc_id`, `fingerprint` are kept as the file says;
+- code tasks add a derived suite `<task>_solution` whose question is the reference solution
+  alone (`derived_suites`);
+- beyond decon (`answer_suites`): a qa task whose median answer has at least `answer_suite_min_words`
+  words adds `<task>_answer`, whose question is an answer of that length alone (GSM8K's worked
+  solutions), held for review like the solution suites;
+- beyond decon (`reference_overlap`): every record carries the JSON list of its instance's twins
+  (overlap.py);
+- a suite whose answers are all the same string is indexed on its question alone (`same_answer_rule`);
+- a record is not indexed when passage+question+answer has fewer than `eval_min_token_length`
+  non-space tokens or fewer than `eval_min_unique_words` unique words, or when it duplicates an
+  earlier record of its suite: by content (first 16 hex of sha256 over passage+question+answer),
+  or, with `dedup_by="fingerprint"` as decon does, by the record's own fingerprint field only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.text import clean_text
+from contam_assets.detector.tokenize import get_tokenizer
+from contam_assets.sources.fields import FieldError, Missing, as_text, as_text_list, get_path
+from contam_assets.sources.registry import TaskSpec, TaskSpecError, iter_split, locate
+
+RECORD_SCHEMA = {
+    "record_id": pl.Int32,
+    "task": pl.Utf8,
+    "suite": pl.Utf8,
+    "split": pl.Utf8,
+    "instance_index": pl.Int32,
+    "subject": pl.Utf8,
+    "choice_index": pl.Int32,
+    "is_correct": pl.Boolean,
+    "kind": pl.Utf8,
+    "language": pl.Utf8,
+    "derived": pl.Boolean,
+    "question": pl.Utf8,
+    "answer": pl.Utf8,
+    "passage": pl.Utf8,
+    "fingerprint": pl.Utf8,
+    "indexed": pl.Boolean,
+    "skip_reason": pl.Utf8,
+    "source_file": pl.Utf8,
+    "source_line": pl.Int32,  # line (CSV: row) of the record in source_file
+    "eval_key": pl.Utf8,  # decon's name of the eval dataset (our suite)
+    "eval_doc_id": pl.Int64,  # decon reference files: the record's doc_id
+    "twins": pl.Utf8,  # beyond decon: JSON list of {instance, relation} (reference_overlap part), else null
+}
+
+
+@dataclass
+class ReferenceStats:
+    availability: list[dict] = field(default_factory=list)  # task, split, origin, files, rows
+    bad_rows: list[str] = field(default_factory=list)
+    same_answer_suites: list[str] = field(default_factory=list)
+    answer_suites: list[str] = field(default_factory=list)
+    overlap: pl.DataFrame | None = None  # reference_overlap pairs (overlap.OVERLAP_SCHEMA), when the part is on
+    # rows that never became records, per (task, split, reason): unreadable, no_question; and notes that are not
+    # skips (no_answer: indexed on the question alone), kept apart in `notes`
+    row_skips: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    notes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+    def skip(self, task: str, split: str, reason: str, counted_as_instance: bool = True) -> None:
+        into = self.row_skips if counted_as_instance else self.notes
+        into[(task, split, reason)] = into.get((task, split, reason), 0) + 1
+
+
+def fingerprint(passage: str | None, question: str | None, answer: str | None) -> str:
+    # decon rule: sha256 over passage + question + answer, first 16 hex chars
+    content = f"{passage or ''}{question or ''}{answer or ''}"
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+
+
+def _text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _format_answer(value, fmt: str) -> str | None:
+    if value is None:
+        return None
+    if fmt == "number":
+        try:
+            f = float(value)
+            return str(int(f)) if f.is_integer() else repr(f)
+        except (TypeError, ValueError):
+            return _text(value)
+    return _text(value)
+
+
+def _gold_index(value, n_choices: int, base: int = 0) -> int | None:
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    if isinstance(value, str) and len(value.strip()) == 1 and value.strip().isalpha():
+        return ord(value.strip().upper()) - ord("A")
+    try:
+        idx = int(value) - base
+    except (TypeError, ValueError):
+        return None
+    return idx if 0 <= idx < n_choices else None
+
+
+def _choices(row: dict, spec: TaskSpec) -> list[str]:
+    fields = spec.fields.choices
+    if len(fields) == 1:  # one list-valued field (HF's {"text": [...], "label": [...]} reads as its text)
+        return as_text_list(get_path(row, fields[0]), fields[0])
+    return [as_text(get_path(row, f), f) or "" for f in fields]
+
+
+def _field(row: dict, path: str | None, required: bool = True):
+    """The text at ``path`` (None when there is no path, or a null value); a missing path is an error when
+    ``required``, else None."""
+    if not path:
+        return None
+    try:
+        value = get_path(row, path)
+    except Missing:
+        if required:
+            raise
+        return None
+    return as_text(value, path)
+
+
+UNSPECIFIED_SPLIT = "unspecified"  # a decon reference record without a split
+
+
+def _decon_record(src, spec: TaskSpec) -> dict | None:
+    """One reference record from a decon reference line, its fields read as decon reads them."""
+    row = src.row
+    name = sys.intern(Path(src.source_file).name)  # names repeated on every record held once (a registry of millions)
+    # decon rule: eval_key, else eval_name, else the file stem (the name without its last suffix)
+    eval_key = sys.intern(next((row[k] for k in ("eval_key", "eval_name") if isinstance(row.get(k), str)), name.rsplit(".", 1)[0]))
+    index = row.get("eval_instance_index")
+    text = lambda k: row[k] if isinstance(row.get(k), str) else None  # noqa: E731
+    doc_id = row.get("doc_id")
+    return dict(
+        task=eval_key, suite=eval_key, eval_key=eval_key, split=sys.intern(text("split") or UNSPECIFIED_SPLIT),
+        # decon rule: eval_instance_index, else the line number
+        instance_index=index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else src.source_line,
+        subject=None, kind=spec.kind, language=spec.language, derived=False,
+        question=text("question") or "", answer=text("answer") or None, passage=text("passage") or None,
+        choice_index=None, is_correct=row["is_correct"] if isinstance(row.get("is_correct"), bool) else None,
+        fingerprint=text("fingerprint"), eval_doc_id=doc_id if isinstance(doc_id, int) and not isinstance(doc_id, bool) else None,
+        source_file=name, source_line=src.source_line,
+    )
+
+
+def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceStats,
+                  derived_suites: bool = True, progress=None) -> list[dict]:
+    """Raw reference records of one task (before the same-answer rule and the decon filters); ``progress``: a
+    build_budget.BuildProgress told of the files and rows read."""
+    f = spec.fields
+    records: list[dict] = []
+    for split in spec.splits:
+        avail = locate(spec, split, benchmarks_dir)
+        n_rows = 0
+        for src, err in iter_split(spec, split, avail):
+            if progress is not None:
+                progress.row(src.source_file if src is not None else "")
+            if src is None:
+                stats.bad_rows.append(f"{spec.name}/{split.name}: {err}")
+                stats.skip(spec.name, split.name, "unreadable")
+                continue
+            if spec.format == "decon":
+                records.append(_decon_record(src, spec))
+                n_rows += 1
+                continue
+            row = src.row
+            where = f"{spec.name}/{split.name} row {src.instance_index} ({Path(src.source_file).name}:{src.source_line})"
+            try:
+                question = _field(row, f.question)
+                passage = _field(row, f.passage)
+                choices = _choices(row, spec) if spec.kind == "multiple-choice" else None
+                gold_raw = get_path(row, f.gold) if choices is not None and f.gold else None
+                labels = as_text_list(get_path(row, f.gold_labels), f.gold_labels) if choices is not None and f.gold_labels else None
+                answer = _field(row, f.answer) if choices is None else None
+                solution = _field(row, f.solution, required=False) if spec.derived_suite and derived_suites else None
+            except FieldError as exc:  # the spec does not fit the rows: one line naming task, split, row, field
+                raise TaskSpecError(f"{where}: {exc}") from None
+            if question is None or not question.strip():
+                stats.skip(spec.name, split.name, "no_question")
+                continue
+            n_rows += 1
+            if f.strip_prefix and question.startswith(f.strip_prefix):
+                question = question[len(f.strip_prefix):]
+            base = dict(
+                task=spec.name, split=split.name, instance_index=src.instance_index, subject=src.subject,
+                kind=spec.kind, language=spec.language, passage=passage, source_file=Path(src.source_file).name,
+                source_line=src.source_line, fingerprint=None, eval_doc_id=None,
+            )
+            if choices is not None:
+                if labels is not None:  # the gold names a label (ARC: "A".."D", or "1".."4" on some rows)
+                    gold = labels.index(str(gold_raw).strip()) if str(gold_raw).strip() in labels else None
+                else:
+                    gold = (f.gold_index if f.gold_index is not None and f.gold_index < len(choices) else
+                            _gold_index(gold_raw, len(choices), f.gold_base) if f.gold else None)
+                for ci, choice in enumerate(choices):
+                    records.append(dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
+                                        answer=choice, choice_index=ci, is_correct=(None if gold is None else ci == gold)))
+            else:
+                if f.answer and answer is None:
+                    stats.skip(spec.name, split.name, "no_answer", counted_as_instance=False)
+                answer = _format_answer(answer, f.answer_format)
+                records.append(dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
+                                    answer=answer, choice_index=None, is_correct=None))
+            if spec.derived_suite and derived_suites:
+                if solution and solution.strip():
+                    # seed 003: derived suite whose question is the reference solution alone
+                    records.append(dict(base, suite=spec.derived_suite, eval_key=spec.derived_suite, derived=True,
+                                        question=solution, answer=None, passage=None, choice_index=None, is_correct=None))
+        stats.availability.append(dict(task=spec.name, split=split.name, origin=avail.origin,
+                                       files=len(avail.files), rows=n_rows))
+    return records
+
+
+def add_answer_suites(records: list[dict], cfg: DetectConfig, stats: ReferenceStats) -> list[dict]:
+    """Derived `<task>_answer` records (beyond decon, the `answer_suites` part) for qa tasks with long answers."""
+    by_task: dict[str, list[dict]] = {}
+    for r in records:
+        if r["kind"] == "qa" and not r["derived"]:
+            by_task.setdefault(r["task"], []).append(r)
+    out = []
+    for task, recs in by_task.items():
+        lengths = sorted(len((r["answer"] or "").split()) for r in recs)
+        # beyond decon rule: a task whose median answer has >= answer_suite_min_words words gets `<task>_answer`
+        if not lengths or lengths[len(lengths) // 2] < cfg.answer_suite_min_words:
+            continue
+        stats.answer_suites.append(f"{task}_answer")
+        for r in recs:
+            if len((r["answer"] or "").split()) >= cfg.answer_suite_min_words:
+                out.append(dict(r, suite=f"{task}_answer", derived=True, question=r["answer"], answer=None, passage=None))
+    return out
+
+
+def apply_same_answer_rule(records: list[dict], stats: ReferenceStats) -> None:
+    # seed 003: a suite whose answers are all the same string is indexed on its question alone
+    by_suite: dict[str, set] = {}
+    counts: dict[str, int] = {}
+    for r in records:
+        by_suite.setdefault(r["suite"], set()).add(r["answer"])
+        counts[r["suite"]] = counts.get(r["suite"], 0) + 1
+    for suite, answers in by_suite.items():
+        if counts[suite] > 1 and len(answers) == 1 and None not in answers:
+            stats.same_answer_suites.append(suite)
+            for r in records:
+                if r["suite"] == suite:
+                    r["answer"] = None
+
+
+FILTER_CHUNK = 10_000  # records whose texts are cleaned and tokenized at once (bounds the filters' memory)
+
+
+def apply_decon_filters(records: list[dict], cfg: DetectConfig, progress=None) -> None:
+    """The decon filters of every record, in record order, ``FILTER_CHUNK`` records at a time (a record's token
+    count depends on its own texts only; the duplicate check carries its seen set from chunk to chunk).
+    ``progress(done, total)``: called after each chunk."""
+    seen: set[tuple[str, str]] = set()
+    for start in range(0, len(records), FILTER_CHUNK):
+        _filter_chunk(records[start:start + FILTER_CHUNK], cfg, seen)
+        if progress is not None:
+            progress(min(start + FILTER_CHUNK, len(records)), len(records))
+
+
+def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: set[tuple[str, str]]) -> None:
+    tok = get_tokenizer(cfg.tokenizer)
+    opts = cfg.clean_options
+    cleaned: dict[str, str] = {}  # raw -> cleaned: MMLU repeats a question for each of its choices
+
+    def clean(raw: str) -> str:
+        out = cleaned.get(raw)
+        if out is None:
+            out = cleaned[raw] = clean_text(raw, opts)
+        return out
+
+    parts_of = []
+    for r in records:
+        parts = []
+        if cfg.index_passages and r["passage"]:
+            parts.append(clean(r["passage"]))
+        parts.append(clean(r["question"]))
+        if cfg.index_answers and r["answer"]:
+            parts.append(clean(r["answer"]))
+        parts_of.append([p for p in parts if p])
+    # Every tokenizer encodes the " ".join of texts in cleaned form as their ids back to back (the word
+    # rule, tokenize.py), so a record's tokens are counted once per distinct part; a record with a part
+    # that is not in that form (str.split sees whitespace the cleaner kept) is encoded whole, as decon does.
+    odd = {c for c in dict.fromkeys(cleaned.values()) if " ".join(c.split()) != c}
+    whole = {i: " ".join(parts) for i, parts in enumerate(parts_of) if odd and not odd.isdisjoint(parts)}
+    distinct = [c for c in dict.fromkeys(cleaned.values()) if c and c not in odd]
+    non_space = dict(zip(distinct, tok.count_non_space_many(tok.encode_many(distinct)).tolist()))
+    whole_count = dict(zip(whole, tok.count_non_space_many(tok.encode_many(list(whole.values()))).tolist()))
+    for i, (r, parts) in enumerate(zip(records, parts_of)):
+        n_tokens = whole_count[i] if i in whole else sum(non_space.get(p, 0) for p in parts)
+        given = r.get("fingerprint")  # decon reference files carry their own
+        computed = fingerprint(r["passage"], r["question"], r["answer"])
+        r["fingerprint"] = given or computed
+        # dedup_by=fingerprint (decon): only records with a fingerprint field are deduplicated, by that field
+        dedup_key = (r["suite"], given if cfg.dedup_by == "fingerprint" else computed)
+        reason = None
+        if cfg.eval_min_token_length and n_tokens < cfg.eval_min_token_length:
+            reason = "min_tokens"  # decon rule: fewer than eval_min_token_length tokens
+        elif cfg.eval_min_unique_words and len({w for p in parts for w in p.split()}) < cfg.eval_min_unique_words:
+            reason = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
+        elif cfg.eval_dedup and dedup_key[1] is not None and dedup_key in seen:
+            reason = "duplicate"  # decon rule: exact duplicates dropped per suite (eval_key) by fingerprint
+        elif not clean(r["question"]):
+            reason = "empty_question"
+        if cfg.eval_dedup and reason is None and dedup_key[1] is not None:
+            seen.add(dedup_key)
+        r["indexed"] = reason is None
+        r["skip_reason"] = reason
+
+
+def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig,
+                        progress=None) -> tuple[pl.DataFrame, ReferenceStats]:
+    """``progress``: a build_budget.BuildProgress (lines during a long build), or None."""
+    stats = ReferenceStats()
+    records: list[dict] = []
+    for spec in specs:
+        records.extend(rows_for_task(spec, benchmarks_dir, stats, derived_suites=cfg.derived_suites, progress=progress))
+    if cfg.answer_suites:
+        records.extend(add_answer_suites(records, cfg, stats))
+    if cfg.same_answer_rule:
+        apply_same_answer_rule(records, stats)
+    apply_decon_filters(records, cfg, progress=progress.filtered if progress is not None else None)
+    for i, r in enumerate(records):
+        r["record_id"] = i
+    if cfg.reference_overlap and records:
+        from contam_assets.detector.overlap import reference_overlap, twins_column
+
+        stats.overlap, twins = reference_overlap(records, cfg.clean_options)
+        for r, t in zip(records, twins_column(records, twins)):
+            r["twins"] = t
+    df = pl.DataFrame(records, schema=RECORD_SCHEMA) if records else pl.DataFrame(schema=RECORD_SCHEMA)
+    return df, stats

@@ -1,0 +1,1 @@
+"""The HTTP side: the review server and the evaluation API, and what both share."""

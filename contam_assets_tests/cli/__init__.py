@@ -1,0 +1,1 @@
+"""The `contam` command line: messages, flags and variables."""

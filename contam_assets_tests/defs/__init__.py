@@ -1,0 +1,1 @@
+"""The Dagster graph: definitions, sensors, automation, the code location."""

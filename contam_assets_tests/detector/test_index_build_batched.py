@@ -1,0 +1,104 @@
+"""The index built in batches, with its n-grams spilled to disk by hash bucket and sorted a bucket at a time,
+equals the index built from every record at once, array for array and bit for bit (idf sums included)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import polars as pl
+import pytest
+
+from contam_assets.detector import index as ix
+from contam_assets.detector import index_build as ixb
+from contam_assets.detector.config import DetectConfig
+from contam_assets.sources.reference import RECORD_SCHEMA
+from contam_assets.testing.throughput_planted import build_detector
+
+
+def assert_same_index(a: ix.NgramIndex, b: ix.NgramIndex) -> None:
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape, f.name
+            assert np.array_equal(x, y), f.name  # exact: float sums in the same order give the same bits
+        else:
+            assert x == y, f.name
+
+
+def planted_records(base: pl.DataFrame) -> pl.DataFrame:
+    """Real records, in a shuffled row order, plus records the real ones lack: passages, questions shorter than
+    an n-gram, no answer, a record left out of the index, a question repeated across records (a hot n-gram)."""
+    rng = np.random.default_rng(5)
+    n0 = base.height
+    extra = []
+    texts = base.filter(pl.col("indexed"))["question"].to_list()
+    for i in range(300):
+        q = texts[i * 7 % len(texts)]
+        extra.append(dict(record_id=n0 + i, task="planted", suite="planted", split="test", instance_index=i,
+                          kind="qa", language="en", derived=False,
+                          question=("short one" if i % 11 == 0 else "the same question for every planted record"
+                                    if i % 5 == 0 else q),
+                          answer=None if i % 3 == 0 else texts[(i * 13 + 1) % len(texts)],
+                          passage=None if i % 2 else texts[(i * 17 + 2) % len(texts)] + " " + texts[i % len(texts)],
+                          indexed=i % 23 != 0, skip_reason=None))
+    rows = pl.concat([base, pl.DataFrame(extra, schema=RECORD_SCHEMA)], how="vertical_relaxed")
+    return rows[rng.permutation(rows.height).tolist()]
+
+
+@pytest.fixture(scope="module")
+def real_records(shared_data):
+    records, _, _ = build_detector(shared_data, DetectConfig())
+    return records
+
+
+def test_batched_build_equals_the_whole_build_on_real_benchmarks(real_records, monkeypatch):
+    cfg = DetectConfig()
+    whole = ixb.build_index_whole(real_records, cfg)
+    monkeypatch.setattr(ixb, "SUM_STEP", 997)  # the idf totals summed in many chunks too
+    batched = ixb.build_index(real_records, cfg, batch=1_000)
+    assert batched.n_records == whole.n_records > 1_000
+    assert_same_index(whole, batched)
+
+
+def test_batched_build_equals_the_whole_build_with_passages_and_odd_records(real_records, monkeypatch):
+    records = planted_records(real_records.head(4_000))
+    cfg = DetectConfig()
+    whole = ixb.build_index_whole(records, cfg)
+    assert len(whole.p_ng_keys) and (whole.q_len < cfg.ngram_size).any() and not whole.has_answer.all()
+    monkeypatch.setattr(ixb, "SUM_STEP", 101)
+    for batch in (1, 37, 10_000):
+        assert_same_index(whole, ixb.build_index(records, cfg, batch=batch))
+
+
+def test_batched_build_with_answers_and_passages_off(real_records):
+    records = planted_records(real_records.head(1_500))
+    cfg = DetectConfig().replace(index_answers=False, index_passages=False)
+    assert_same_index(ixb.build_index_whole(records, cfg), ixb.build_index(records, cfg, batch=250))
+
+
+def test_chunked_segment_sums_equal_the_whole_cumulative_sum():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        lens = rng.integers(0, 9, size=int(rng.integers(1, 400)))
+        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        values = rng.random(int(offsets[-1])) * 10.0 ** int(rng.integers(-3, 4))
+        want = ix._segment_sums(values, offsets)
+        for step in (1, 2, 7, 64, 10_000):
+            assert np.array_equal(ixb._chunked_segment_sums(values, offsets, step), want)
+
+
+def test_reference_digest_in_slices_equals_the_digest_of_one_csv(real_records, monkeypatch):
+    import hashlib
+    import json
+
+    from contam_assets.store import artifacts
+
+    cfg = DetectConfig()
+    records = real_records.head(2_345)
+    h = hashlib.sha256(json.dumps(cfg.reference_key(), sort_keys=True).encode())
+    h.update(records.select(["record_id", "suite", "split", "instance_index", "question", "answer", "passage",
+                             "indexed"]).write_csv().encode())
+    monkeypatch.setattr(artifacts, "DIGEST_ROWS", 100)
+    assert artifacts.reference_digest(records, cfg) == h.hexdigest()[:16]
+    assert artifacts.reference_digest(records.head(0), cfg) != artifacts.reference_digest(records.head(1), cfg)

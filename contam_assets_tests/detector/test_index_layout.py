@@ -1,0 +1,70 @@
+"""The index on disk: one .npy per array, mapped (not copied) by every process that loads it, equal to the built one."""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import fields
+
+import numpy as np
+
+from contam_assets.detector import key_table
+from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.index import NgramIndex
+from contam_assets.detector.index_build import build_index
+from contam_assets.sources.reference import build_reference_set
+from contam_assets.sources.registry import decon_spec
+from contam_assets.store import artifacts
+from contam_assets_tests.support import decon_fixtures as fx
+
+
+def _mapped(a: np.ndarray) -> bool:
+    """Whether an array's memory is a file mapping (its base chain ends in a memmap or an mmap)."""
+    while a is not None:
+        if isinstance(a, (np.memmap, mmap.mmap)):
+            return True
+        a = getattr(a, "base", None)
+    return False
+
+
+def test_saved_index_is_mapped_and_equal(tmp_path):
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    (evals / "toy.jsonl").write_text("\n".join(fx.reference_lines()) + "\n")
+    cfg = DetectConfig()
+    records, _ = build_reference_set([decon_spec(str(evals))], None, cfg)
+    built = build_index(records, cfg)
+    folder = artifacts.save_index(tmp_path / "out", "d1", records, built)
+    assert sorted(p.name for p in (folder / "index").iterdir() if p.suffix == ".npy")[:3] == ["_slots.npy", "a_idf_total.npy", "a_len.npy"]
+    assert artifacts.has_index(tmp_path / "out", "d1")
+    loaded, recs, digest = artifacts.load_index(tmp_path / "out")
+    assert digest == "d1" and recs.equals(records)
+    for f in fields(NgramIndex):
+        a, b = getattr(built, f.name), getattr(loaded, f.name)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and np.array_equal(a, b), f.name
+            assert type(b) is np.ndarray and _mapped(b), f.name  # a plain array over the file's pages
+        else:
+            assert a == b, f.name
+    if key_table.AVAILABLE:
+        assert np.array_equal(loaded.__dict__["_slots"], key_table.slots_for(built.q_keys)) and _mapped(loaded.__dict__["_slots"])
+    h = built.q_keys[:5]
+    assert np.array_equal(loaded.lookup(h), built.lookup(h)) and (loaded.lookup(h) >= 0).all()
+    # saved again over itself: replaced whole, no temporary left
+    artifacts.save_index(tmp_path / "out", "d1", records, loaded)
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []
+    assert NgramIndex.load(folder / "index").keys_digest() == built.keys_digest()
+
+
+def test_an_index_of_the_earlier_format_asks_for_a_rebuild(tmp_path):
+    import json
+
+    import pytest
+
+    out = tmp_path / "out"
+    d = artifacts.index_dir(out, "d0")
+    d.mkdir(parents=True)
+    (d / "index.npz").write_bytes(b"PK")
+    (out / "index" / "current.json").write_text(json.dumps({"digest": "d0"}))
+    with pytest.raises(ValueError, match=r"earlier format \(index\.npz\); rebuild it: run `contam detect`") as e:
+        artifacts.load_index(out)
+    assert "\n" not in str(e.value)

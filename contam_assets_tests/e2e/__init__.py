@@ -1,0 +1,1 @@
+"""Whole runs: `contam detect`, the daemon, the dev script, the documented benchmark commands."""

@@ -1,0 +1,1 @@
+"""contam_assets/settings.py: every setting once, one precedence rule."""

@@ -1,0 +1,1 @@
+"""Tests of contam_assets/store/."""

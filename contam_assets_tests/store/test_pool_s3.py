@@ -1,0 +1,214 @@
+"""A pool in S3, read through a real S3-protocol server on loopback (moto's standalone server, as s3fs's own tests
+do): the same tables and mix as the same pool in a local folder, credentials never written anywhere."""
+
+from __future__ import annotations
+
+import sys
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from contam_assets.testing.pool_formats import contam, docs, tasks_dir, write_jsonl, write_parquet
+from contam_assets.testing.s3_server import s3_client, s3_server
+
+SECRET = "s3cr3t-never-written-7f3a9c"
+BUCKET = "contam-bucket"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory, shared_data):
+    with s3_server(secret=SECRET) as env:
+        client = s3_client(env)
+        client.create_bucket(Bucket=BUCKET)
+        tmp = tmp_path_factory.mktemp("s3")
+        pool = tmp / "pool"
+        write_jsonl(pool / "a.jsonl", docs(shared_data, "a", 2, 3, 100))
+        write_parquet(pool / "web" / "b.parquet", docs(shared_data, "b", 2, 4, 110))
+        for f in sorted(p for p in pool.rglob("*") if p.is_file()):
+            client.upload_file(str(f), BUCKET, f"pool/{f.relative_to(pool).as_posix()}")
+        tasks = tasks_dir(tmp / "tasks")
+        run = {}
+        for name, spec, out in (("local", pool, tmp / "out-local"), ("s3", f"s3://{BUCKET}/pool", tmp / "out-s3"),
+                                ("s3out", f"s3://{BUCKET}/pool", f"s3://{BUCKET}/results/run1")):
+            run[name] = contam("detect", "--pool", spec, "--out", out, "--benchmarks", shared_data, "--tasks-dir",
+                               tasks, env_extra={**env, "DAGSTER_HOME": str(tmp / f"home-{name}"),
+                                                 "CONTAM_WORK_DIR": str(tmp / "work")})
+        yield dict(env=env, client=client, tmp=tmp, run=run, tasks=tasks, pool=pool)
+
+
+def rows(out, sql):
+    with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_an_s3_pool_gives_the_tables_and_mix_of_the_local_run(s3):
+    local, remote = s3["run"]["local"], s3["run"]["s3"]
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert remote.returncode == 0, remote.stdout[-2000:] + remote.stderr[-2000:]
+    assert "shards 2  documents read 11  removed 4  kept 7  rejected 0" in remote.stdout
+    lo, ro = s3["tmp"] / "out-local", s3["tmp"] / "out-s3"
+    for sql in ("select shard, line, doc_id, reason from removals order by all",
+                "select shard, read, removed, kept, rejected, bytes from shard_stats order by shard",
+                "select shard, line, task, split, instance_index, score, flagged from matches order by all"):
+        assert rows(ro, sql) == rows(lo, sql), sql
+    assert sorted(d for (d,) in rows(ro, "select doc_id from removals")) == ["p-a-0", "p-a-1", "p-b-0", "p-b-1"]
+    assert pq.read_table(ro / "mix" / "web" / "b.parquet").equals(pq.read_table(lo / "mix" / "web" / "b.parquet"))
+    assert (ro / "mix" / "a.jsonl").read_bytes() == (lo / "mix" / "a.jsonl").read_bytes()
+
+
+def test_credentials_are_never_written(s3):
+    remote = s3["run"]["s3"]
+    assert SECRET not in remote.stdout + remote.stderr
+    out = s3["tmp"] / "out-s3"
+    for f in (p for p in out.rglob("*") if p.is_file()):
+        assert SECRET.encode() not in f.read_bytes(), f
+
+
+def test_a_rerun_fetches_only_what_changed(s3, shared_data):
+    write_jsonl(s3["tmp"] / "a2.jsonl", docs(shared_data, "a", 1, 3, 100))
+    s3["client"].upload_file(str(s3["tmp"] / "a2.jsonl"), BUCKET, "pool/a.jsonl")
+    r = contam("detect", "--pool", f"s3://{BUCKET}/pool", "--out", s3["tmp"] / "out-s3", "--benchmarks", shared_data,
+               "--tasks-dir", s3["tasks"], env_extra={**s3["env"], "DAGSTER_HOME": str(s3["tmp"] / "home-s3")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"pool s3://{BUCKET}/pool: 2 file(s), 1 fetched" in r.stdout
+    assert "shards 2  documents read 10  removed 3" in r.stdout
+
+
+def test_a_missing_bucket_or_prefix_is_one_line(s3, tmp_path):
+    r = contam("detect", "--pool", "s3://no-such-bucket/pool", "--out", tmp_path / "out", env_extra=s3["env"])
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "contam detect: error: pool not found: s3://no-such-bucket/pool (no bucket 'no-such-bucket')"], r.stderr
+    r = contam("detect", "--pool", f"s3://{BUCKET}/nothing-here", "--out", tmp_path / "out", env_extra=s3["env"])
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"contam detect: error: pool not found: s3://{BUCKET}/nothing-here"], r.stderr
+
+
+def test_a_remote_out_receives_the_tables_the_mix_and_the_report(s3):
+    r = s3["run"]["s3out"]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "removed 4" in r.stdout and f"tables  s3://{BUCKET}/results/run1/contam.duckdb" in r.stdout
+    keys = {o["Key"] for o in s3["client"].list_objects_v2(Bucket=BUCKET, Prefix="results/run1/")["Contents"]}
+    for k in ("contam.duckdb", "report.html", "run.json", "mix/a.jsonl", "mix/web/b.parquet",
+              "tables/removals/part-0.parquet", "tables/matches/part-0.parquet"):
+        assert f"results/run1/{k}" in keys, k
+    got = s3["tmp"] / "removals.parquet"
+    s3["client"].download_file(BUCKET, "results/run1/tables/removals/part-0.parquet", str(got))
+    remote = sorted(pq.read_table(got).select(["shard", "line", "doc_id"]).to_pylist(), key=lambda d: (d["shard"], d["line"]))
+    local = [dict(shard=a, line=b, doc_id=c) for a, b, c in rows(s3["tmp"] / "out-local",
+                                                                  "select shard, line, doc_id from removals order by shard, line")]
+    assert remote == local
+    for f in (p for p in (s3["tmp"] / "work").rglob("*") if p.is_file()):
+        assert SECRET.encode() not in f.read_bytes(), f
+
+
+def test_the_shard_sensor_mirrors_an_s3_pool_and_skips_a_missing_bucket_with_its_reason(s3, tmp_path, monkeypatch):
+    import dagster as dg
+
+    from contam_assets.defs.data.sensors import new_shards_sensor
+    from contam_assets.defs.resources import ContamSettings
+    from contam_assets_tests.support.automation import instance
+
+    for k, v in s3["env"].items():
+        monkeypatch.setenv(k, v)
+    inst = instance(tmp_path / "home")
+    settings = ContamSettings(out_dir=str(tmp_path / "out"), pool_dir=f"s3://{BUCKET}/pool")
+    r = new_shards_sensor(dg.build_sensor_context(instance=inst, resources={"contam_settings": settings}))
+    assert sorted(r.dynamic_partitions_requests[0].partition_keys) == ["a.jsonl", "web/b.parquet"]
+    assert (settings.pool_path / "web" / "b.parquet").is_file()  # the scans read the mirror
+    gone = ContamSettings(out_dir=str(tmp_path / "out2"), pool_dir="s3://no-such-bucket/pool")
+    r = new_shards_sensor(dg.build_sensor_context(instance=inst, resources={"contam_settings": gone}))
+    assert r.skip_reason and "no-such-bucket" in str(r.skip_reason) and not r.run_requests
+
+
+def test_a_node_without_the_pool_fetches_jsonl_and_reads_parquet_by_range_requests(s3, monkeypatch):
+    """What a Ray node that shares no folder with the run does (jobs.run_shard_work_detached, here in this process):
+    a JSONL shard fetched whole, a Parquet shard read in place — only its footer and the columns scanned come over
+    the wire — and the same rows as the run that read the mirror."""
+    import dataclasses
+    import os
+    import tempfile
+
+    import numpy as np
+    import pyarrow as pa
+    import s3fs
+
+    from contam_assets.defs.data.scan_plan import plan_work
+    from contam_assets.defs.resources import ContamSettings, detect_config
+    from contam_assets.executor.shard_work import run_shard_work_detached
+    from contam_assets.rescan.plan import load_task_hashes
+    from contam_assets.store import artifacts
+
+    for k, v in s3["env"].items():
+        monkeypatch.setenv(k, v)
+    out = s3["tmp"] / "out-s3"
+    settings = ContamSettings(out_dir=str(out), pool_dir=f"s3://{BUCKET}/pool", tasks_dir=str(s3["tasks"]))
+    cfg = detect_config(settings)
+    index, records, digest = artifacts.load_index(out)
+    tasks_now = load_task_hashes(artifacts.index_dir(out, digest), records, cfg)
+    jobs, _, failed = plan_work(settings, ["a.jsonl", "web/b.parquet"], cfg, digest, tasks_now, None, "full", {})
+    assert not failed and all(j.source is not None for j in jobs)
+    fetched = []
+    real = s3fs.core.S3File._fetch_range
+    monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", lambda self, start, end: fetched.append(end - start) or real(self, start, end))
+    read = {}
+    for job in jobs:
+        got = run_shard_work_detached(dataclasses.replace(job, path="/nonexistent"), index, records)
+        read[job.shard] = got.stats["read"]
+        want = rows(out, f"select line, instance_index, flagged from matches where shard = '{job.shard}' order by all")
+        assert sorted(got.matches.select("line", "instance_index", "flagged").iter_rows()) == want and want, got.stats
+    # a wide Parquet file: 6 MB of incompressible bytes beside a small text column
+    rng = np.random.default_rng(0)
+    wide = s3["tmp"] / "wide.parquet"
+    pq.write_table(pa.table({"text": ["a clean line of text about the weather"] * 3,
+                             "blob": [rng.bytes(2 << 20) for _ in range(3)]}), wide, compression="none")
+    s3["client"].upload_file(str(wide), BUCKET, "pool/wide/w.parquet")
+    fetched.clear()
+    job = dataclasses.replace(jobs[1], shard="wide/w.parquet", path="/nonexistent", size=os.path.getsize(wide))
+    got = run_shard_work_detached(job, index, records)
+    assert got.stats["read"] == 3 and sum(fetched) < os.path.getsize(wide) / 10, (sum(fetched), os.path.getsize(wide))
+    node_tmp = s3["tmp"] / "node_tmp"  # the node's temporary folder: each fetched copy is removed, refused or not
+    node_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(node_tmp))
+    for changed in (job, dataclasses.replace(jobs[0], path="/nonexistent")):  # Parquet in place, JSONL fetched
+        with pytest.raises(OSError, match=f"{changed.shard}: {changed.size} bytes in the store, {changed.size + 1} when"):
+            run_shard_work_detached(dataclasses.replace(changed, size=changed.size + 1), index, records)
+    again = run_shard_work_detached(dataclasses.replace(jobs[0], path="/nonexistent"), index, records)
+    assert again.stats["read"] == read[jobs[0].shard] > 0
+    assert list(node_tmp.iterdir()) == []
+
+
+def test_a_new_endpoint_in_the_same_process_gets_its_own_filesystem(monkeypatch):
+    """fsspec caches a filesystem by its constructor's arguments only: a second S3 endpoint set later in the same
+    process (another server, new credentials) must not reach the first one's instance."""
+    from contam_assets.store.location import filesystem
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    first = filesystem("s3")
+    assert filesystem("s3") is first
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")
+    second = filesystem("s3")
+    assert second is not first and filesystem("s3") is second
+
+
+def test_each_s3_server_starts_empty():
+    """moto keeps buckets per process, not per server: a later module's server must not list an earlier one's
+    objects (it did, and a Ray test read this module's pool along with its own)."""
+    with s3_server() as env:
+        s3_client(env).create_bucket(Bucket="left-behind")
+        s3_client(env).put_object(Bucket="left-behind", Key="pool/a.jsonl", Body=b"{}\n")
+    with s3_server() as env:
+        assert s3_client(env).list_buckets()["Buckets"] == []
+
+
+def test_without_moto_the_s3_server_fails_with_one_line(monkeypatch):
+    """moto and boto3 are dev extras: contam_assets.testing imports them inside the functions, and a missing one is
+    one line naming the package and the extra."""
+    monkeypatch.setitem(sys.modules, "moto.server", None)
+    with pytest.raises(ModuleNotFoundError) as e:
+        with s3_server():
+            pass
+    assert str(e.value) == "moto.server is not installed (moto comes with the dev extra: pip install -e '.[dev]')"
+    monkeypatch.setitem(sys.modules, "boto3", None)
+    with pytest.raises(ModuleNotFoundError, match=r"^boto3 is not installed \(boto3 comes with the dev extra: [^\n]*\)$"):
+        s3_client({"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})

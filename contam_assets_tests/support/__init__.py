@@ -1,0 +1,1 @@
+"""Helpers the tests share (fixtures stay in conftest.py at the suite's root)."""
