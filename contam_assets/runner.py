@@ -5,7 +5,8 @@ the runs are the ones a daemon would launch: the pool plan and its partition req
 same builders for the same jobs (defs/data/runs.py), executed in order with execute_in_process on a Dagster
 instance: $DAGSTER_HOME when set, else `<out>/.dagster_home` (its dagster.yaml turns telemetry off), so the runs
 show up in the UI under their job names when `dagster dev` uses that home.  Nothing runs between the jobs that the
-daemon does not run; the summary is read from the tables.
+daemon does not run; the summary is read from the tables (report/run_summary.py).  Where the scans run is the
+scan engine's (defs/data/engine.py over executor/engines.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import fcntl
 import logging
 import os
 import re
-import time
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -29,11 +29,11 @@ from contam_assets.defs.data.engine import engine_from_env
 from contam_assets.defs.data.pool import RECORDED, pool_missing, recorded_settings, settings_record  # noqa: F401
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
+from contam_assets.report.run_summary import Clock, summary
 from contam_assets.store import shards as shards_db
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.mirror import mirror_or_fail
 from contam_assets.store.pool import list_pool
-from contam_assets.store.translated_matches import DIRECT
 from contam_assets.store.units import Units
 
 # The CLI prints the warnings that asset code logs and one line per failure; Dagster's own
@@ -163,7 +163,7 @@ def run_detect(settings: ContamSettings, instance: dg.DagsterInstance, log: Call
     missing = pool_missing(settings, listing) if listing is not None else f"pool not found: {loc.display}"
     if missing:
         raise FileNotFoundError(missing)
-    clock = _Clock()
+    clock = Clock()
     plan = runs.pool_plan(settings, instance)
     plan.apply(instance)  # the sensor's dynamic partition requests
     done = execute(defs, runs.listing_request(), instance, log)  # door check, pool skips, retirement, run.json
@@ -223,18 +223,6 @@ def detect_runs(processes: int, env=os.environ) -> bool:
     return how == "ranged" or (how == "auto" and processes > 1)
 
 
-class _Clock:
-    """Wall seconds of each stage of a run (the summary's `seconds`)."""
-
-    def __init__(self):
-        self.t, self.laps = time.perf_counter(), {}
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.t, 3)
-        self.t = now
-
-
 def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.DagsterInstance, processes: int,
                shards: list[str], log: Callable[[str], None] = print, units: Units | None = None,
                ranged: bool = True) -> dict[str, str]:
@@ -252,7 +240,7 @@ def scan_range(settings: ContamSettings, defs: dg.Definitions, instance: dg.Dags
     for i, part in enumerate(parts, 1):
         if not ranged:
             log(f"scan [{i}/{len(parts)}] {part[0]}")
-        _try(defs, runs.scan_request(part), instance, log)
+        _try(defs, runs.scan_request(part, listed=True), instance, log)  # run_detect's listing run went first
     return failed
 
 
@@ -305,43 +293,3 @@ def run_apply(settings: ContamSettings, instance: dg.DagsterInstance, log: Calla
         execute(defs, runs.job_request("apply_reviews"), instance, log)
     extra = publish(defs, instance, log)
     return summary(settings, extra)
-
-
-def _lm_eval_reports(settings: ContamSettings) -> list[str]:
-    if not settings.lm_eval_list:
-        return []
-    from contam_assets.sources.lm_eval_tasks import load_manifest, report_lines
-
-    include = str(Path(settings.lm_eval_include).resolve()) if settings.lm_eval_include else None
-    kept = load_manifest(settings.out_path / "lm_eval", settings.lm_eval_list, include)
-    return report_lines(kept[1]) if kept else []
-
-
-def summary(settings: ContamSettings, extra: dict | None = None, retired: list[dict] = (),
-            failed: dict[str, str] | None = None) -> dict:
-    """Counts of the run for the CLI, with every shard that failed, is incomplete or was retired."""
-    failed = dict(failed or {})
-    with store.connect(settings.db_path, read_only=True) as con:
-        row = con.execute("""select count(*), coalesce(sum(read),0), coalesce(sum(removed),0), coalesce(sum(kept),0),
-                             coalesce(sum(rejected),0), coalesce(sum(pending_review),0) from shard_stats""").fetchone()
-        flagged = con.execute(f"select count(*) from matches where flagged and {DIRECT}").fetchone()[0]
-        stored = con.execute(f"select count(*) from matches where {DIRECT}").fetchone()[0]
-        incomplete = {}
-        for e in shards_db.errors(con):
-            failed.setdefault(e["shard"], f"{e['step']}: {e['message']}")
-        for s, st, why in con.execute("""select shard, status, status_reason from shard_stats
-                                         where coalesce(status, 'ok') <> 'ok' order by shard""").fetchall():
-            if st == "failed":
-                failed.setdefault(s, f"nothing readable: {why}")
-            elif s not in failed:
-                incomplete[s] = f"{why}"
-        files = shards_db.file_counts(con)
-        cut = con.execute("select coalesce(sum(cut), 0) from mix_stats").fetchone()[0]
-        lm_eval = _lm_eval_reports(settings)
-        reference = store.query_df(con, "select * from reference_summary order by task, split").to_dicts() \
-            if store.table_exists(con, "reference_summary") else []
-    return dict(reference=reference, lm_eval=lm_eval, files=files, shards=row[0], read=row[1], removed=row[2], kept=row[3], rejected=row[4], pending_review=row[5],
-                flagged_matches=flagged, stored_matches=stored, cut=int(cut), db=str(settings.db_path),
-                report=str(settings.out_path / "report.html"), mix=str(settings.out_path / "mix"),
-                skipped_files=[(f.path, f.reason) for f in list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern).skipped],
-                incomplete=incomplete, failed=failed, retired=[r["shard"] for r in retired], **(extra or {}))

@@ -264,6 +264,7 @@ def _either(values) -> str:
 
 
 _warned: set[str] = set()
+_noted: set[str] = set()  # the settings whose variable overrode the config file's value, said once
 
 
 def env_raw(name: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -290,9 +291,17 @@ def resolve_with_source(name: str, flag: Any = None, env: Mapping[str, str] | No
     if flag is not None:
         return parse(name, flag, s.flag or name), "flag"
     raw = env_raw(name, env)
+    in_config = bool(config) and name in config and config[name] is not None
     if raw is not None:
-        return parse(name, raw, s.var), "variable"
-    if config and name in config and config[name] is not None:
+        value = parse(name, raw, s.var)
+        if in_config and name not in _noted:
+            configured = parse(name, config[name], f"config {s.config}")
+            if configured != value:  # the variable wins; one line, once per setting, so the override is not silent
+                _noted.add(name)
+                print(f"note: {s.var}={raw!r} overrides {s.config or name}: {configured!r} of the decon config",
+                      file=sys.stderr)
+        return value, "variable"
+    if in_config:
         return parse(name, config[name], f"config {s.config}"), "config"
     return s.default, "default"
 
@@ -395,6 +404,7 @@ def markdown() -> str:
         "**a flag given on the command line, else the environment variable (set and not empty), else a config file "
         "(the decon config, for the settings that name a decon key), else the default.** The Dagster resources "
         "(what the daemon and `dagster dev` use) read the same variables and the same config file, without flags. "
+        "A variable that overrides a value the config file sets says so in one `note:` line on stderr. "
         "A bad value stops the command with one line naming the variable or flag and the values it takes.",
         "",
     ]

@@ -58,11 +58,12 @@ def run_estimate(settings, instance, fraction: float, seed: int = 0,
     from contam_assets import runner
     from contam_assets.defs.data import estimate as data_estimate
     from contam_assets.defs.data.jobs import reference_job, report_job
+    from contam_assets.report.run_summary import Clock
     from contam_assets.store.files import atomic_write_text, sweep_temp_files
     from contam_assets.store.pool import list_pool
 
     defs = runner.data_definitions(settings)
-    clock = runner._Clock()
+    clock = Clock()
     sweep_temp_files(settings.out_path)
     listing = list_pool(settings.pool_path, settings.follow_symlinks)
     if not listing.shards:

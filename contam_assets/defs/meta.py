@@ -33,17 +33,20 @@ def check_metadata(owners: list[str], guards: str) -> dict[str, str]:
 
 
 def source_digest(*packages: str) -> str:
-    """12-hex digest of the .py files of the given subpackages of contam_assets (paths and bytes)."""
+    """12-hex digest of the .py files of the given subpackages (or single modules, ``store/compression.py``) of
+    contam_assets (paths and bytes)."""
     h = hashlib.sha256()
     for name in packages:
         root = PACKAGE / name
-        for p in sorted(root.rglob("*.py")):
+        for p in [root] if root.is_file() else sorted(root.rglob("*.py")):
             h.update(p.relative_to(PACKAGE).as_posix().encode())
             h.update(b"\0")
             h.update(p.read_bytes())
     return h.hexdigest()[:12]
 
 
-DETECTOR_VERSION = f"detector-{source_digest('detector', 'sources')}"  # reference set, index, registry
-SCAN_VERSION = f"scan-{source_digest('detector', 'sources', 'rescan', 'executor')}"  # shard scans: the detector plus the rescan plans
+# the detector's compression and the scans' token cache live under store/: their bytes count too
+DETECTOR_MODULES = ("detector", "sources", "store/compression.py", "store/token_cache.py")
+DETECTOR_VERSION = f"detector-{source_digest(*DETECTOR_MODULES)}"  # reference set, index, registry
+SCAN_VERSION = f"scan-{source_digest(*DETECTOR_MODULES, 'rescan', 'executor')}"  # shard scans: the detector plus the rescan plans
 QUALITY_VERSION = f"quality-{source_digest('detector', 'sources', 'quality')}"  # planted suite and its scores

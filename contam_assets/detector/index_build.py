@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -224,8 +225,11 @@ def _short_ok(a_tok: np.ndarray, a_tok_off: np.ndarray, vocab: np.ndarray, tok_d
     return out
 
 
-def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None, batch: int = INDEX_BATCH) -> NgramIndex:
-    """Index the records with indexed == True; ``progress``: a build_budget.BuildProgress, or None.
+def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None, batch: int = INDEX_BATCH,
+                spill_dir: Path | None = None) -> NgramIndex:
+    """Index the records with indexed == True; ``progress``: a build_budget.BuildProgress, or None; ``spill_dir``:
+    the folder that holds the spill files (gigabytes for a large reference set) in a temporary folder named as
+    store/files.py names temporaries, so a killed build's leftovers are swept (None: the system's $TMPDIR).
 
     Built in bounded memory: ``batch`` records at a time are tokenized and their n-grams hashed; the question
     (n-gram, record) pairs and the answer and passage n-grams go to files on disk by the top bits of their hash,
@@ -238,7 +242,10 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None, batch: 
         raise ValueError("no reference record is indexable (check the benchmark folder and task filter)")
     N = float(n_rec)
     n, an, pn = cfg.ngram_size, cfg.answer_ngram_size, cfg.passage_ngram_size
-    with tempfile.TemporaryDirectory(prefix="contam-index-") as tmp:
+    if spill_dir is not None:
+        Path(spill_dir).mkdir(parents=True, exist_ok=True)
+    prefix = f".index-spill.tmp-{os.getpid()}." if spill_dir is not None else "contam-index-"
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=spill_dir) as tmp:
         spill = _Spill(Path(tmp))
         rid, q_len, q_unique, a_len, a_unique, a_ng_n, p_len, p_ng_n = ([] for _ in range(8))
         vocab = np.zeros(0, dtype=np.uint64)

@@ -4,7 +4,10 @@ Every temporary file or folder of contam-assets is named ``.<name>.tmp-<pid>-<ra
 (a token-cache stream: ``.tmp-<key>-<pid>-<random>``) beside its target and renamed over
 the target when complete.  Two processes never share a temporary name; a process killed
 mid-write leaves its temporary behind, and :func:`sweep_temp_files` removes those whose
-process is gone (or that are older than a day: another machine's on shared storage).
+process is gone (or that are older than a day: another machine's on shared storage).  With
+``only_stale=True`` it removes only those older than a day, whatever their pid says: the sweep a
+scan run does, since on a shared folder or in a per-run container a pid that is not alive here may
+be a live process of another node or run.
 """
 
 from __future__ import annotations
@@ -54,8 +57,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def sweep_temp_files(root: Path) -> list[Path]:
-    """Remove the temporaries under `root` left by processes that no longer run; the paths removed."""
+def sweep_temp_files(root: Path, only_stale: bool = False) -> list[Path]:
+    """Remove the temporaries under `root` left by processes that no longer run (``only_stale``: only those older
+    than STALE_S, whatever their pid); the paths removed."""
     root = Path(root)
     removed: list[Path] = []
     if not root.is_dir():
@@ -71,7 +75,7 @@ def sweep_temp_files(root: Path) -> list[Path]:
                 old = now - p.lstat().st_mtime > STALE_S
             except OSError:
                 continue
-            if _alive(int(m.group("pid"))) and not old:
+            if not old and (only_stale or _alive(int(m.group("pid")))):
                 continue
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)

@@ -73,6 +73,13 @@ def looks_grouped(key: str) -> bool:
     return bool(_GROUP_KEY.search(key))
 
 
+def group_first(key: str) -> str | None:
+    """The first file a group key names (``docs/000.jsonl (+127 files, 1f3c9a2b)`` -> ``docs/000.jsonl``); None for
+    a key without a group key's shape."""
+    m = _GROUP_KEY.search(key)
+    return key[:m.start()] if m else None
+
+
 def _boundary(name: str, every: int) -> bool:
     """A content-defined cut after this file: its name's hash is 0 modulo ``every`` (same name, same answer)."""
     h = int.from_bytes(hashlib.blake2b(name.encode("utf-8", "backslashreplace"), digest_size=8).digest(), "big")

@@ -68,3 +68,35 @@ def test_an_index_of_the_earlier_format_asks_for_a_rebuild(tmp_path):
     with pytest.raises(ValueError, match=r"earlier format \(index\.npz\); rebuild it: run `contam detect`") as e:
         artifacts.load_index(out)
     assert "\n" not in str(e.value)
+
+
+def test_a_build_spills_into_a_swept_temporary_folder_of_spill_dir(tmp_path, monkeypatch):
+    """spill_dir: the spill files sit in a folder named as store/files.py names temporaries (so a killed build's
+    leftovers are swept), removed after the build; the index equals one spilled to $TMPDIR."""
+    from contam_assets.detector import index_build
+    from contam_assets.store.files import _TEMP
+
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    (evals / "toy.jsonl").write_text("\n".join(fx.reference_lines()) + "\n")
+    cfg = DetectConfig()
+    records, _ = build_reference_set([decon_spec(str(evals))], None, cfg)
+    seen = []
+    real = index_build._Spill
+
+    class Recording(real):
+        def __init__(self, folder):
+            seen.append(folder)
+            super().__init__(folder)
+
+    monkeypatch.setattr(index_build, "_Spill", Recording)
+    spill = tmp_path / "out" / "index"
+    built = build_index(records, cfg, spill_dir=spill)
+    assert len(seen) == 1 and seen[0].parent == spill and _TEMP.match(seen[0].name), seen
+    assert not seen[0].exists() and list(spill.iterdir()) == []
+    plain = build_index(records, cfg)
+    assert seen[1].parent != spill
+    for f in fields(NgramIndex):
+        a, b = getattr(built, f.name), getattr(plain, f.name)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and np.array_equal(a, b), f.name

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 
-from contam_assets.defs.data import engine as engine_mod
+from contam_assets.executor import engines as engine_mod
 from contam_assets.executor import mix as mix_mod
 
 
@@ -22,7 +22,7 @@ def _recorder(seen: list, fail: str):
 def test_scans_in_the_step_run_with_the_heap_frozen(monkeypatch):
     seen: list = []
     monkeypatch.setattr(engine_mod, "run_shard_work", _recorder(seen, fail="b"))
-    out = list(engine_mod.ScanEngine(workers=1).run(["a", "b", "c"], index=None, ref=None))
+    out = list(engine_mod.scan_local(["a", "b", "c"], index=None, ref=None, workers=1))
     assert [j for j, _ in seen] == ["a", "b", "c"] and all(frozen > 0 for _, frozen in seen)
     assert [(j, str(r)) for j, r in out] == [("a", "done a"), ("b", "b is unreadable"), ("c", "done c")]
     assert gc.get_freeze_count() == 0

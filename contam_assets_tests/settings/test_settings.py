@@ -263,6 +263,30 @@ def test_the_content_key_follows_the_one_rule(clean_env, tmp_path, pool):
     assert _detect("--decon-config", cfg, "--content-key", "text").content_key == "text"
 
 
+def test_a_variable_over_the_decon_config_says_so_once_on_stderr(monkeypatch, capsys):
+    monkeypatch.setattr(S, "_noted", set())
+    var = S.var("content_key")
+    assert S.resolve("content_key", env={var: "raw"}, config={"content_key": "raw"}) == "raw"
+    assert capsys.readouterr().err == ""  # the same value: nothing overridden
+    assert S.resolve("content_key", env={var: "raw"}, config={"content_key": "body"}) == "raw"
+    assert S.resolve("content_key", env={var: "raw"}, config={"content_key": "body"}) == "raw"
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"note: {var}='raw' overrides content_key: 'body'"), err
+    assert S.resolve("content_key", env={var: "raw"}) == "raw" and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("text,want", [("TRUE", True), ("On", True), ("yes", True), ("1", True),
+                                       ("FALSE", False), ("off", False), ("No", False), ("0", False)])
+def test_a_switch_variable_reads_its_words_in_any_case(text, want):
+    assert S.resolve("nightly_idf_rescan", env={S.var("nightly_idf_rescan"): text}) is want
+
+
+@pytest.mark.parametrize("text", ["2", "enabled", "t", "y"])
+def test_a_switch_variable_refuses_any_other_word(text):
+    with pytest.raises(ValueError, match="must be 1, true, yes, on, 0, false, no or off"):
+        S.resolve("nightly_idf_rescan", env={S.var("nightly_idf_rescan"): text})
+
+
 def test_contam_estimate_preset_honours_the_variable(clean_env, tmp_path, pool):
     from contam_assets.commands.detect import settings_from_args
     from contam_assets.commands.estimate import detect_args

@@ -3,7 +3,7 @@
 
 import json
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 import dagster as dg
 import polars as pl
@@ -277,7 +277,9 @@ def ngram_index(context: dg.AssetExecutionContext, contam_settings: ContamSettin
         atomic_write_text(out / "index" / "current.json", json.dumps({"digest": digest}))
     else:
         text_bytes = sum(int(records[c].str.len_bytes().sum() or 0) for c in ("question", "answer", "passage"))
-        index = build_index(records, cfg, progress=build_budget.BuildProgress(_say(context), text_bytes, phases=("index",)))
+        # the spill files under the output folder, in a temporary folder the temp-file sweep recognises
+        index = build_index(records, cfg, progress=build_budget.BuildProgress(_say(context), text_bytes, phases=("index",)),
+                            spill_dir=out / "index")
         artifacts.save_index(out, digest, records, index)
     hashes = task_hashes(records, cfg)
     atomic_write_text(artifacts.index_dir(out, digest) / TASK_HASHES_FILE, json.dumps(hashes, indent=1))
@@ -310,17 +312,25 @@ def shard_matches(context: dg.AssetExecutionContext, config: ShardScanConfig, co
     tasks changed, only the changed tasks are scanned, from the cached stream
     (rescan/plan.py, rescan/incremental.py).  Rows are replaced on re-run, never duplicated.
     """
+    started = step_clock()
     try:
         return _scan_partitions(context, config, contam_settings, contam_db, contam_scan_engine)
     except Exception as exc:
-        record_run_failure(contam_settings, contam_db, list(context.partition_keys), ("scan", "write"), exc)
+        record_run_failure(contam_settings, contam_db, list(context.partition_keys), ("scan", "write"), exc, started)
         raise
 
 
-def record_run_failure(settings: ContamSettings, db: ContamDB, keys: list[str], steps: tuple[str, ...], exc: Exception) -> None:
-    """A run of partitions that failed as a whole (no shard of it recorded its own error): each of its files gets the
-    run's reason as its error row (steps[0]), and a scan's a failed shard_stats row where it has none, so a daemon
-    run leaves the rows `contam detect` reports."""
+def step_clock() -> datetime:
+    """Now, as shard_errors.recorded_at holds it (UTC, naive): when a step began, for record_run_failure."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def record_run_failure(settings: ContamSettings, db: ContamDB, keys: list[str], steps: tuple[str, ...], exc: Exception,
+                       since: datetime | None = None) -> None:
+    """A run of partitions that failed as a whole (no file of it recorded its own error during this step: an error
+    row of ``steps`` recorded at or after ``since``, the step's start; an older row is stale and does not count):
+    each of its files gets the run's reason as its error row (steps[0]), and a scan's a failed shard_stats row where
+    it has none, so a daemon run leaves the rows `contam detect` reports."""
     why = exc.description if isinstance(exc, dg.Failure) and exc.description else (
         str(exc) if type(exc).__module__.startswith("contam_assets") or isinstance(exc, TimeoutError)
         else f"{type(exc).__name__}: {exc}")
@@ -330,9 +340,12 @@ def record_run_failure(settings: ContamSettings, db: ContamDB, keys: list[str], 
         files = list(keys)
     try:
         with db.connect() as con:
-            want = set(files)
-            if any(e["shard"] in want and e["step"] in steps for e in shards_db.errors(con)):
-                return  # the run's shards said what failed, each
+            fresh = "" if since is None else " and recorded_at >= ?"
+            if store.table_exists(con, "shard_errors") and con.execute(
+                    "select count(*) from shard_errors where shard in (select unnest(?::varchar[])) "
+                    f"and step in (select unnest(?::varchar[])){fresh}",
+                    [files, list(steps)] + ([since] if since is not None else [])).fetchone()[0]:
+                return  # the run's shards said what failed during this step, each
             stats = {r[0] for r in con.execute("select shard from shard_stats").fetchall()} \
                 if store.table_exists(con, "shard_stats") else set()
             for shard in files:

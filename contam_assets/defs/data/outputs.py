@@ -8,7 +8,14 @@ import dagster as dg
 
 from contam_assets import store
 from contam_assets.defs.automation import MIX_REFRESH_CRON, REPORT_REFRESH_CRON, on_new_removals
-from contam_assets.defs.data.assets import _DATA, _scanned_shards, record_run_failure, removals, shard_matches
+from contam_assets.defs.data.assets import (
+    _DATA,
+    _scanned_shards,
+    record_run_failure,
+    removals,
+    shard_matches,
+    step_clock,
+)
 from contam_assets.defs.data.units import partition_files
 from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
 from contam_assets.defs.meta import DATA_OWNERS, check_metadata
@@ -82,10 +89,11 @@ def decontaminated_mix(context: dg.AssetExecutionContext, contam_settings: Conta
     One shard that cannot be written fails only its own partition.  The files of a run's shards are
     written by the scan_workers setting's processes (executor/mix.py); the tables are the serial loop's.
     """
+    started = step_clock()
     try:
         return _write_partitions(context, contam_settings, contam_db)
     except Exception as exc:
-        record_run_failure(contam_settings, contam_db, list(context.partition_keys), ("mix",), exc)
+        record_run_failure(contam_settings, contam_db, list(context.partition_keys), ("mix",), exc, started)
         raise
 
 

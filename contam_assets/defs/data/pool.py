@@ -1,11 +1,16 @@
 """Data side, the pool as the scans see it: ``pool_listing``, the first asset of every `scan_shards` run.
 
 It does what a run must do before any shard is scanned, the same for `contam detect` and a daemon-started run:
-sweeps the temporary files a killed run left, lists the pool (a remote pool is mirrored first), checks the door
-(store/door.py: every new or changed unit holds the content key; the units that passed are kept in table
-``door_checks``, so a tick on a large pool does not read every file again), records what the listing skipped,
+sweeps the temporary files a killed run left (those of processes gone from this host; while another run is in
+progress only those older than a day, store/files.STALE_S, since a younger one may belong to that run's live
+writer on another node or in another container sharing the folder), lists the pool (a remote
+pool is mirrored first), checks the door (store/door.py: every new or changed unit holds the content key; in a
+run over partitions only their files, so one bad new file fails only the runs that scan it; in the listing-only
+run `contam detect` starts with, the whole pool, so detect refuses before any scan; the units that passed are
+kept in table ``door_checks``, so a tick on a large pool does not read every file again), records what the listing skipped,
 retires the files of this output folder that left the pool (the one retirement rule: defs/data/runs.py), and
-writes run.json (the settings `contam apply` and `contam review` read back).
+writes run.json (the settings `contam apply` and `contam review` read back; the ``files`` counts pool_tables
+adds are kept until the next publish).
 """
 
 
@@ -15,10 +20,17 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
 
 from contam_assets.defs.data.assets import _DATA
 from contam_assets.defs.data.runs import known_files
+from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, DetectorKnobs
+from contam_assets.rescan.watch import pool_units
 from contam_assets.store import shards as shards_db
 from contam_assets.store import table_exists, tables
 from contam_assets.store.door import DoorError, check_units
@@ -73,14 +85,16 @@ def _stamps(paths: dict[str, Path]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def door_check(con, paths: dict[str, Path], content_key: str) -> tuple[int, int]:
+def door_check(con, paths: dict[str, Path], content_key: str, only: set[str] | None = None) -> tuple[int, int]:
     """check_units over the units new or changed since they last passed the door (for this content key); those that
-    pass are recorded.  DoorError as check_units raises it; (units checked now, units passed before and unchanged)."""
+    pass are recorded.  ``only``: check just these files (the files of the partitions a scan run covers; None: the
+    whole pool).  DoorError as check_units raises it; (units checked now, units passed before and unchanged)."""
     con.execute(f"create table if not exists {DOOR_TABLE} (shard varchar primary key, size bigint, mtime_ns bigint, "
                 "content_key varchar)")
     passed = {r[0]: (r[1], r[2], r[3]) for r in con.execute(f"select shard, size, mtime_ns, content_key from {DOOR_TABLE}").fetchall()}
     stamps = _stamps(paths)
-    todo = {u: p for u, p in paths.items() if u not in stamps or passed.get(u) != (*stamps[u], content_key)}
+    todo = {u: p for u, p in paths.items() if (only is None or u in only)
+            and (u not in stamps or passed.get(u) != (*stamps[u], content_key))}
     check_units(todo, content_key)
     rows = [dict(shard=u, size=stamps[u][0], mtime_ns=stamps[u][1], content_key=content_key) for u in todo if u in stamps]
     if rows:
@@ -93,13 +107,54 @@ def door_check(con, paths: dict[str, Path], content_key: str) -> tuple[int, int]
     gone = sorted(set(passed) - set(paths))
     if gone:
         con.execute(f"delete from {DOOR_TABLE} where shard in (select unnest(?::varchar[]))", [gone])
-    return len(todo), len(paths) - len(todo)
+    return len(todo), (len(paths) if only is None else len(only & set(paths))) - len(todo)
+
+
+def run_files(context: dg.AssetExecutionContext, paths: dict[str, Path]) -> set[str] | None:
+    """The pool files of the partitions the run scans (its partition key, or its partition range over the instance's
+    order; each unit stands for its files, store/units.py); None for a run without partitions (the listing-only
+    run `contam detect` launches first and the sensors' ``listing_request``): it checks every new or changed unit."""
+    tags = context.run.tags
+    key, start, end = (tags.get(PARTITION_NAME_TAG), tags.get(ASSET_PARTITION_RANGE_START_TAG),
+                       tags.get(ASSET_PARTITION_RANGE_END_TAG))
+    if key:
+        keys = [key]
+    elif start and end:
+        order = context.instance.get_dynamic_partitions(shards_partitions.name)
+        if start not in order or end not in order:
+            return None
+        keys = order[order.index(start):order.index(end) + 1]
+    else:
+        return None
+    units = pool_units(_stamps(paths))
+    return set(units.files_of(keys))
+
+
+def other_runs_in_progress(context: dg.AssetExecutionContext) -> bool:
+    """True while a run of this instance other than this one has started and not ended (its writers may be alive on
+    other hosts, where their pids mean nothing here)."""
+    busy = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+    runs = context.instance.get_runs(filters=dg.RunsFilter(statuses=busy), limit=10)
+    return any(r.run_id != context.run_id for r in runs)
+
+
+def merge_record(path: Path, rec: dict) -> str:
+    """run.json with ``rec`` over what it held: the keys the listing does not own (the ``files`` counts pool_tables
+    adds) are kept until whoever owns them writes them again."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        old = {}
+    if not isinstance(old, dict):
+        old = {}
+    return json.dumps({k: v for k, v in old.items() if k not in rec} | rec, indent=2)
 
 
 @dg.asset(**_DATA, kinds={"python", "duckdb"},
-          description="The pool as a run reads it: temporary files of a killed run swept, the pool listed (a remote "
-          "pool mirrored), the door check on new or changed units (the content key), pool skips recorded, files that "
-          "left the pool retired, run.json written. A refused door fails the run before any scan.")
+          description="The pool as a run reads it: temporary files of a killed run swept (while another run is in progress: only those older than a day), the pool "
+          "listed (a remote pool mirrored), the door check on new or changed units (the content key; a scan run: its "
+          "own units), pool skips recorded, files that left the pool retired, run.json written (the files counts "
+          "kept). A refused door fails the run before any scan.")
 def pool_listing(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     settings = contam_settings
     try:
@@ -108,9 +163,14 @@ def pool_listing(context: dg.AssetExecutionContext, contam_settings: ContamSetti
             mirror_or_fail(loc, settings.pool_path, log=context.log.info)
     except LocationError as exc:
         raise dg.Failure(str(exc)) from None
-    swept = sweep_temp_files(settings.out_path)
+    # while another run of the instance is in progress, only temporaries older than a day: on a shared folder (Ray)
+    # or in per-run containers a pid not alive on this host may be a live writer of that run; alone, those of every
+    # process gone too
+    busy = other_runs_in_progress(context)
+    swept = sweep_temp_files(settings.out_path, only_stale=busy)
     if swept:
-        context.log.info(f"removed {len(swept)} temporary file(s) left by an interrupted run")
+        context.log.info(f"removed {len(swept)} temporary file(s) left by an interrupted run"
+                         + (" (older than a day: another run is in progress)" if busy else ""))
     listing = list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern)
     missing = pool_missing(settings, listing)
     if missing:
@@ -119,7 +179,7 @@ def pool_listing(context: dg.AssetExecutionContext, contam_settings: ContamSetti
     with contam_db.connect() as con:
         tables.ensure_schema(con)
         try:
-            checked, kept = door_check(con, listing.paths, settings.content_key)
+            checked, kept = door_check(con, listing.paths, settings.content_key, run_files(context, listing.paths))
         except DoorError as exc:  # one line: the unit, the keys it has, the flag to pass
             raise dg.Failure(str(exc)) from None
         shards_db.record_pool_skips(con, listing.skipped)
@@ -129,7 +189,7 @@ def pool_listing(context: dg.AssetExecutionContext, contam_settings: ContamSetti
     for r in retired:
         context.log.info(f"retired {r['shard']}: left the pool ({r['matches']} match row(s), {r['removals']} "
                          f"removal(s), {len(r['files'])} file(s) removed)")
-    atomic_write_text(settings.out_path / "run.json", json.dumps(settings_record(settings), indent=2))
+    atomic_write_text(settings.out_path / "run.json", merge_record(settings.out_path / "run.json", settings_record(settings)))
     return dg.MaterializeResult(metadata={
         "files": len(listing.shards), "skipped_entries": len(listing.skipped), "door_checked": checked,
         "door_unchanged": kept, "retired": len(retired), "temporary_files_removed": len(swept),

@@ -1,7 +1,8 @@
 """How a pool becomes runs, decided once for the sensors, the nightly schedule and `contam detect`.
 
 - ``pool_plan``: the work units of the pool (store/units.py) and the `shards` partitions to add and to delete
-  (one rule: new units are added; the partitions of groups the pool no longer holds as such, of files that now sit
+  (one rule: new units are added; the partitions of this pool's groups (the first file a group key names is in the
+  pool or was scanned into this output folder) the pool no longer holds as such, of files that now sit
   in a group, and of files of this output folder that left the pool are deleted; partitions another pool or output
   folder owns in a shared instance are left alone);
 - ``cut_runs``: runs over consecutive partitions, cut at a number of bytes and of files (the sensors' limits and the
@@ -21,12 +22,13 @@ from contam_assets import store
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamSettings
 from contam_assets.rescan import watch
-from contam_assets.store.units import Units, looks_grouped
+from contam_assets.store.units import Units, group_first
 
 # A sensor-launched run covers consecutive shards up to these limits (small shards share a run).
 RUN_MAX_SHARDS = setting.env_value("run_max_shards")
 RUN_MAX_BYTES = setting.env_value("run_max_bytes")
 POOL_LISTING = dg.AssetKey("pool_listing")
+SHARD_MATCHES = dg.AssetKey("shard_matches")
 
 
 def known_files(settings: ContamSettings) -> set[str]:
@@ -85,12 +87,19 @@ class PoolPlan:
                 instance.delete_dynamic_partition(shards_partitions.name, key)
 
 
+def _ours(key: str, listing, left: set[str]) -> bool:
+    """Whether a group-shaped key belongs to this pool: the file it names first is in this pool's listing or among
+    the files this output folder scanned that left it (another pool sharing the instance keeps its groups)."""
+    first = group_first(key)
+    return first is not None and (first in listing or first in left)
+
+
 def plan_for(listing: dict[str, tuple[int, int]], known: list[str], gone: list[str]) -> PoolPlan:
     units = watch.pool_units(listing)
     have, left = set(known), set(gone)
     add = [k for k in units.keys if k not in have]
     delete = [k for k in known if k not in units.files
-              and (looks_grouped(k) or units.is_group(units.unit_of.get(k, "")) or k in left)]
+              and (_ours(k, listing, left) or units.is_group(units.unit_of.get(k, "")) or k in left)]
     return PoolPlan(listing=listing, units=units, known=list(known), add=add, delete=delete, gone=list(gone))
 
 
@@ -149,11 +158,13 @@ def _ranged(group: list[str], run_config: dict | None, tags: dict, run_key: str 
                          tags={**tags, ASSET_PARTITION_RANGE_START_TAG: group[0], ASSET_PARTITION_RANGE_END_TAG: group[-1]})
 
 
-def scan_request(group: list[str], run_key: str | None = None, mode: str = "auto", tags: dict | None = None) -> dg.RunRequest:
-    """One run of `scan_shards` (pool_listing, then the scan) over consecutive partitions group[0]..group[-1]."""
+def scan_request(group: list[str], run_key: str | None = None, mode: str = "auto", tags: dict | None = None,
+                 listed: bool = False) -> dg.RunRequest:
+    """One run of `scan_shards` (pool_listing, then the scan) over consecutive partitions group[0]..group[-1];
+    ``listed``: the launcher ran `listing_request` just before, so the run scans only (shard_matches)."""
     run_config = {"ops": {"shard_matches": {"config": {"mode": mode}}}}
     return _ranged(group, run_config, {"contam/scan_mode": mode, "contam/shards": str(len(group)), **(tags or {})},
-                   run_key, "scan_shards")
+                   run_key, "scan_shards", asset_selection=[SHARD_MATCHES] if listed else None)
 
 
 def listing_request(run_key: str | None = None, tags: dict | None = None) -> dg.RunRequest:

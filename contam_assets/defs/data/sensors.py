@@ -26,6 +26,7 @@ from contam_assets.defs.data.jobs import reference_job, scan_shards_job
 from contam_assets.defs.data.runs import (  # noqa: F401 - RUN_MAX_*: where they were read before
     RUN_MAX_BYTES,
     RUN_MAX_SHARDS,
+    cut_runs,
     file_runs,
     listing_request,
     plan_for,
@@ -158,8 +159,11 @@ def stale_task_groups(instance: dg.DagsterInstance, settings: ContamSettings, di
 
 def unit_runs(order: list[str], shards: set[str], listing: dict[str, tuple[int, int]]) -> list[list[str]]:
     """Runs of consecutive partitions holding ``shards`` (files of the pool; each stands in its unit, store/units.py),
-    cut at RUN_MAX_BYTES / RUN_MAX_SHARDS files (defs/data/runs.py)."""
-    return file_runs(plan_for(listing, order, []), shards)
+    cut at RUN_MAX_BYTES / RUN_MAX_SHARDS files (defs/data/runs.py).  The cut is over the instance's partitions
+    (``order``) only: a unit the plan would add has no partition yet, so no range may name it."""
+    plan = plan_for(listing, order, [])
+    keys = set(plan.units.keys_of(f for f in shards if f in listing))
+    return cut_runs(order, keys, plan.sizes(), plan.counts(), RUN_MAX_BYTES, RUN_MAX_SHARDS)
 
 
 @dg.sensor(job=scan_shards_job, minimum_interval_seconds=30, default_status=DEFAULT_STATUS,
