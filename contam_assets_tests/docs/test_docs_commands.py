@@ -107,7 +107,7 @@ def _wait_loaded(port: int, proc: subprocess.Popen, log: Path, timeout: float = 
 def test_the_demo_runs_named_jobs_on_an_instance_without_telemetry(demo):
     inst = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(demo["home"])))
     jobs = {r.job_name for r in inst.get_runs()}
-    assert jobs == {"build_reference", "scan_shards", "apply_reviews", "write_mix"}, jobs
+    assert jobs == {"build_reference", "scan_shards", "apply_reviews", "write_mix", "publish_outputs"}, jobs
     assert "enabled: false" in (demo["home"] / "dagster.yaml").read_text()
 
 

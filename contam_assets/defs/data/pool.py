@@ -85,17 +85,20 @@ def _stamps(paths: dict[str, Path]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def door_check(con, paths: dict[str, Path], content_key: str, only: set[str] | None = None) -> tuple[int, int]:
+def door_check(con, paths: dict[str, Path], content_key: str, only: set[str] | None = None,
+               prechecked: bool = False) -> tuple[int, int]:
     """check_units over the units new or changed since they last passed the door (for this content key); those that
     pass are recorded.  ``only``: check just these files (the files of the partitions a scan run covers; None: the
-    whole pool).  DoorError as check_units raises it; (units checked now, units passed before and unchanged)."""
+    whole pool; ``prechecked``: they passed just now, before the database existed).  DoorError as check_units
+    raises it; (units checked now, units passed before and unchanged)."""
     con.execute(f"create table if not exists {DOOR_TABLE} (shard varchar primary key, size bigint, mtime_ns bigint, "
                 "content_key varchar)")
     passed = {r[0]: (r[1], r[2], r[3]) for r in con.execute(f"select shard, size, mtime_ns, content_key from {DOOR_TABLE}").fetchall()}
     stamps = _stamps(paths)
     todo = {u: p for u, p in paths.items() if (only is None or u in only)
             and (u not in stamps or passed.get(u) != (*stamps[u], content_key))}
-    check_units(todo, content_key)
+    if not prechecked:
+        check_units(todo, content_key)
     rows = [dict(shard=u, size=stamps[u][0], mtime_ns=stamps[u][1], content_key=content_key) for u in todo if u in stamps]
     if rows:
         df = pl.DataFrame(rows, schema={"shard": pl.Utf8, "size": pl.Int64, "mtime_ns": pl.Int64, "content_key": pl.Utf8})
@@ -176,10 +179,17 @@ def pool_listing(context: dg.AssetExecutionContext, contam_settings: ContamSetti
     if missing:
         raise dg.Failure(missing)
     gone = sorted(known_files(settings) - set(listing.shards))
+    only = run_files(context, listing.paths)
+    first = not settings.db_path.exists()
+    if first:  # nothing has passed the door yet: refuse before the database is created
+        try:
+            check_units({u: p for u, p in listing.paths.items() if only is None or u in only}, settings.content_key)
+        except DoorError as exc:
+            raise dg.Failure(str(exc)) from None
     with contam_db.connect() as con:
         tables.ensure_schema(con)
         try:
-            checked, kept = door_check(con, listing.paths, settings.content_key, run_files(context, listing.paths))
+            checked, kept = door_check(con, listing.paths, settings.content_key, only, prechecked=first)
         except DoorError as exc:  # one line: the unit, the keys it has, the flag to pass
             raise dg.Failure(str(exc)) from None
         shards_db.record_pool_skips(con, listing.skipped)
