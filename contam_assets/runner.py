@@ -26,7 +26,7 @@ from contam_assets import store
 from contam_assets.defs.data import runs
 from contam_assets.defs.data.ahead import AHEAD_MIN_SOURCE_BYTES, ahead_mode, build_ahead_pays, tokenize_ahead  # noqa: F401
 from contam_assets.defs.data.engine import engine_from_env
-from contam_assets.defs.data.pool import RECORDED, pool_missing, recorded_settings, settings_record  # noqa: F401
+from contam_assets.defs.data.pool import RECORDED, launcher_tags, pool_missing, recorded_settings, settings_record  # noqa: F401
 from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.report.run_summary import Clock, summary
@@ -116,7 +116,8 @@ def execute(defs: dg.Definitions, request: dg.RunRequest, instance, log: Callabl
     run config, asset selection); asset warnings are printed, a failure raises StepFailed with its one-line reason."""
     cfg = dict(request.run_config or {})
     result = defs.resolve_job_def(request.job_name).execute_in_process(
-        instance=instance, partition_key=request.partition_key, raise_on_error=False, tags=dict(request.tags or {}),
+        instance=instance, partition_key=request.partition_key, raise_on_error=False,
+        tags={**dict(request.tags or {}), **launcher_tags()},
         asset_selection=list(request.asset_selection) if request.asset_selection else None,
         run_config={**cfg, "loggers": {"console": {"config": {"log_level": LOG_LEVEL}}}})
     for entry in instance.all_logs(result.run_id):  # the warnings asset code logged, one line each

@@ -45,7 +45,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """True while process ``pid`` runs on this host (or cannot be signalled: someone else's)."""
     if pid == os.getpid():
         return True
     try:
@@ -75,7 +76,7 @@ def sweep_temp_files(root: Path, only_stale: bool = False) -> list[Path]:
                 old = now - p.lstat().st_mtime > STALE_S
             except OSError:
                 continue
-            if not old and (only_stale or _alive(int(m.group("pid")))):
+            if not old and (only_stale or process_alive(int(m.group("pid")))):
                 continue
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)

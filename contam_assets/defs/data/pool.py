@@ -16,6 +16,7 @@ adds are kept until the next publish).
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import dagster as dg
@@ -34,7 +35,7 @@ from contam_assets.rescan.watch import pool_units
 from contam_assets.store import shards as shards_db
 from contam_assets.store import table_exists, tables
 from contam_assets.store.door import DoorError, check_units
-from contam_assets.store.files import atomic_write_text, sweep_temp_files
+from contam_assets.store.files import atomic_write_text, process_alive, sweep_temp_files
 from contam_assets.store.location import LocationError
 from contam_assets.store.mirror import mirror_or_fail
 from contam_assets.store.pool import list_pool
@@ -133,12 +134,28 @@ def run_files(context: dg.AssetExecutionContext, paths: dict[str, Path]) -> set[
     return set(units.files_of(keys))
 
 
+LAUNCHER_PID_TAG, LAUNCHER_HOST_TAG = "contam/launcher_pid", "contam/launcher_host"
+
+
+def launcher_tags() -> dict[str, str]:
+    """The tags `contam detect` puts on the runs it executes in its own process: a run that still reads as started
+    while that process is gone from this host was killed (kill -9 leaves its record as it was)."""
+    return {LAUNCHER_PID_TAG: str(os.getpid()), LAUNCHER_HOST_TAG: socket.gethostname()}
+
+
 def other_runs_in_progress(context: dg.AssetExecutionContext) -> bool:
     """True while a run of this instance other than this one has started and not ended (its writers may be alive on
-    other hosts, where their pids mean nothing here)."""
+    other hosts, where their pids mean nothing here); a run of a launcher process gone from this host is not."""
     busy = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
-    runs = context.instance.get_runs(filters=dg.RunsFilter(statuses=busy), limit=10)
-    return any(r.run_id != context.run_id for r in runs)
+    host = socket.gethostname()
+    for r in context.instance.get_runs(filters=dg.RunsFilter(statuses=busy), limit=50):
+        if r.run_id == context.run.run_id:
+            continue
+        pid = r.tags.get(LAUNCHER_PID_TAG, "")
+        if r.tags.get(LAUNCHER_HOST_TAG) == host and pid.isdigit() and not process_alive(int(pid)):
+            continue  # killed with its launcher
+        return True
+    return False
 
 
 def merge_record(path: Path, rec: dict) -> str:
