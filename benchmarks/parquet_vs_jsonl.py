@@ -8,7 +8,7 @@ Documents come from benchmarks/scale_pool.py (real-looking text, real GSM8K/MBPP
 JSONL pool is plain (uncompressed) JSONL, the Parquet pool zstd with row groups of 10,000 rows.  Runs alternate
 (jsonl, parquet, jsonl, ...) so a busy machine slows both alike; the figures are medians.  With ``--s3`` the Parquet
 pool is also put in a local S3-protocol server (moto's standalone server, on loopback) and each round adds a run
-from ``s3://contam-bench/pool`` (fetched into the output folder's mirror, then read locally), checked to remove the
+from ``s3://contam-bench/pool`` (read in place, by range requests), checked to remove the
 same documents as the local Parquet run.
 """
 
@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> dict:
         for i in range(a.repeats):
             for kind in kinds:
                 out = a.work / f"out-{kind}-{i}"
-                mirror = a.work / f"mirror-{i}"
-                for old in (out, a.work / f"home-{kind}-{i}", mirror):  # every run from scratch: no state, no cache
+                work = a.work / f"work-{i}"
+                for old in (out, a.work / f"home-{kind}-{i}", work):  # every run from scratch: no state, no cache
                     shutil.rmtree(old, ignore_errors=True)
-                pool, extra = ((f"s3://{BUCKET}/pool", {**s3_env, "CONTAM_WORK_DIR": str(mirror)})
+                pool, extra = ((f"s3://{BUCKET}/pool", {**s3_env, "CONTAM_WORK_DIR": str(work)})
                                if kind == "parquet-s3" else (pools[kind], {}))
                 walls[kind].append(detect(pool, out, a.shared, a.tasks, a.work / f"home-{kind}-{i}", extra))
                 missed = pools["planted"] - flagged(out)

@@ -6,7 +6,9 @@ real benchmark text of ``--data`` (a bigram Markov chain over the words of GSM8K
 560 bytes of text an instance, every instance with its own numbers; and a small pool of chain text with a
 few instances planted.  ``run`` builds the reference set and index with `contam detect --evals-dir` (the
 product's own path) and samples the peak memory of the whole process tree as summed PSS (shared pages
-counted once), the wall time and the stage seconds of the run's summary.
+counted once), the wall time and the stage seconds of the run's summary, and the peak and wall time of each phase
+its progress lines name (``phases``: reading the files, the decon filters, the index build, scan, report and mix;
+"filter" runs until the index build's first line, so it holds writing the records too).
 
     python benchmarks/reference_scale.py --instances 600000 --tasks 226 --work /tmp/contam-refscale --json ref.json
 
@@ -33,7 +35,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from proc_tree import TreeMemory, TreeSampler  # noqa: E402
+from proc_tree import TreeMemory, TreeSampler, _descendants, _proc_table  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 WORD = re.compile(r"\S+")
@@ -169,14 +171,19 @@ def run(work: Path, ref: Path, pool: Path, workers: int, name: str) -> dict:
            "--out", str(out)]
     log = work / f"{name}.log"
     t0 = time.perf_counter()
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
-        pss, rss = TreeMemory(proc.pid, every=0.5), TreeSampler(proc.pid)
+    with log.open("w", encoding="utf-8") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True,
+                                errors="replace")
+        pss, rss = PhaseMemory(proc.pid, every=0.5), TreeSampler(proc.pid)
         pss.start()
         rss.start()
+        for out_line in proc.stdout:  # the run's progress lines name its phase
+            fh.write(out_line)
+            pss.phase = _phase(out_line, pss.phase)
         rc = proc.wait()
         pss.stop.set()
         rss.stop.set()
+        pss.join()
     wall = time.perf_counter() - t0
     text = log.read_text(errors="replace")
     if rc != 0:
@@ -188,8 +195,42 @@ def run(work: Path, ref: Path, pool: Path, workers: int, name: str) -> dict:
     digest = json.loads((index / "current.json").read_text())["digest"]
     folder_bytes = sum(p.stat().st_size for p in (index / digest).rglob("*") if p.is_file())
     return {"wall_s": round(wall, 2), "cpu_s": round(sum(rss.cpu.values()), 1), "stages_s": stages, "peak_pss_gb": round(pss.pss / 2**30, 3),
+            "phases": {k: {"peak_pss_gb": round(v[0] / 2**30, 3), "wall_s": round(v[2] - v[1], 1)} for k, v in pss.phases.items()},
             "peak_rss_gb_largest": round(max(rss.hwm.values(), default=0) / 2**30, 3),
             "index_folder_mb": round(folder_bytes / 1e6, 1), "removed": _removed(out), "out": str(out)}
+
+
+# the phase a progress line of `contam detect` starts (reference_set's reading and filters, ngram_index's build)
+_PHASES = (("decon filters", "filter"), ("instances read", "read"), ("reference set: index", "index"), ("scan", "scan"),
+           ("removals and report", "report and mix"))
+
+
+def _phase(line: str, current: str) -> str:
+    text = line.strip()
+    for mark, phase in _PHASES:
+        if mark in text and (mark != "scan" or text.startswith("scan")):
+            return phase
+    return current
+
+
+class PhaseMemory(TreeMemory):
+    """``TreeMemory`` with the peak summed PSS and the span of wall time of each phase (``phase``, set by the
+    reader of the run's output): ``phases``, phase -> [peak bytes, first seen, last seen]."""
+
+    def __init__(self, root: int, every: float = 0.5):
+        super().__init__(root, every)
+        self.phase, self.phases = "start", {}
+
+    def run(self):
+        while not self.stop.is_set():
+            table = _proc_table(memory=True)
+            tree = _descendants(self.root, {p: row[0] for p, row in table.items()})
+            total = sum(table[p][3] for p in tree if p in table)
+            self.pss = max(self.pss, total)
+            now = time.perf_counter()
+            seen = self.phases.setdefault(self.phase, [0, now, now])
+            seen[0], seen[2] = max(seen[0], total), now
+            self.stop.wait(self.every)
 
 
 def _removed(out: Path) -> int:

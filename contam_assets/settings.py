@@ -103,9 +103,11 @@ SETTINGS: tuple[Setting, ...] = (
     _s("follow_symlinks", "bool", False, "data", "read symlinks that lead outside the pool"),
     # detector
     _s("preset", "str", "default", "detector", "detector preset",
-       flag="--preset", choices=("default", "olmo-web", "olmo-synth", "thorough", "paraphrase")),
+       flag="--preset", choices=("default", "olmo-web", "olmo-synth", "thorough", "paraphrase", "crosslingual")),
     _s("parts", "str", "", "detector", "comma-separated thorough parts added to the preset (flags --markup, "
        "--dumps, ... each name one)"),
+    _s("crosslingual", "bool", False, "detector", "find reference items translated into other languages, held for "
+       "review with reason translation (docs/crosslingual.md)", flag="--crosslingual"),
     _s("removal", "str", "document", "detector", "document: drop a matched document; span: cut the matched spans",
        flag="--removal", choices=("document", "span")),
     _s("unescape", "optbool", None, "detector", "undo JSON/Python string escapes (0 for exact decon parity; "
@@ -137,6 +139,7 @@ SETTINGS: tuple[Setting, ...] = (
     # store
     _s("db_wait_s", "float", 600.0, "store", "seconds a connection waits for another process's database lock"),
     _s("work_dir", "str", "", "store", "local work folder of a remote --out (\"\" = ~/.cache/contam-assets/out)"),
+    _s("progress_s", "float", 15.0, "store", "seconds between a scan's or a mix's progress lines (0 = a line per shard)"),
     _s("unit_small_bytes", "int", 16 << 20, "store", "a pool file under this size is grouped with others"),
     _s("unit_min_files", "int", 64, "store", "small files in a folder before they are grouped"),
     _s("unit_every", "int", 256, "store", "small files per group"),

@@ -60,6 +60,17 @@ def sandbox():
 
 
 @pytest.fixture(scope="session")
+def gsm8k_bench(shared_data, tmp_path_factory) -> Path:
+    """A benchmark folder for `--tasks gsm8k` runs whose pools quote GSM8K test items: the test split whole, the
+    train split's first 200 items (a run indexes 1,519 items, not 8,792; nothing in those pools quotes train)."""
+    bench = tmp_path_factory.mktemp("gsm8k_bench")
+    (bench / "gsm8k_test.jsonl").write_text((shared_data / "gsm8k_test.jsonl").read_text())
+    train = (shared_data / "gsm8k_train.jsonl").read_text().splitlines(keepends=True)
+    (bench / "gsm8k_train.jsonl").write_text("".join(train[:200]))
+    return bench
+
+
+@pytest.fixture(scope="session")
 def two_tasks(shared_data):
     """(config, reference records, index) of GSM8K and MBPP from the shared data, default preset (built once)."""
     from contam_assets.defs.resources import DEFAULT_TASKS_DIR

@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 PART_FLAGS = {"markup": "--markup", "short_questions": "--short-questions", "question_only": "--question-only",
               "answer_suites": "--answer-suites", "dumps": "--dumps", "near_duplicates": "--near-duplicates",
-              "reference_overlap": "--reference-overlap", "paraphrase": "--paraphrase"}
+              "reference_overlap": "--reference-overlap", "paraphrase": "--paraphrase",
+              "crosslingual": "--crosslingual"}
 PART_HELP = {
     "markup": "decode HTML/XML entities and remove tags before cleaning (benchmark and training text alike)",
     "short_questions": "find questions under 14 tokens at any position (decon's sampling can step over them)",
@@ -75,6 +76,8 @@ PART_HELP = {
     "reference_overlap": "twins of every instance across the reference set (table reference_overlap)",
     "paraphrase": "beyond thorough: benchmark items reworded, found by meaning (WordLlama) and verified (same numbers, "
                   "signature, names); held for review, reason paraphrase (docs/paraphrase.md)",
+    "crosslingual": "items translated into another language, found by a multilingual encoder (USE v3) and what "
+                    "survives translation (numbers, names); held for review, reason translation (docs/crosslingual.md)",
 }
 
 
@@ -224,6 +227,8 @@ def settings_from_args(args, pool: Path | str | None = None):
         content_key = S.resolve("content_key", args.content_key, config=config)
         base = S.resolve("knobs") or {}  # under the knobs' own flags
         parts = ",".join(name for name in PART_FLAGS if getattr(args, f"part_{name}", False)) or S.resolve("parts")
+        if S.resolve("crosslingual") and "crosslingual" not in parts.split(","):
+            parts = ",".join(p for p in (parts, "crosslingual") if p)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if pool is None:
@@ -239,7 +244,7 @@ def settings_from_args(args, pool: Path | str | None = None):
         r = Path(report_dir).resolve()
         out = str(r.with_name(r.name + "-contam"))
     out_loc = None
-    if scheme_of(str(out)):  # a remote --out: the run works in a local folder, its outputs are uploaded at the end
+    if scheme_of(str(out)):  # a remote --out: the run works in a local folder, its outputs go to the store as made
         try:
             out_loc = resolve_location(str(out), "out", must_exist=False)
             if out_loc.is_local:
@@ -258,7 +263,7 @@ def settings_from_args(args, pool: Path | str | None = None):
         knobs = DetectorKnobs(**base | {k: (str(v) if v is None or k in ("decay_start", "decay_end") else v)
                                         for k, v in knob_args(args).items()})
         settings = ContamSettings.from_env(
-            out_dir=str(Path(out).resolve()), pool_dir=pool_spec,
+            out_dir=out_loc.spec if out_loc is not None else str(Path(out).resolve()), pool_dir=pool_spec,
             benchmarks_dir=str(Path(args.benchmarks).resolve()) if args.benchmarks else "",
             tasks=args.tasks or "", tasks_dir=str(resolve_tasks_dir(args.tasks_dir)) if args.tasks_dir else "",
             preset=args.preset, content_key=content_key,
@@ -315,7 +320,8 @@ def print_summary(s: dict) -> None:
         say(f"FAILED {shard}: {why}")
     if s.get("seconds"):
         print("seconds " + "  ".join(f"{k} {v:.2f}" for k, v in s["seconds"].items()))
-    print(f"tables  {s['db']} (and as Parquet: {s['db'].rsplit('/', 1)[0]}/tables/)\nreport  {s['report']}\nmix     {s['mix']}/")
+    print(f"tables  {s['db']} (and as Parquet: {s.get('tables_dir') or s['db'].rsplit('/', 1)[0] + '/tables'}/)\n"
+          f"report  {s['report']}\nmix     {s['mix']}/")
     if s.get("decon_reports"):
         print(f"decon   {s['decon_reports']}/ ({s['decon_report_files']} report file(s), "
               f"{s['decon_report_entries']} entries)")
@@ -354,15 +360,8 @@ def _run(args) -> int:
     except (FileNotFoundError, RuntimeError, LocationError, DoorError) as exc:
         raise CliError(str(exc)) from exc
     out_loc = getattr(args, "out_location", None)
-    if out_loc is not None:
-        from contam_assets.store.location import publish
-
-        try:
-            publish(settings.out_path, out_loc)
-        except (OSError, LocationError) as exc:
-            raise CliError(f"the run's outputs are in {settings.out_path} but could not be uploaded to "
-                           f"{out_loc.display}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-        s |= {"db": out_loc.url("contam.duckdb"), "report": out_loc.url("report.html"), "mix": out_loc.url("mix")}
+    if out_loc is not None:  # the mix went to the store shard by shard, the tables and run.json at the end (store/outbox.py)
+        s |= {"tables_dir": out_loc.url("tables"), "report": out_loc.url("report.html"), "mix": out_loc.url("mix")}
     print_summary(s)
     return exit_code(s)
 

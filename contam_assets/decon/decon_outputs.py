@@ -200,7 +200,7 @@ def write_decon_outputs(con: duckdb.DuckDBPyConnection, out_dir: Path, pool_path
                         cfg: DetectConfig, content_key: str = "text", cleaned_dir: Path | None = None) -> dict:
     """Report files for every training file with a flagged line (stale ones removed); with `cleaned_dir`,
     the purified copy of every training file.  Returns counts for the run summary."""
-    entries = decon_entries(con, Path(out_dir), Path(pool_path), cfg, content_key)
+    entries = decon_entries(con, Path(out_dir), pool_path, cfg, content_key)
     report_dir = Path(report_dir)
     wanted = {report_file_name(shard, cfg.threshold): items for shard, items in entries.items()}
     if report_dir.is_dir():  # a re-run leaves no report of a file that is clean now

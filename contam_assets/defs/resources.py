@@ -12,7 +12,7 @@ from contam_assets import settings, store
 from contam_assets.detector.config import KNOBS, ConfigError, DetectConfig, parse_knob, preset, with_parts
 from contam_assets.settings import DEFAULT_TASKS_DIR, PROJECT_ROOT  # noqa: F401 - the names users import here
 from contam_assets.sources.catalogue import resolve_tasks_dir
-from contam_assets.store.location import Location, mirror_folder
+from contam_assets.store.location import Location, scheme_of, work_folder
 from contam_assets.store.location import resolve as resolve_location
 
 
@@ -33,6 +33,24 @@ DetectorKnobs = dg.Config.__class__("DetectorKnobs", (dg.Config,), {
     "__doc__": "Detector knobs that override the preset (and a decon config); unset fields keep their value.",
     "__module__": __name__,
 })
+
+
+def remote_out(out_dir: str) -> Location | None:
+    """The store location of an output given as a URL (s3://, gs://, ...); None for a folder."""
+    if not scheme_of(str(out_dir)):
+        return None
+    loc = resolve_location(str(out_dir), "out", must_exist=False)
+    return None if loc.is_local else loc
+
+
+def out_folder(out_dir: str) -> Path:
+    """The local folder of an output: the folder itself, or a remote output's work folder (store/location.py)."""
+    loc = remote_out(out_dir)
+    if loc is not None:
+        return work_folder(loc)
+    if scheme_of(str(out_dir)):  # file://
+        return Path(resolve_location(str(out_dir), "out", must_exist=False).root)
+    return Path(out_dir).resolve()
 
 
 class ContamSettings(dg.ConfigurableResource):
@@ -66,7 +84,13 @@ class ContamSettings(dg.ConfigurableResource):
 
     @property
     def out_path(self) -> Path:
-        return Path(self.out_dir).resolve()
+        """The local output folder: out_dir, or for a remote out_dir (a URL) its local work folder."""
+        return out_folder(self.out_dir)
+
+    @property
+    def out_location(self) -> Location | None:
+        """A remote output (out_dir is a URL: store/outbox.py writes to it as the run goes), else None."""
+        return remote_out(self.out_dir)
 
     @property
     def db_path(self) -> Path:
@@ -81,15 +105,14 @@ class ContamSettings(dg.ConfigurableResource):
 
     @property
     def pool_path(self) -> Path:
-        """The local folder the pool's units are read from (a remote pool: its mirror under out_dir)."""
-        loc = self.pool_location
-        return loc.local_root if loc.is_local else mirror_folder(self.out_path, loc)
+        """What the pool's units are read under: the local folder, or a remote pool's URL (store/location.StoreRoot:
+        its units are read in place, never copied)."""
+        return self.pool_location.read_root
 
     @property
     def pool_pattern(self) -> str:
-        """The glob (or single file name) that selects the pool's units in pool_path ('' = every file)."""
-        loc = self.pool_location
-        return loc.pattern if loc.is_local else ""
+        """The glob (or single file name) that selects the pool's units under pool_path ('' = every file)."""
+        return self.pool_location.pattern
 
     @property
     def follow_links(self) -> bool:
@@ -200,7 +223,7 @@ class ContamDB(dg.ConfigurableResource):
     def resolved(self) -> Path:
         if self.path:
             return Path(self.path).resolve()
-        return Path(settings.env_value("out_dir")).resolve() / "contam.duckdb"
+        return out_folder(settings.env_value("out_dir")) / "contam.duckdb"
 
     @contextmanager
     def connect(self, read_only: bool = False):

@@ -20,10 +20,11 @@ from typing import Callable
 from contam_assets.settings import var
 
 # peak memory of a reference set and index build, per byte of benchmark text read (JSONL, uncompressed), plus a
-# base (Python, the tokenizer, Dagster): with the batched index build, `contam detect` at 0.6 M synthetic instances
-# peaked at 3.13 GB summed PSS from 431 MB (4.9 bytes a byte over the base), most of it the index itself
-# (docs/scale.md, "A large registry"); 6 leaves a margin
-BYTES_PER_SOURCE_BYTE = 6.0
+# base (Python, the tokenizer, Dagster): with the records in columns and the index written straight into its files,
+# `contam detect` at 0.6 M synthetic instances peaked at 1.80 GB summed PSS from 431 MB (1.9 bytes a byte over the
+# base: the table of records while it is written to DuckDB), and reading 2 M (1,440 MB) held 1.98 GB (docs/scale.md,
+# "A large registry"); 3 leaves a margin for the lookup table, which grows by powers of two
+BYTES_PER_SOURCE_BYTE = 3.0
 BASE_BYTES = 1.0e9
 COMPRESSED_RATIO = 4  # a .gz/.zst/.bz2/.xz benchmark file's text, against its size on disk
 # "off": build without the check; a size ("12GB", "800MiB"): the memory the build may take (else what is available)

@@ -84,6 +84,8 @@ class DetectConfig:
     paraphrase_min_similarity: float = 0.65  # cosine similarity a window needs before the verifier looks at it
     paraphrase_remove: str = ""  # tasks (comma-separated, or "all") whose paraphrase rows remove; others are held
     paraphrase_kinds: str = "math"  # paraphrase rules: "math" (math, code signature, other), plus "mc", "code" ("all")
+    # items translated into another language, found by a multilingual encoder and anchors, held (docs/crosslingual.md)
+    crosslingual: bool = False
 
     def __post_init__(self):
         problems = validate(self)
@@ -287,7 +289,8 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(DetectConfig)}
 _THOROUGH_FIELDS = ("markup", "dense_short_questions", "question_only", "question_only_min_tokens", "question_only_overlap",
                     "question_only_short_min_tokens", "question_only_short_min_idf",
                     "answer_suites", "answer_suite_min_words", "dump_min_items", "near_duplicates", "reference_overlap",
-                    "paraphrase", "paraphrase_model", "paraphrase_min_similarity", "paraphrase_remove", "paraphrase_kinds")
+                    "paraphrase", "paraphrase_model", "paraphrase_min_similarity", "paraphrase_remove", "paraphrase_kinds",
+                    "crosslingual")
 # The parts of `thorough`, by the name a user switches each on with (contam detect --markup, or the parts setting)
 THOROUGH_PARTS: dict[str, dict] = {
     "markup": {"markup": True},
@@ -301,6 +304,7 @@ THOROUGH_PARTS: dict[str, dict] = {
 # Parts beyond `thorough` (not in its preset, so its figures stay comparable), switched on by name the same way
 EXTRA_PARTS: dict[str, dict] = {
     "paraphrase": {"paraphrase": True},  # contam_assets/paraphrase (docs/paraphrase.md)
+    "crosslingual": {"crosslingual": True},  # contam_assets/paraphrase/crosslingual.py (docs/crosslingual.md)
 }
 
 
@@ -331,7 +335,9 @@ PRESETS: dict[str, DetectConfig] = {
 # beyond decon: decon's default with every part of THOROUGH_PARTS (docs/detector.md, docs/quality.md)
 PRESETS["thorough"] = with_parts(PRESETS["default"], THOROUGH_PARTS)
 # beyond thorough: thorough with rewordings found by meaning (docs/paraphrase.md)
-PRESETS["paraphrase"] = with_parts(PRESETS["thorough"], EXTRA_PARTS)
+PRESETS["paraphrase"] = with_parts(PRESETS["thorough"], ["paraphrase"])
+# beyond paraphrase: with translations of the items in other languages (docs/crosslingual.md)
+PRESETS["crosslingual"] = with_parts(PRESETS["paraphrase"], ["crosslingual"])
 
 # decon mode: clean and build the reference set exactly as decon does (docs/decon.md)
 DECON_MODE = dict(unescape=False, derived_suites=False, same_answer_rule=False, dedup_by="fingerprint")

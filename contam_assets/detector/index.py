@@ -175,9 +175,17 @@ class NgramIndex:
                     config_json=self.config_json, arrays=sorted(arrays))
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         old = path.with_name(f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        files = self.__dict__.get("_files", {})  # name -> (file, array): arrays already written as .npy (mapped)
         try:
             tmp.mkdir()
             for name, a in arrays.items():
+                src, same = files.get(name, (None, None))
+                if src is not None and same is a and Path(src).exists():  # its file, linked (or copied) into place
+                    try:
+                        os.link(src, tmp / f"{name}.npy")
+                    except OSError:
+                        shutil.copyfile(src, tmp / f"{name}.npy")
+                    continue
                 np.save(tmp / f"{name}.npy", np.ascontiguousarray(a), allow_pickle=False)
             (tmp / "meta.json").write_text(json.dumps(meta))
             if path.exists():
@@ -186,6 +194,26 @@ class NgramIndex:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(old, ignore_errors=True)
+        staging = self.__dict__.pop("_staging", None)  # the build's own folder of arrays: linked, no longer needed
+        if staging is not None:
+            self.__dict__["_files"] = {name: (path / f"{name}.npy", a) for name, (_, a) in files.items()}
+            shutil.rmtree(staging, ignore_errors=True)
+
+    @classmethod
+    def mapped(cls, folder: Path, **meta) -> "NgramIndex":
+        """The index whose arrays are the .npy files of ``folder`` (as ``save`` writes them, written by the build),
+        mapped copy-on-write; ``meta``: bloom_bits, hot_threshold, config_json.  ``save`` links those files."""
+        folder = Path(folder)
+        known = {f.name for f in fields(cls)}
+        arrays = {p.stem: np.asarray(np.load(p, mmap_mode="c", allow_pickle=False))
+                  for p in sorted(folder.glob("*.npy")) if p.stem in known or p.stem == "_slots"}
+        slots = arrays.pop("_slots", None)
+        index = cls(**arrays, **meta)
+        if slots is not None:
+            index.__dict__["_slots"] = slots
+        index.__dict__["_files"] = {name: (folder / f"{name}.npy", a) for name, a in
+                                    [*arrays.items(), *([("_slots", slots)] if slots is not None else [])]}
+        return index
 
     @classmethod
     def load(cls, path: Path) -> "NgramIndex":

@@ -7,9 +7,11 @@ writes.  ``build_index_whole`` is the plain one-pass definition it must equal ar
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -138,15 +140,22 @@ class _Spill:
     def add_buckets(self, name: str, keys: np.ndarray, *others: tuple[str, np.ndarray]) -> None:
         """``keys`` (uint64 hashes) and arrays aligned with them, each appended to the file of its key's bucket;
         the order within a bucket is the order of arrival."""
-        if not len(keys):
+        if len(keys):
+            self.add_groups((keys >> np.uint64(64 - BUCKET_BITS)).astype(np.int64), (name, keys), *others)
+
+    def add_groups(self, group: np.ndarray, *arrays: tuple[str, np.ndarray]) -> None:
+        """Arrays aligned with ``group`` (int64 >= 0), each appended to the file ``<name>.<group>``, in order of
+        arrival within a group."""
+        if not len(group):
             return
-        bucket = (keys >> np.uint64(64 - BUCKET_BITS)).astype(np.int64)
-        order = np.argsort(bucket, kind="stable")
-        bounds = np.searchsorted(bucket[order], np.arange((1 << BUCKET_BITS) + 1))
-        for arr_name, arr in ((name, keys), *others):
+        order = np.argsort(group, kind="stable")
+        g = group[order]
+        starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        ends = np.r_[starts[1:], len(g)]
+        for arr_name, arr in arrays:
             sorted_arr = arr[order]
-            for b in np.flatnonzero(np.diff(bounds)).tolist():
-                self.add(f"{arr_name}.{b}", sorted_arr[bounds[b]:bounds[b + 1]])
+            for a, e in zip(starts.tolist(), ends.tolist()):
+                self.add(f"{arr_name}.{int(g[a])}", sorted_arr[a:e])
 
     def read(self, name: str, dtype=None) -> np.ndarray:
         dtype = self.dtypes.get(name, dtype)
@@ -156,6 +165,74 @@ class _Spill:
         out = np.fromfile(path, dtype=dtype)
         path.unlink()
         return out
+
+
+class _NpyOut:
+    """A 1-D .npy file written a chunk at a time (never whole in memory): its header, the same length for every
+    shape (numpy pads it for any length), is written when it is closed.  The bytes are those ``np.save`` writes."""
+
+    HEADER = 128
+
+    def __init__(self, path: Path, dtype):
+        self.path, self.dtype, self.n = Path(path), np.dtype(dtype), 0
+        self.fh = open(self.path, "wb")
+        self.fh.write(b"\0" * self.HEADER)
+
+    def add(self, values) -> None:
+        a = np.ascontiguousarray(values, dtype=self.dtype)
+        a.tofile(self.fh)
+        self.n += len(a)
+
+    def close(self) -> Path:
+        head = io.BytesIO()
+        np.lib.format.write_array_header_1_0(head, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                    "fortran_order": False, "shape": (self.n,)})
+        assert len(head.getvalue()) == self.HEADER
+        self.fh.seek(0)
+        self.fh.write(head.getvalue())
+        self.fh.close()
+        return self.path
+
+
+def _npy_chunks(path: Path, dtype, step: int, start: int = 0, stop: int | None = None):
+    """Values ``start:stop`` of a 1-D .npy file written by ``_NpyOut``, ``step`` at a time (read, not mapped: the
+    pages read stay the page cache's, not the process's)."""
+    dtype = np.dtype(dtype)
+    with open(path, "rb") as fh:
+        fh.seek(_NpyOut.HEADER + start * dtype.itemsize)
+        left = None if stop is None else stop - start
+        while left is None or left > 0:
+            part = np.fromfile(fh, dtype=dtype, count=step if left is None else min(step, left))
+            if not len(part):
+                return
+            if left is not None:
+                left -= len(part)
+            yield part
+
+
+class _SegmentSums:
+    """``_segment_sums(values, offsets)`` of values that arrive a chunk at a time, in order: the running sum is
+    carried from chunk to chunk, so every partial sum is the one the whole-array cumsum gives (bit for bit)."""
+
+    def __init__(self, offsets: np.ndarray):
+        self.offsets = offsets
+        self.cs_at = np.zeros(len(offsets), dtype=np.float64)  # cumulative sum before position offsets[i]
+        self.carry, self.seen = 0.0, 0
+
+    def add(self, values: np.ndarray) -> None:
+        if not len(values):
+            return
+        a, offsets = self.seen, self.offsets
+        chunk = np.asarray(values, dtype=np.float64).copy()
+        chunk[0] = self.carry + chunk[0] if a else chunk[0]
+        cs = np.cumsum(chunk)
+        sel = slice(int(np.searchsorted(offsets, a + 1, side="left")), int(np.searchsorted(offsets, a + len(chunk), side="right")))
+        self.cs_at[sel] = cs[offsets[sel] - a - 1]
+        self.carry, self.seen = float(cs[-1]), a + len(chunk)
+
+    def sums(self) -> np.ndarray:
+        n = len(self.offsets) - 1
+        return self.cs_at[1:n + 1] - self.cs_at[:n]
 
 
 def _batches(records: pl.DataFrame, size: int):
@@ -170,57 +247,56 @@ def _batches(records: pl.DataFrame, size: int):
 
 
 def _chunked_segment_sums(values: np.ndarray, offsets: np.ndarray, step: int | None = None) -> np.ndarray:
-    """``_segment_sums`` without a cumulative sum of the whole array at once: the running sum is carried from
-    chunk to chunk, so every partial sum is the one the whole-array cumsum gives (bit for bit)."""
-    n = len(offsets) - 1
+    """``_segment_sums`` without a cumulative sum of the whole array at once (``_SegmentSums``, ``step`` values at a
+    time): every partial sum is the one the whole-array cumsum gives (bit for bit)."""
     step = step or SUM_STEP
     if len(values) <= step:
         return _segment_sums(values, offsets)
-    cs_at = np.zeros(len(offsets), dtype=np.float64)  # cumulative sum before position offsets[i]
-    carry = 0.0
+    sums = _SegmentSums(offsets)
     for a in range(0, len(values), step):
-        chunk = np.asarray(values[a:a + step], dtype=np.float64).copy()
-        chunk[0] = carry + chunk[0] if a else chunk[0]
-        cs = np.cumsum(chunk)
-        sel = slice(int(np.searchsorted(offsets, a + 1, side="left")), int(np.searchsorted(offsets, a + len(chunk), side="right")))
-        cs_at[sel] = cs[offsets[sel] - a - 1]
-        carry = float(cs[-1])
-    return cs_at[1:n + 1] - cs_at[:n]
+        sums.add(values[a:a + step])
+    return sums.sums()
 
 
-def _spill_ngrams(spill: _Spill, name: str, keys: np.ndarray, before: int) -> int:
-    """A batch's per-record n-gram keys: in order (the index's array), and by bucket with their positions (for
-    their document frequencies)."""
-    spill.add(f"{name}_keys", keys)
+def _spill_ngrams(spill: _Spill, out: _NpyOut, name: str, keys: np.ndarray, before: int) -> int:
+    """A batch's per-record n-gram keys: in order into the index's array ``out``, and by bucket with their
+    positions (for their document frequencies) into the spill."""
+    out.add(keys)
     spill.add_buckets(f"{name}k", keys, (f"{name}p", np.arange(before, before + len(keys), dtype=np.int64)))
     return before + len(keys)
 
 
-def _ngram_idf(spill: _Spill, name: str, N: float) -> tuple[np.ndarray, np.ndarray]:
-    """The spilled per-record keys ``name`` and the idf of each, ln(N / df) with df the number of records holding
-    the key (keys are unique per record), counted a bucket at a time."""
-    keys = spill.read(f"{name}_keys", np.uint64)
-    idf = np.zeros(len(keys), dtype=np.float64)
+def _ngram_idf(spill: _Spill, name: str, N: float, total: int, out: _NpyOut, sums: _SegmentSums) -> None:
+    """The idf of every spilled per-record key ``name``, ln(N / df) with df the number of records holding the key
+    (keys are unique per record), counted a bucket of the key space at a time; the values are put back in key
+    position order a range of positions at a time (``SUM_STEP``), appended to ``out`` and summed per record."""
     for b in range(1 << BUCKET_BITS):
         kb, pb = spill.read(f"{name}k.{b}", np.uint64), spill.read(f"{name}p.{b}", np.int64)
         if not len(kb):
             continue
         order = np.argsort(kb)
         _, df = np.unique(kb[order], return_counts=True)
-        idf[pb[order]] = np.log(N / np.repeat(df, df))
-    return keys, idf
+        pos = pb[order]
+        spill.add_groups(pos // SUM_STEP, (f"{name}ip", pos), (f"{name}iv", np.log(N / np.repeat(df, df))))
+        del kb, pb, order, df, pos
+    for r in range(-(-total // SUM_STEP)):
+        start = r * SUM_STEP
+        vals = np.zeros(min(SUM_STEP, total - start), dtype=np.float64)
+        vals[spill.read(f"{name}ip.{r}", np.int64) - start] = spill.read(f"{name}iv.{r}", np.float64)
+        out.add(vals)
+        sums.add(vals)
 
 
-def _short_ok(a_tok: np.ndarray, a_tok_off: np.ndarray, vocab: np.ndarray, tok_df: np.ndarray, N: float,
+def _short_ok(read, a_tok_off: np.ndarray, vocab: np.ndarray, tok_df: np.ndarray, N: float,
               step: int = 1 << 16) -> np.ndarray:
     """Per record: the idf sum of its answer's distinct tokens is > 0, i.e. one of them has idf > 0 (records
-    ``step`` at a time)."""
+    ``step`` at a time; ``read(a, b)``: the answer tokens a:b)."""
     n_rec = len(a_tok_off) - 1
     out = np.zeros(n_rec, dtype=bool)
     for s in range(0, n_rec, step):
         e = min(n_rec, s + step)
         lens = np.diff(a_tok_off[s:e + 1])
-        vals, seg = unique_per_segment(a_tok[a_tok_off[s]:a_tok_off[e]], np.repeat(np.arange(e - s), lens))
+        vals, seg = unique_per_segment(read(int(a_tok_off[s]), int(a_tok_off[e])), np.repeat(np.arange(e - s), lens))
         out[s:e] = np.bincount(seg, weights=np.log(N / tok_df[np.searchsorted(vocab, vals)]) > 0, minlength=e - s) > 0
     return out
 
@@ -234,7 +310,10 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None, batch: 
     Built in bounded memory: ``batch`` records at a time are tokenized and their n-grams hashed; the question
     (n-gram, record) pairs and the answer and passage n-grams go to files on disk by the top bits of their hash,
     and each of those buckets is then sorted on its own, in key order, into the postings, document frequencies
-    and idf: the same arrays (bit for bit) a sort of every n-gram at once gives."""
+    and idf: the same arrays (bit for bit) a sort of every n-gram at once gives.  The index's large arrays are
+    written a bucket (or a range) at a time straight into .npy files, never held whole: with ``spill_dir`` they
+    stay in a temporary folder there and the index returned maps them (``NgramIndex.save`` links them into
+    place); without, they are read into memory and the files removed."""
 
     step = progress.indexed if progress is not None else (lambda what, share: None)
     n_rec = int(records["indexed"].sum())
@@ -247,106 +326,150 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None, batch: 
     prefix = f".index-spill.tmp-{os.getpid()}." if spill_dir is not None else "contam-index-"
     with tempfile.TemporaryDirectory(prefix=prefix, dir=spill_dir) as tmp:
         spill = _Spill(Path(tmp))
-        rid, q_len, q_unique, a_len, a_unique, a_ng_n, p_len, p_ng_n = ([] for _ in range(8))
-        vocab = np.zeros(0, dtype=np.uint64)
-        tok_df = np.zeros(0, dtype=np.int64)
-        done = 0
-        n_ng = {"a": 0, "p": 0}  # answer and passage n-grams spilled so far
-        for part in _batches(records, batch):
-            m = part.height
-            step("tokenizing and hashing", 0.7 * done / n_rec)
-            rid.append(part["record_id"].to_numpy().astype(np.int32))
-            q_tokens = encode_texts(part["question"].to_list(), cfg)
-            a_tokens = encode_texts([a or "" for a in part["answer"].to_list()] if cfg.index_answers else [""] * m, cfg)
-            p_tokens = encode_texts([p or "" for p in part["passage"].to_list()] if cfg.index_passages else [""] * m, cfg)
-            # -- question (n-gram, record) pairs, unique per record -------------
-            q_len.append(np.fromiter(map(len, q_tokens), dtype=np.int32, count=m))
-            h, seg = segment_ngram_hashes(q_tokens, n)
-            # decon rule: a question shorter than n tokens is one n-gram of all its tokens
-            short = [i for i, t in enumerate(q_tokens) if 0 < len(t) < n]
-            if short:
-                h = np.concatenate([h, np.array([ngram_hash(q_tokens[i]) for i in short], dtype=np.uint64)])
-                seg = np.concatenate([seg, np.array(short, dtype=np.int64)])
-            h, seg = unique_per_segment(h, seg)  # per record, in record order
-            q_unique.append(np.bincount(seg, minlength=m).astype(np.int32))
-            spill.add_buckets("q", h, ("qd", (seg + done).astype(np.int32)))
-            del h, seg
-            # -- token frequencies (decon: per field, unique tokens per record) --
-            uniq = [_unique_tokens(f) for f in (q_tokens, a_tokens, p_tokens)]
-            v, c = np.unique(np.concatenate([u for u, _ in uniq]), return_counts=True)
-            vocab, inv = np.unique(np.concatenate([vocab, v]), return_inverse=True)
-            tok_df = np.bincount(inv, weights=np.concatenate([tok_df, c]), minlength=len(vocab)).astype(np.int64)
-            del q_tokens
-            # -- answers ---------------------------------------------------------
-            al = np.fromiter(map(len, a_tokens), dtype=np.int32, count=m)
-            a_len.append(al)
-            a_unique.append(np.bincount(uniq[1][1], minlength=m).astype(np.int32))
-            long_answer = al > cfg.short_answer_token_threshold
-            k, s = unique_per_segment(*segment_ngram_hashes(a_tokens, an, long_answer))
-            a_ng_n.append(np.bincount(s, minlength=m))
-            n_ng["a"] = _spill_ngrams(spill, "a", k.astype(np.uint64), n_ng["a"])
-            spill.add("a_tok", np.concatenate(a_tokens).astype(np.uint64) if al.sum() else np.zeros(0, dtype=np.uint64))
-            # -- passages --------------------------------------------------------
-            p_len.append(np.fromiter(map(len, p_tokens), dtype=np.int32, count=m))
-            k, s = unique_per_segment(*segment_ngram_hashes(p_tokens, pn))
-            p_ng_n.append(np.bincount(s, minlength=m))
-            n_ng["p"] = _spill_ngrams(spill, "p", k.astype(np.uint64), n_ng["p"])
-            del a_tokens, p_tokens, uniq, k, s
-            done += m
-        assert done == n_rec
-        cat = lambda parts, dt: np.concatenate(parts).astype(dt) if parts else np.zeros(0, dtype=dt)  # noqa: E731
-        q_len, q_unique, a_len, a_unique, p_len = (cat(x, np.int32) for x in (q_len, q_unique, a_len, a_unique, p_len))
-        a_ng_off, p_ng_off = (np.concatenate([[0], np.cumsum(cat(x, np.int64))]).astype(np.int64) for x in (a_ng_n, p_ng_n))
+        folder = (Path(tempfile.mkdtemp(prefix=f".index-arrays.tmp-{os.getpid()}.", dir=spill_dir))
+                  if spill_dir is not None else Path(tmp) / "arrays")
+        folder.mkdir(exist_ok=True)
+        try:
+            index = _build_into(records, cfg, step, batch, spill, folder, n_rec, N, n, an, pn)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        if spill_dir is None:  # in memory, the files removed with the temporary folder
+            mapped = index
+            index = NgramIndex(**{f: np.array(v) if isinstance(v, np.ndarray) else v
+                                  for f, v in mapped.__dict__.items() if f in NgramIndex.__dataclass_fields__})
+            if isinstance(mapped.__dict__.get("_slots"), np.ndarray):
+                index.__dict__["_slots"] = np.array(mapped.__dict__["_slots"])
+            del mapped
+        else:
+            index.__dict__["_staging"] = folder
+    return index
 
-        step("question postings", 0.7)
-        # -- question postings, a bucket of the key space at a time, in key order --
-        hot_threshold = max(2 * int(math.isqrt(n_rec)), 2000)  # decon rule: an n-gram in more records is hot
-        q_idf_sum = np.zeros(n_rec, dtype=np.float64)
-        n_keys = n_pairs = 0
-        for b in range(1 << BUCKET_BITS):
-            hb, db = spill.read(f"q.{b}", np.uint64), spill.read(f"qd.{b}", np.int32)
-            if not len(hb):
-                continue
-            order = np.argsort(hb, kind="stable")  # records ascending within a key: they arrived in record order
-            hb, db = hb[order], db[order]
-            del order
-            keys, first, df = np.unique(hb, return_index=True, return_counts=True)
-            del hb
-            idf = np.log(N / df)  # decon rule: idf = ln(N / df) over indexed records
-            np.add.at(q_idf_sum, db, np.repeat(idf, df))
-            spill.add("q_keys", keys)
-            spill.add("q_first", (first + n_pairs).astype(np.int64))
-            spill.add("q_docs", db)
-            spill.add("q_idf", idf)
-            n_keys += len(keys)
-            n_pairs += len(db)
-            del keys, first, df, db, idf
-        q_keys = spill.read("q_keys", np.uint64)
-        bloom_bits = int(min(32, max(16, math.ceil(math.log2(max(1, len(q_keys)) * 16)))))
-        bloom = np.zeros((1 << bloom_bits) // 64, dtype=np.uint64)
-        for a in range(0, len(q_keys), 1 << 22):
-            bidx = q_keys[a:a + (1 << 22)] >> np.uint64(64 - bloom_bits)
-            np.bitwise_or.at(bloom, (bidx >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), bidx & np.uint64(63)))
-        q_offsets = np.append(spill.read("q_first", np.int64), n_pairs).astype(np.int64)
-        q_docs = spill.read("q_docs", np.int32)
-        q_idf = spill.read("q_idf", np.float64)
-        hot = np.diff(q_offsets) > hot_threshold
 
-        step("answer and passage n-grams", 0.85)
-        a_tok = spill.read("a_tok", np.uint64)
-        a_tok_off = np.concatenate([[0], np.cumsum(a_len, dtype=np.int64)]).astype(np.int64)
-        a_short_ok = _short_ok(a_tok, a_tok_off, vocab, tok_df, N)
-        a_ng_keys, a_ng_idf = _ngram_idf(spill, "a", N)
-        p_ng_keys, p_ng_idf = _ngram_idf(spill, "p", N)
-        a_idf_total = _chunked_segment_sums(a_ng_idf, a_ng_off)
-        p_idf_total = _chunked_segment_sums(p_ng_idf, p_ng_off)
-    return NgramIndex(
-        record_ids=cat(rid, np.int32),
-        q_keys=q_keys, q_offsets=q_offsets, q_docs=q_docs, q_idf=q_idf, hot=hot,
-        q_len=q_len, q_unique=q_unique, q_idf_sum=q_idf_sum, bloom=bloom, bloom_bits=bloom_bits,
-        a_len=a_len, a_unique=a_unique, a_tok_off=a_tok_off, a_tok=a_tok, a_short_ok=a_short_ok,
-        a_ng_off=a_ng_off, a_ng_keys=a_ng_keys, a_ng_idf=np.asarray(a_ng_idf, dtype=np.float64), a_idf_total=a_idf_total,
-        p_len=p_len, p_ng_off=p_ng_off, p_ng_keys=p_ng_keys, p_ng_idf=np.asarray(p_ng_idf, dtype=np.float64),
-        p_idf_total=p_idf_total, hot_threshold=hot_threshold,
-        config_json=json.dumps(cfg.reference_key(), sort_keys=True),
-    )
+def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spill: _Spill, folder: Path, n_rec: int,
+                N: float, n: int, an: int, pn: int) -> NgramIndex:
+    """``build_index``'s work, its arrays written into ``folder`` (one .npy each, as ``NgramIndex.save`` writes
+    them) and mapped by the index returned."""
+    outs = {name: _NpyOut(folder / f"{name}.npy", dt) for name, dt in (
+        ("a_tok", np.uint64), ("a_ng_keys", np.uint64), ("p_ng_keys", np.uint64))}
+    rid, q_len, q_unique, a_len, a_unique, a_ng_n, p_len, p_ng_n = ([] for _ in range(8))
+    vocab = np.zeros(0, dtype=np.uint64)
+    tok_df = np.zeros(0, dtype=np.int64)
+    done = 0
+    n_ng = {"a": 0, "p": 0}  # answer and passage n-grams written so far
+    for part in _batches(records, batch):
+        m = part.height
+        step("tokenizing and hashing", 0.7 * done / n_rec)
+        rid.append(part["record_id"].to_numpy().astype(np.int32))
+        q_tokens = encode_texts(part["question"].to_list(), cfg)
+        a_tokens = encode_texts([a or "" for a in part["answer"].to_list()] if cfg.index_answers else [""] * m, cfg)
+        p_tokens = encode_texts([p or "" for p in part["passage"].to_list()] if cfg.index_passages else [""] * m, cfg)
+        del part
+        # -- question (n-gram, record) pairs, unique per record -------------
+        q_len.append(np.fromiter(map(len, q_tokens), dtype=np.int32, count=m))
+        h, seg = segment_ngram_hashes(q_tokens, n)
+        # decon rule: a question shorter than n tokens is one n-gram of all its tokens
+        short = [i for i, t in enumerate(q_tokens) if 0 < len(t) < n]
+        if short:
+            h = np.concatenate([h, np.array([ngram_hash(q_tokens[i]) for i in short], dtype=np.uint64)])
+            seg = np.concatenate([seg, np.array(short, dtype=np.int64)])
+        h, seg = unique_per_segment(h, seg)  # per record, in record order
+        q_unique.append(np.bincount(seg, minlength=m).astype(np.int32))
+        spill.add_buckets("q", h, ("qd", (seg + done).astype(np.int32)))
+        del h, seg
+        # -- token frequencies (decon: per field, unique tokens per record) --
+        uniq = [_unique_tokens(f) for f in (q_tokens, a_tokens, p_tokens)]
+        v, c = np.unique(np.concatenate([u for u, _ in uniq]), return_counts=True)
+        vocab, inv = np.unique(np.concatenate([vocab, v]), return_inverse=True)
+        tok_df = np.bincount(inv, weights=np.concatenate([tok_df, c]), minlength=len(vocab)).astype(np.int64)
+        del q_tokens
+        # -- answers ---------------------------------------------------------
+        al = np.fromiter(map(len, a_tokens), dtype=np.int32, count=m)
+        a_len.append(al)
+        a_unique.append(np.bincount(uniq[1][1], minlength=m).astype(np.int32))
+        long_answer = al > cfg.short_answer_token_threshold
+        k, s = unique_per_segment(*segment_ngram_hashes(a_tokens, an, long_answer))
+        a_ng_n.append(np.bincount(s, minlength=m))
+        n_ng["a"] = _spill_ngrams(spill, outs["a_ng_keys"], "a", k.astype(np.uint64), n_ng["a"])
+        if al.sum():
+            outs["a_tok"].add(np.concatenate(a_tokens))
+        # -- passages --------------------------------------------------------
+        p_len.append(np.fromiter(map(len, p_tokens), dtype=np.int32, count=m))
+        k, s = unique_per_segment(*segment_ngram_hashes(p_tokens, pn))
+        p_ng_n.append(np.bincount(s, minlength=m))
+        n_ng["p"] = _spill_ngrams(spill, outs["p_ng_keys"], "p", k.astype(np.uint64), n_ng["p"])
+        del a_tokens, p_tokens, uniq, k, s
+        done += m
+    assert done == n_rec
+    cat = lambda parts, dt: np.concatenate(parts).astype(dt) if parts else np.zeros(0, dtype=dt)  # noqa: E731
+    small = {"record_ids": cat(rid, np.int32)}
+    q_len, q_unique, a_len, a_unique, p_len = (cat(x, np.int32) for x in (q_len, q_unique, a_len, a_unique, p_len))
+    a_ng_off, p_ng_off = (np.concatenate([[0], np.cumsum(cat(x, np.int64))]).astype(np.int64) for x in (a_ng_n, p_ng_n))
+    for o in outs.values():
+        o.close()
+
+    step("question postings", 0.7)
+    # -- question postings, a bucket of the key space at a time, in key order, straight into the index's files --
+    hot_threshold = max(2 * int(math.isqrt(n_rec)), 2000)  # decon rule: an n-gram in more records is hot
+    q_idf_sum = np.zeros(n_rec, dtype=np.float64)
+    q = {name: _NpyOut(folder / f"{name}.npy", dt) for name, dt in (
+        ("q_keys", np.uint64), ("q_offsets", np.int64), ("q_docs", np.int32), ("q_idf", np.float64), ("hot", np.bool_))}
+    n_keys = n_pairs = 0
+    for b in range(1 << BUCKET_BITS):
+        hb, db = spill.read(f"q.{b}", np.uint64), spill.read(f"qd.{b}", np.int32)
+        if not len(hb):
+            continue
+        order = np.argsort(hb, kind="stable")  # records ascending within a key: they arrived in record order
+        hb, db = hb[order], db[order]
+        del order
+        keys, first, df = np.unique(hb, return_index=True, return_counts=True)
+        del hb
+        idf = np.log(N / df)  # decon rule: idf = ln(N / df) over indexed records
+        np.add.at(q_idf_sum, db, np.repeat(idf, df))
+        q["q_keys"].add(keys)
+        q["q_offsets"].add(first + n_pairs)
+        q["q_docs"].add(db)
+        q["q_idf"].add(idf)
+        q["hot"].add(df > hot_threshold)
+        n_keys += len(keys)
+        n_pairs += len(db)
+        del keys, first, df, db, idf
+    q["q_offsets"].add(np.array([n_pairs], dtype=np.int64))
+    for o in q.values():
+        o.close()
+    bloom_bits = int(min(32, max(16, math.ceil(math.log2(max(1, n_keys) * 16)))))
+    bloom = np.zeros((1 << bloom_bits) // 64, dtype=np.uint64)
+    from contam_assets.detector import key_table
+
+    slots = key_table.empty_slots(n_keys) if key_table.AVAILABLE and n_keys else None
+    start = 0
+    for chunk in _npy_chunks(folder / "q_keys.npy", np.uint64, 1 << 22):
+        bidx = chunk >> np.uint64(64 - bloom_bits)
+        np.bitwise_or.at(bloom, (bidx >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), bidx & np.uint64(63)))
+        if slots is not None:  # the lookup table, filled in key order as slots_for fills it
+            key_table.fill_slots(chunk, start, slots)
+        start += len(chunk)
+        del bidx
+    if slots is not None:
+        np.save(folder / "_slots.npy", slots, allow_pickle=False)
+        del slots
+
+    step("answer and passage n-grams", 0.85)
+    a_tok_off = np.concatenate([[0], np.cumsum(a_len, dtype=np.int64)]).astype(np.int64)
+    a_tok_path = folder / "a_tok.npy"
+    a_short_ok = _short_ok(lambda a, e: next(_npy_chunks(a_tok_path, np.uint64, max(1, e - a), a, e), np.zeros(0, np.uint64)),
+                           a_tok_off, vocab, tok_df, N)
+    totals = {}
+    for name, off, total in (("a", a_ng_off, n_ng["a"]), ("p", p_ng_off, n_ng["p"])):
+        out, sums = _NpyOut(folder / f"{name}_ng_idf.npy", np.float64), _SegmentSums(off)
+        _ngram_idf(spill, name, N, total, out, sums)
+        out.close()
+        totals[name] = sums.sums()
+    small |= dict(q_len=q_len, q_unique=q_unique, q_idf_sum=q_idf_sum, bloom=bloom, a_len=a_len, a_unique=a_unique,
+                  a_tok_off=a_tok_off, a_short_ok=a_short_ok, a_ng_off=a_ng_off, a_idf_total=totals["a"], p_len=p_len,
+                  p_ng_off=p_ng_off, p_idf_total=totals["p"])
+    for name, arr in small.items():
+        np.save(folder / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
+    del small, q_len, q_unique, q_idf_sum, bloom, a_len, a_unique, a_tok_off, a_short_ok, a_ng_off, p_len, p_ng_off, totals
+    return NgramIndex.mapped(folder, bloom_bits=bloom_bits, hot_threshold=hot_threshold,
+                             config_json=json.dumps(cfg.reference_key(), sort_keys=True))

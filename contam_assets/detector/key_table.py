@@ -39,13 +39,13 @@ def _probe(keys, slots, h, a, b):
     return -1
 
 
-def _fill(keys, slots):
+def _fill(keys, slots, start):
     mask = len(slots) - 1
     for k in range(len(keys)):
         s = np.int64(keys[k] >> _HT) & mask
         while slots[s] >= 0:
             s = (s + 1) & mask
-        slots[s] = k
+        slots[s] = k + start
 
 
 def _positions(hashes, keys, slots, bloom, shift, out):
@@ -142,12 +142,23 @@ if AVAILABLE:
     _docs_with_key_gated = compiled.njit(nogil=True)(_docs_with_key_gated)
 
 
+def empty_slots(n_keys: int) -> np.ndarray:
+    """The empty table for ``n_keys`` keys: a power of two at least twice as many slots, -1 each."""
+    return np.full(1 << max(4, int(np.ceil(np.log2(2 * max(1, n_keys))))), -1, dtype=np.int32)
+
+
 def slots_for(keys: np.ndarray) -> np.ndarray:
     """The table of ``keys`` (filled where numba is installed)."""
-    slots = np.full(1 << max(4, int(np.ceil(np.log2(2 * max(1, len(keys)))))), -1, dtype=np.int32)
+    slots = empty_slots(len(keys))
     if AVAILABLE:
-        _fill(keys, slots)
+        _fill(keys, slots, 0)
     return slots
+
+
+def fill_slots(keys: np.ndarray, start: int, slots: np.ndarray) -> None:
+    """Put ``keys``, the keys ``start:start + len(keys)`` of the sorted array, into ``slots``: called on the keys a
+    chunk at a time in order, it gives the table ``slots_for`` gives the whole array (needs numba)."""
+    _fill(np.ascontiguousarray(keys, dtype=np.uint64), slots, start)
 
 
 def positions(hashes: np.ndarray, keys: np.ndarray, slots: np.ndarray, bloom: np.ndarray, bloom_bits: int) -> np.ndarray:

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from contam_assets.estimate.design import PoolUnit, compressed_bytes
+from contam_assets.store.location import open_unit
 
 COPY_CHUNK = 1 << 20
 
@@ -39,7 +40,7 @@ def _skip_line(src) -> None:
 
 def cut_bytes(src: Path, dst: Path, start: int, end: int) -> int:
     """The lines of ``src`` that start in [start, end) copied to ``dst``; the bytes read."""
-    with open(src, "rb") as fh, open(dst, "wb") as out:
+    with open_unit(src) as fh, open(dst, "wb") as out:  # a remote unit: read from the store, only this range
         if start > 0:
             fh.seek(start - 1)
             if fh.read(1) != b"\n":
@@ -56,7 +57,8 @@ def cut_row_group(src: Path, dst: Path, index: int) -> int:
     from contam_assets.store.readers.parquet import copy_rows
 
     copy_rows(src, dst, [index])  # decoded a bounded slice at a time: a small row group can decode to gigabytes
-    return compressed_bytes(pq.ParquetFile(src).metadata.row_group(index))
+    with open_unit(src, ranges=True) as fh:
+        return compressed_bytes(pq.ParquetFile(fh).metadata.row_group(index))
 
 
 def cut(unit: PoolUnit, src: Path, folder: Path) -> int:
@@ -67,5 +69,6 @@ def cut(unit: PoolUnit, src: Path, folder: Path) -> int:
         return cut_bytes(src, dst, unit.start, unit.end)
     if unit.kind == "row_group":
         return cut_row_group(src, dst, unit.start)
-    shutil.copyfile(src, dst)
+    with open_unit(src) as fh, open(dst, "wb") as out:
+        shutil.copyfileobj(fh, out)
     return unit.bytes

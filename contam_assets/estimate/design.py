@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from contam_assets.store.location import open_unit, unit_info
+
 ROOT_STRATUM = "(root)"
 MIN_UNITS = 100  # fewer sampled shards than this: the units are blocks of shards (`choose_units`)
 MIN_BLOCK_BYTES = 512  # the smallest block of a JSON/JSONL shard
@@ -66,7 +68,7 @@ def stratum_of(shard: str) -> str:
 
 def shard_units(shards: list[str], paths: dict[str, os.PathLike]) -> list[PoolUnit]:
     """The units of a pool listing: one per shard, its size on disk as its bytes."""
-    return [PoolUnit(key=s, shard=s, stratum=stratum_of(s), bytes=os.stat(paths[s]).st_size) for s in sorted(shards)]
+    return [PoolUnit(key=s, shard=s, stratum=stratum_of(s), bytes=unit_info(paths[s])[0]) for s in sorted(shards)]
 
 
 def _cuttable(shard: str) -> str:
@@ -82,7 +84,7 @@ def block_units(shards: list[str], paths: dict[str, os.PathLike], block_bytes: i
     other shard whole."""
     out = []
     for s in sorted(shards):
-        size, how = os.stat(paths[s]).st_size, _cuttable(s)
+        size, how = unit_info(paths[s])[0], _cuttable(s)
         if how == "bytes" and size > block_bytes:
             out += [PoolUnit(key=f"{s}.b{start:012d}.jsonl", shard=s, stratum=stratum_of(s), start=start,
                          end=min(size, start + block_bytes), bytes=min(size, start + block_bytes) - start, kind="bytes")
@@ -100,7 +102,8 @@ def _row_group_bytes(path: os.PathLike) -> list[int]:
     import pyarrow.parquet as pq
 
     try:
-        meta = pq.ParquetFile(path).metadata
+        with open_unit(path, ranges=True) as fh:  # a remote unit: its footer only, by range requests
+            meta = pq.ParquetFile(fh).metadata
     except (OSError, pa.ArrowException):
         return []  # the scan reports it
     return [compressed_bytes(meta.row_group(i)) for i in range(meta.num_row_groups)]

@@ -44,7 +44,7 @@ class AheadWork:
 
 def _cache(job: AheadWork) -> str:
     stop = Path(job.stop_file)
-    return cache_stream(Path(job.path), job.shard, job.cfg, job.content_key, Path(job.cache_root), job.fingerprint,
+    return cache_stream(job.path if "://" in job.path else Path(job.path), job.shard, job.cfg, job.content_key, Path(job.cache_root), job.fingerprint,
                         job.identity, stop=stop.exists)
 
 

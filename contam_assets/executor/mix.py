@@ -16,6 +16,11 @@ Three passes (the `decontaminated_mix` asset is a thin wrapper around ``write_mi
 
 One shard that cannot be written (unreadable, changed since its scan, its worker died
 twice) is a failure of that shard only: the others are written and recorded.
+
+With a remote output (``outbox``, store/outbox.py) each shard's mix file and rejected lines are streamed to the store
+as its result comes back, and the local copies removed; mix_state records the size uploaded, so an unchanged shard
+is verified from its record, and its rejected lines are read back from the store when the plan needs them.  The
+first upload the store refuses stops the uploads: the shards after it are failed with that one line.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ import polars as pl
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.executor.processes import frozen_heap, map_in_order, workers_for
-from contam_assets.store import artifacts, mix_state, tables
+from contam_assets.store import artifacts, mix_state, outbox, tables
 from contam_assets.store import shards as shards_db
 from contam_assets.store.cuts import SpanCutter, span_cutter
+from contam_assets.store.location import Location, pool_root
+from contam_assets.store.mirror import local_rel
 from contam_assets.store.pool import shard_path
 
 FLUSH_SHARDS = 256
@@ -56,7 +63,7 @@ class MixWork:
 
 def write_mix_work(job: MixWork) -> tuple[dict, pl.DataFrame | None]:
     """The counts of the file written, and the cuts made (span removal; None for document removal)."""
-    res = artifacts.write_mix_shard(Path(job.pool_dir), Path(job.out_dir), job.shard, job.drop, job.rejected,
+    res = artifacts.write_mix_shard(pool_root(job.pool_dir), Path(job.out_dir), job.shard, job.drop, job.rejected,
                                     expected_read=job.expected_read, max_doc_bytes=job.max_doc_bytes,
                                     accept_broken=job.accept_broken, cut=job.cutter)
     return res, (job.cutter.frame() if job.cutter is not None else None)
@@ -72,6 +79,7 @@ class _Shard:
     n_rejected: int = 0
     rewrite_cuts: bool = False
     cuts: pl.DataFrame | None = None
+    size: int | None = None  # bytes of the mix file (uploaded: the object's)
 
 
 @dataclass
@@ -80,6 +88,8 @@ class MixRun:
     unchanged: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     shards: dict[str, dict] = field(default_factory=dict)  # shard -> its own mix_stats row, as recorded
+    upload_error: str = ""  # the first upload the store refused (one line), "" when none
+    uploaded: int = 0  # objects streamed to a remote output
 
 
 def _looked_up(con, shards: list[str]) -> tuple[dict[str, set[int]], dict[str, tuple]]:
@@ -93,8 +103,24 @@ def _looked_up(con, shards: list[str]) -> tuple[dict[str, set[int]], dict[str, t
     return drops, stats
 
 
+def rejected_rel(shard: str) -> str:
+    """A shard's rejected lines relative to the output (artifacts.rejected_path)."""
+    return f"rejected/{local_rel(shard)}.jsonl"
+
+
+def _rejected_text(out: Path, shard: str, n_rejected: int, store: Location | None) -> str | None:
+    """The shard's rejected-lines file: the local one, else (uploaded earlier) the store's."""
+    rej_path = artifacts.rejected_path(out, shard)
+    if rej_path.exists():
+        return rej_path.read_text(encoding="utf-8")
+    if store is not None and n_rejected:
+        return outbox.read_text(store, rejected_rel(shard))
+    return None
+
+
 def _plan(con, out: Path, pool_dir: Path, shard: str, removal: str, cfg: DetectConfig, content_key: str,
-          run: MixRun, warn: Callable[[str], None], drop: set[int], stats: tuple | None) -> _Shard | None:
+          run: MixRun, warn: Callable[[str], None], drop: set[int], stats: tuple | None,
+          store: Location | None = None) -> _Shard | None:
     if stats is None:
         run.failed[shard] = "not scanned; materialize shard_matches for it first"
         return None
@@ -105,17 +131,16 @@ def _plan(con, out: Path, pool_dir: Path, shard: str, removal: str, cfg: DetectC
         run.totals["quarantined"] += 1
         return _Shard(shard, res={"shard": shard, "written": 0, "dropped": 0, "rejected": 0, "path": None,
                                   "status": "quarantined", "cut": 0}, rewrite_cuts=True)
-    rej_path = artifacts.rejected_path(out, shard)
+    text = _rejected_text(out, shard, stats[1] or 0, store)
     # one record per "\n" (a raw line may hold U+2028 and other characters str.splitlines would split at)
-    rejected = ({json.loads(line)["line"] for line in rej_path.read_text(encoding="utf-8").split("\n") if line}
-                if rej_path.exists() else set())
+    rejected = {json.loads(line)["line"] for line in text.split("\n") if line} if text else set()
     mix_file = artifacts.mix_path(out, pool_dir, shard)
     key = mix_state.state_key(shard_path(pool_dir, shard), drop, rejected) | {
         "status": stats[2], "removal": removal, "detector": cfg.digest() if removal == "span" else None}
-    res = mix_state.current(out, shard, key, mix_file)
+    res = mix_state.current(out, shard, key, mix_file, remote=store is not None)
     if res is not None:
         run.unchanged += 1
-        return _Shard(shard, res=res)
+        return _Shard(shard, res=res, mix_file=mix_file, key=key)
     cutter = span_cutter(con, shard, cfg, content_key) if removal == "span" else None  # --removal span: cut the spans instead
     job = MixWork(pool_dir=str(pool_dir), out_dir=str(out), shard=shard, drop=drop, rejected=rejected,
                  expected_read=stats[0] if stats[2] == "ok" else None, max_doc_bytes=cfg.max_doc_bytes,
@@ -143,17 +168,33 @@ def _why(exc: Exception) -> str:
     return str(exc) if isinstance(exc, (artifacts.MixError, OSError)) else f"{type(exc).__name__}: {exc}"
 
 
+def _upload(store: Location, out: Path, p: _Shard, run: MixRun) -> None:
+    """The shard's mix file and rejected lines streamed to the store, the local copies removed (UploadError)."""
+    if p.mix_file is not None and p.mix_file.is_file():
+        rel = p.mix_file.relative_to(out).as_posix()
+        p.size = outbox.upload(store, p.mix_file, rel, remove=True)
+        p.res = {**p.res, "path": store.url(rel)}
+        run.uploaded += 1
+    rej = artifacts.rejected_path(out, p.shard)
+    if rej.is_file():
+        outbox.upload(store, rej, rejected_rel(p.shard), remove=True)
+        run.uploaded += 1
+
+
 def write_mix(connect, out: Path, pool_dir: Path, shards: list[str], removal: str, cfg: DetectConfig, content_key: str,
-              workers: int, warn: Callable[[str], None] = print) -> MixRun:
-    """Plan, write and record the mix of ``shards`` (``connect(read_only=...)`` opens the database)."""
-    out, pool_dir, run = Path(out), Path(pool_dir), MixRun()
+              workers: int, warn: Callable[[str], None] = print, store: Location | None = None,
+              progress=None) -> MixRun:
+    """Plan, write and record the mix of ``shards`` (``connect(read_only=...)`` opens the database); with ``store``
+    (a remote output) each shard's files are uploaded as they come (store/outbox.py); ``progress``
+    (executor/progress.RunProgress) hears of each shard done."""
+    out, pool_dir, run = Path(out), pool_root(pool_dir), MixRun()  # a remote pool: its URL, read in place
     plans: list[_Shard] = []
     with connect(read_only=True) as con:
         drops, stats = _looked_up(con, shards)
         for shard in shards:
             try:
                 p = _plan(con, out, pool_dir, shard, removal, cfg, content_key, run, warn, drops.get(shard, set()),
-                          stats.get(shard))
+                          stats.get(shard), store)
             except (artifacts.MixError, OSError) as exc:
                 run.failed[shard] = str(exc)
                 continue
@@ -178,8 +219,8 @@ def write_mix(connect, out: Path, pool_dir: Path, shards: list[str], removal: st
                 ("cuts", in_batch, [[p.shard for p in recut]], pl.concat(cuts, how="vertical_relaxed") if cuts else None),
                 ("shard_errors", f"{in_batch} and step = 'mix'", [shards], None)])
         for p in pending:
-            if p.job is not None:
-                mix_state.record(out, p.shard, p.key, p.res, p.mix_file)
+            if p.job is not None or p.size is not None:  # written, or an unchanged one uploaded now
+                mix_state.record(out, p.shard, p.key, p.res, p.mix_file, size=p.size, uploaded=store is not None)
         pending.clear()
 
     def flush_if_due() -> None:
@@ -196,6 +237,17 @@ def write_mix(connect, out: Path, pool_dir: Path, shards: list[str], removal: st
                 continue
             p.res, p.cuts = got
             p.res["rejected"] = p.n_rejected
+        if store is not None and p.res.get("status") != "quarantined":
+            if run.upload_error:  # the store refused an earlier object: this shard is not uploaded either
+                run.failed[p.shard] = f"not uploaded: {run.upload_error}"
+                continue
+            try:
+                _upload(store, out, p, run)
+            except outbox.UploadError as exc:
+                run.upload_error = run.failed[p.shard] = str(exc)
+                continue
+        if progress is not None:
+            progress.shard_done(p.shard, read=p.job is not None)
         if not pending:
             since[0] = time.monotonic()
         pending.append(p)

@@ -9,7 +9,7 @@ from contam_assets.detector.config import DetectConfig
 from contam_assets.executor.shard_work import ShardWork
 from contam_assets.rescan.plan import plan_shard, scan_config_digest, shard_identity
 from contam_assets.store import token_cache
-from contam_assets.store.pool import check_shard
+from contam_assets.store.pool import check_shard, unit_stat
 
 # In a run of more shards than this, a shard under STREAM_MIN_BYTES gets no cached token stream: writing its four
 # files costs more than tokenizing it again when a task changes (a pool of thousands of one-document files).
@@ -33,14 +33,14 @@ def plan_work(settings, shards: list[str], cfg: DetectConfig, digest: str, tasks
     jobs, sigs, failed = [], {}, {}
     many = len(shards) > STREAM_ALL_MAX_SHARDS
     loc = settings.pool_location
-    remote = None if loc.is_local else loc  # a worker with no shared folder fetches its shard from there
+    remote = None if loc.is_local else loc  # a remote pool: every worker reads its shard from the store, in place
     for shard in shards:
         path, why = check_shard(settings.pool_path, shard, settings.follow_links)
         if path is None:
             failed[shard] = why
             continue
         try:
-            st = path.stat()
+            size, mtime_ns = unit_stat(path)  # a remote object: its listed size and version, read in place
             fp, identity = shard_identity(path)
         except OSError as exc:
             failed[shard] = f"fingerprint: {type(exc).__name__}: {exc.strerror or exc}"
@@ -52,10 +52,10 @@ def plan_work(settings, shards: list[str], cfg: DetectConfig, digest: str, tasks
             plan = plan_shard(states.get(shard), identity, scan_cfg, tasks_now, key, stream_ok, mode, text_rescan=cfg.prefilter)
         except ValueError as exc:
             raise PlanError(str(exc)) from exc
-        keep_stream = cache_root is not None and not (many and st.st_size < STREAM_MIN_BYTES)
+        keep_stream = cache_root is not None and not (many and size < STREAM_MIN_BYTES)
         jobs.append(ShardWork(shard=shard, path=str(path), plan=plan, cfg=cfg, content_key=settings.content_key,
                               preset=settings.preset, digest=digest, cache_root=str(cache_root) if keep_stream else None,
                               fingerprint=fp, identity=identity, parts_dir=str(settings.out_path / "parts"),
-                              source=remote, size=st.st_size))
-        sigs[shard] = (st.st_size, st.st_mtime_ns)
+                              source=remote, size=size))
+        sigs[shard] = (size, mtime_ns)
     return jobs, sigs, failed

@@ -25,6 +25,7 @@ from contam_assets.detector.matches import Reference, candidates, rows_for_doc, 
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.text import join_words
 from contam_assets.detector.tokenize import get_tokenizer
+from contam_assets.paraphrase.crosslingual import crosslingual_rows
 from contam_assets.paraphrase.stage import paraphrase_rows
 from contam_assets.rescan.incremental import StaleStream, scan_stream, task_locals
 from contam_assets.rescan.plan import ShardPlan, shard_identity
@@ -96,6 +97,8 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                     rows.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset, cfg.threshold))
             if cfg.paraphrase:  # the paraphrase part, after the n-gram rows of the same documents
                 rows.extend(paraphrase_rows(batch, shard, ref, cfg, preset, rows, set(tasks) if tasks is not None else None))
+            if cfg.crosslingual:  # translations into other languages, after the other rows of the same documents
+                rows.extend(crosslingual_rows(batch, shard, ref, preset, rows, set(tasks) if tasks is not None else None))
             sink.extend(rows)
             fault_point("scan")
         matches = sink.close()
@@ -168,7 +171,7 @@ class ShardWork:
     fingerprint: str
     identity: str
     parts_dir: str | None = None  # where match rows are written as Parquet (None: returned in memory)
-    source: object = None  # a remote pool: its store.location.Location (no credentials), to fetch the shard from
+    source: object = None  # a remote pool: its store.location.Location (no credentials), the shard read from there
     size: int = -1  # the shard's size as listed (-1: not known); a fetched copy of another size is refused
 
     def parts(self) -> Path | None:
@@ -185,15 +188,17 @@ def current_outcome(job: ShardWork) -> ShardOutcome:
 
 def run_shard_work(job: ShardWork, index: NgramIndex, ref: Reference) -> ShardOutcome:
     """Carry out a plan; no database access (the caller writes the outcome)."""
-    path = job.path if "://" in job.path else Path(job.path)  # a URL: a remote Parquet shard read in place
+    path = job.path if "://" in job.path else Path(job.path)  # a URL: a unit of a remote pool, read in place
     plan = job.plan
     # token streams are cached for JSON/JSONL units only (their rescans re-read lines by byte offset); a Parquet or
     # Arrow unit takes the plain path: read and scanned in full whenever it is scanned
     root = Path(job.cache_root) if job.cache_root and is_jsonl(job.shard) else None
     if plan.mode == "current":
         return current_outcome(job)
-    # a cached stream holds tokens, not the text the paraphrase part embeds: with it on, the text is read again
-    stream = token_cache.load(root, job.shard, plan.stream_key) if (root and plan.stream_key and not job.cfg.paraphrase) else None
+    # a cached stream holds tokens, not the text the paraphrase and crosslingual parts embed: with either on, the text
+    # is read again
+    embeds = job.cfg.paraphrase or job.cfg.crosslingual
+    stream = token_cache.load(root, job.shard, plan.stream_key) if (root and plan.stream_key and not embeds) else None
     args = (path, job.shard, index, ref, job.cfg, job.content_key, job.preset, job.digest)
     if plan.mode == "incremental":
         if not plan.add:
@@ -235,18 +240,6 @@ def run_shard_work_shared(job: ShardWork, index: NgramIndex, records: pl.DataFra
     return out
 
 
-def fetch_shard(job: ShardWork, folder: Path) -> Path:
-    """The job's shard fetched from its remote pool into ``folder`` (fsspec's get, with retries), under its own name so
-    its reader is chosen as for the pool's copy; OSError when the store's copy is not the size the pool listed."""
-    from contam_assets.store.location import retrying
-
-    loc = job.source
-    dst = folder / Path(job.shard).name
-    retrying(loc.filesystem().get, loc.url(job.shard), str(dst))
-    _refuse_changed(job, dst.stat().st_size)
-    return dst
-
-
 def _refuse_changed(job: ShardWork, size: int) -> None:
     """OSError when the store's copy of the job's shard is not the size the pool listed."""
     if job.size >= 0 and size != job.size:
@@ -255,29 +248,19 @@ def _refuse_changed(job: ShardWork, size: int) -> None:
 
 
 def run_shard_work_detached(job: ShardWork, index: NgramIndex, records: pl.DataFrame) -> ShardOutcome:
-    """Entry point for a worker that shares no folder with the driver (a Ray node of its own): the shard is fetched
-    from the remote pool into a temporary folder of this node (a Parquet shard is read in place, by range
-    requests), scanned with no token cache, and its match rows come back in the outcome (not as a Parquet part in
-    the driver's folder); the copy is removed after."""
+    """Entry point for a worker that shares no folder with the driver (a Ray node of its own): the shard is read from
+    the remote pool where it is (JSON/JSONL streamed, Parquet and Arrow by range requests: the footer and the columns
+    scanned), scanned with no token cache, and its match rows come back in the outcome (not as a Parquet part in the
+    driver's folder).  Nothing of it is written to the node's disk."""
     import dataclasses
-    import shutil
-    import tempfile
+
+    from contam_assets.store.location import retrying
 
     if job.plan.mode == "current":
         return current_outcome(job)
-    if job.shard.endswith(".parquet"):  # read where it is, by range requests: the footer and the columns scanned
-        from contam_assets.store.location import retrying
-
-        url = job.source.url(job.shard)
-        _refuse_changed(job, retrying(job.source.filesystem().size, url))
-        return run_shard_work_shared(dataclasses.replace(job, path=url, parts_dir=None, cache_root=None), index, records)
-    folder = Path(tempfile.mkdtemp(prefix="contam-shard-"))
-    try:
-        path = fetch_shard(job, folder)
-        local = dataclasses.replace(job, path=str(path), parts_dir=None, cache_root=None)
-        return run_shard_work_shared(local, index, records)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    url = job.source.url(job.shard) if "://" not in job.path else job.path
+    _refuse_changed(job, retrying(job.source.filesystem().size, url))
+    return run_shard_work_shared(dataclasses.replace(job, path=url, parts_dir=None, cache_root=None), index, records)
 
 
 def _ray_node() -> str:

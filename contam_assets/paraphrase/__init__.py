@@ -6,5 +6,7 @@ documents) and above `detector` (records, config, match rows).  In reading order
 path) → `quantities` (numbers, names and code identifiers of a text) → `verify` (a rewording
 or a look-alike: the same quantities, signature, entities) → `search` (the items' vectors,
 the cheap gates, sentence windows by prefix sums, exact numpy search) → `stage` (match rows,
-reason ``paraphrase``, held for review, with their evidence).
+reason ``paraphrase``, held for review, with their evidence).  Beside them, `crosslingual` (items translated
+into another language: a language gate, anchors that survive translation, USE multilingual v3 from its wheel;
+rows with reason ``translation``, held for review; docs/crosslingual.md).
 """

@@ -54,10 +54,10 @@ def number_positions(text: str) -> list[tuple[float, int]]:
     low = text.lower()
     found = _TOKEN.finditer(low) if len(low) == len(text) else _TOKEN_I.finditer(text)
     for m in found:
-        adjacent = last_end >= 0 and _JOIN.fullmatch(text, last_end, m.start()) is not None
-        last_end = m.end()
-        if not adjacent:
+        # only a number word being built (cur) can be joined with the next one
+        if cur is not None and not (last_end >= 0 and _JOIN.fullmatch(text, last_end, m.start()) is not None):
             flush()
+        last_end = m.end()
         if m.group(1) is not None:
             flush()
             v = float(m.group(1).replace(",", "") + (m.group(2) or ""))

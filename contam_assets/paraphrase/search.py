@@ -165,9 +165,12 @@ class ParaphraseIndex:
         if "def" in text:  # the signature rule needs the item's own signature in the window
             posts += [self.by_call[s] for s in signatures(text) if s in self.by_call]
         spans: dict[int, tuple[int, int]] = {}  # an item through a word gate: the stretch around its words
+        at_stem: dict[str, list[int]] | None = None  # the document's content words (stems) and their offsets, read once
         for b in self.bags.values():
             if b.members.size:
-                for c, a, z in zip(*(x.tolist() for x in b.candidates(text, low, occ))):
+                if at_stem is None:
+                    at_stem = stem_offsets(low)
+                for c, a, z in zip(*(x.tolist() for x in b.candidates(text, at_stem, occ))):
                     spans[c] = (a, z)
         bagged = np.array(sorted(spans), dtype=np.int64)
         if not posts:
@@ -230,7 +233,9 @@ class ParaphraseIndex:
             todo = np.array([c for c in cand.tolist() if c not in hits], dtype=np.int64)
             if len(todo) == 0:
                 break
-            sim = vec @ vecs[todo].T
+            # einsum, not BLAS: OpenBLAS wakes its threads for these small products, and their spinning costs
+            # more CPU than the products (twice the stage's time on code-heavy text)
+            sim = np.einsum("wd,cd->wc", vec, vecs[todo])
             ratio = length / np.maximum(lens[todo], 1)[None, :]
             sim[(ratio < LENGTH_LOW) | (ratio > LENGTH_HIGH)] = -1.0
             # only items some window comes close to reach the verifier (most documents stop here)
@@ -302,14 +307,17 @@ class WordGate:
         # a rare key adds RARE_MARK: a product's entry is (rare keys) * RARE_MARK + (their weight)
         self.matrix = sparse.csr_matrix((wts + RARE_MARK * (wts >= self.rare), (rows, cols)), shape=shape)
         self.by_word = {k: np.array(v, dtype=np.int64) for k, v in by_word.items()}
+        # a key's weight is the same for every item holding it: a rare key is rare for all of them
+        self.rare_word = np.array([self.weights[w] >= self.rare for w in self.words], dtype=bool)
 
-    def candidates(self, text: str, low: str, occ: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def candidates(self, text: str, at_stem: dict, occ: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(items, lo, hi): the items whose less common words lie close together in the document, and for each
-        the stretch of characters its windows could lie in."""
+        the stretch of characters its windows could lie in.  ``at_stem``: the offsets of each content word's stem
+        (quantities.STEM_WORD on the lower-cased text)."""
         none = np.zeros(0, dtype=np.int64)
         wid = self.word_id
-        found = [(m.start(), k) for m in STEM_WORD.finditer(low)
-                 if (k := wid.get(m.group(0).strip("'-")[:STEM])) is not None]
+        found = [(at, k) for w, ats in at_stem.items() if (k := wid.get(w)) is not None for at in ats]
+        found.sort()  # in the document's order, as weight_span reads them
         lits: list[tuple[int, str]] = []
         if self.kind == CODE:
             lits = [(at, _num_key(v)) for v, at in occ]
@@ -318,14 +326,22 @@ class WordGate:
         if not found:
             return none, none, none
         at, word = np.array(found, dtype=np.int64).T
+        if not self.rare_word[word].any():
+            return none, none, none  # an item needs one of its rare keys in the stretch
         bucket = at // self.step
         # stretch c spans buckets c and c + 1: a word counts once per stretch
         pairs = np.unique(np.concatenate([bucket, bucket - 1]) * len(wid) + np.concatenate([word, word]))
         stretch, word_of = pairs // len(wid), pairs % len(wid)
         ok = stretch >= 0
         stretch, word_of = stretch[ok], word_of[ok]
+        # only a stretch holding a rare key can let an item through
+        ok = np.isin(stretch, stretch[self.rare_word[word_of]])
+        stretch, word_of = stretch[ok], word_of[ok]
         stretches, row = np.unique(stretch, return_inverse=True)
-        pick = sparse.csr_matrix((np.ones(len(row)), (row, word_of)), shape=(len(stretches), len(wid)))
+        # pairs are sorted by stretch, then word: the rows of a CSR matrix as they are
+        indptr = np.zeros(len(stretches) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(row, minlength=len(stretches)), out=indptr[1:])
+        pick = sparse.csr_matrix((np.ones(len(row)), word_of, indptr), shape=(len(stretches), len(wid)))
         got = (pick @ self.matrix).tocoo()
         hit = (got.data >= RARE_MARK) & (np.mod(got.data, RARE_MARK) >= self.need[got.col])
         cand = np.unique(got.col[hit])
@@ -356,11 +372,20 @@ class WordGate:
         its question and answer)."""
         if len(self.members) < 2:
             return 1.0
-        sims = self.vec @ vec
+        sims = np.einsum("nd,d->n", self.vec, vec)  # no BLAS threads (search)
         own = np.flatnonzero(self.members == item)
         sims[own] = -1.0
         sims[own + len(self.members)] = -1.0
         return similarity - float(sims.max())
+
+
+def stem_offsets(low: str) -> dict[str, list[int]]:
+    """The offsets of each content word's stem (quantities.STEM_WORD, cut to STEM letters) in ``low``, lower-cased
+    text: the words every word gate reads, found once per document."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for m in STEM_WORD.finditer(low):
+        out[m.group(0).strip("'-")[:STEM]].append(m.start())
+    return out
 
 
 def _num_key(v: float) -> str:

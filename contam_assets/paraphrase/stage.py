@@ -37,10 +37,11 @@ def paraphrase_rows(docs: list, shard: str, ref: Reference, cfg: DetectConfig, p
     """Rows for rewordings in ``docs`` of instances that ``rows`` (the n-gram rows of these documents) lack."""
     px = paraphrase_index(ref, cfg)
     removes = paraphrase_removes(cfg)
-    keys = list(zip(px.records["task"], px.records["split"], px.records["instance_index"], px.records["subject"]))
     have: dict[int, set[tuple]] = {}
     for r in rows:
         have.setdefault(r["line"], set()).add((r["task"], r["split"], r["instance_index"], r["subject"]))
+    # the instances' keys, read only where the n-gram rows name some
+    keys = list(zip(px.records["task"], px.records["split"], px.records["instance_index"], px.records["subject"])) if have else []
     out = []
     for doc in docs:
         seen = have.get(doc.line, set())

@@ -89,7 +89,7 @@ def card_note(m: dict) -> str:
 
 
 def evidence_text(evidence: str) -> str:
-    """A paraphrase row's evidence in words (plain text: the caller escapes it)."""
+    """A paraphrase or translation row's evidence in words (plain text: the caller escapes it)."""
     try:
         ev = json.loads(evidence)
     except (TypeError, ValueError):
@@ -103,4 +103,6 @@ def evidence_text(evidence: str) -> str:
         parts.append(f"signature {ev['signature']}")
     if ev.get("answer_in_window"):
         parts.append("gold answer in the window")
+    if ev.get("rule") == "translation":  # contam_assets/paraphrase/crosslingual.py
+        parts.append(f"anchors {', '.join(map(str, ev.get('anchors') or [])) or 'none'} (cover {ev.get('cover')})")
     return "; ".join(parts)

@@ -24,7 +24,8 @@ from pathlib import Path
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets.store.pool import shard_fingerprint
+from contam_assets.store.location import is_url
+from contam_assets.store.pool import remote_fingerprint, shard_fingerprint, unit_stat
 
 TASK_HASH_COLUMNS = ["suite", "split", "instance_index", "subject", "choice_index", "is_correct", "derived",
                      "question", "answer", "passage", "indexed"]
@@ -53,6 +54,10 @@ def scan_config_digest(cfg: DetectConfig, content_key: str) -> str:
 def shard_identity(path: Path) -> tuple[str, str]:
     """(content fingerprint, identity): the identity adds the mtime, so an edit that keeps the
     size and the first and last MiB still counts as a change."""
+    if is_url(path):  # a remote object: its size and version (ETag or generation) for the mtime, one request
+        size, version = unit_stat(path)
+        fp = remote_fingerprint(size, version)
+        return fp, f"{fp}@{version}"
     fp = shard_fingerprint(path)
     return fp, f"{fp}@{path.stat().st_mtime_ns}"
 

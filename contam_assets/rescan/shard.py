@@ -190,6 +190,10 @@ def scan_shard(path: Path, shard: str, index: NgramIndex, ref: Reference, cfg: D
             from contam_assets.paraphrase.stage import paraphrase_rows
 
             r += paraphrase_rows(batch, shard, ref, cfg, preset, r)
+        if cfg.crosslingual:  # translations into other languages (contam_assets/paraphrase/crosslingual.py)
+            from contam_assets.paraphrase.crosslingual import crosslingual_rows
+
+            r += crosslingual_rows(batch, shard, ref, preset, r)
         sink.extend(r)
         counters.update(c)
     matches = sink.close()

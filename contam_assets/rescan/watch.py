@@ -46,14 +46,13 @@ def digest(obj) -> str:
 
 def pool_listing(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") -> dict[str, tuple[int, int]]:
     """shard -> (size, mtime_ns) for every shard file of the pool."""
-    listing = list_pool(Path(pool_dir), follow_symlinks, pattern)
+    listing = list_pool(pool_dir, follow_symlinks, pattern)  # a remote pool: the store's listing (size, version)
     out = {}
     for s in listing.shards:
         try:
-            st = os.stat(listing.paths[s])
+            out[s] = listing.stat(s)
         except OSError:  # removed while listing, or unreadable now: it is not a shard this tick
             continue
-        out[s] = (st.st_size, st.st_mtime_ns)
     return out
 
 

@@ -166,8 +166,13 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
                   derived_suites: bool = True, progress=None) -> list[dict]:
     """Raw reference records of one task (before the same-answer rule and the decon filters); ``progress``: a
     build_budget.BuildProgress told of the files and rows read."""
+    return list(iter_task_rows(spec, benchmarks_dir, stats, derived_suites, progress))
+
+
+def iter_task_rows(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceStats,
+                   derived_suites: bool = True, progress=None):
+    """``rows_for_task``'s records one at a time (a decon folder is one task of millions of records)."""
     f = spec.fields
-    records: list[dict] = []
     for split in spec.splits:
         avail = locate(spec, split, benchmarks_dir)
         n_rows = 0
@@ -179,7 +184,7 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
                 stats.skip(spec.name, split.name, "unreadable")
                 continue
             if spec.format == "decon":
-                records.append(_decon_record(src, spec))
+                yield (_decon_record(src, spec))
                 n_rows += 1
                 continue
             row = src.row
@@ -212,22 +217,21 @@ def rows_for_task(spec: TaskSpec, benchmarks_dir: Path | None, stats: ReferenceS
                     gold = (f.gold_index if f.gold_index is not None and f.gold_index < len(choices) else
                             _gold_index(gold_raw, len(choices), f.gold_base) if f.gold else None)
                 for ci, choice in enumerate(choices):
-                    records.append(dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
+                    yield (dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
                                         answer=choice, choice_index=ci, is_correct=(None if gold is None else ci == gold)))
             else:
                 if f.answer and answer is None:
                     stats.skip(spec.name, split.name, "no_answer", counted_as_instance=False)
                 answer = _format_answer(answer, f.answer_format)
-                records.append(dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
+                yield (dict(base, suite=spec.name, eval_key=spec.name, derived=False, question=question,
                                     answer=answer, choice_index=None, is_correct=None))
             if spec.derived_suite and derived_suites:
                 if solution and solution.strip():
                     # seed 003: derived suite whose question is the reference solution alone
-                    records.append(dict(base, suite=spec.derived_suite, eval_key=spec.derived_suite, derived=True,
+                    yield (dict(base, suite=spec.derived_suite, eval_key=spec.derived_suite, derived=True,
                                         question=solution, answer=None, passage=None, choice_index=None, is_correct=None))
         stats.availability.append(dict(task=spec.name, split=split.name, origin=avail.origin,
                                        files=len(avail.files), rows=n_rows))
-    return records
 
 
 def add_answer_suites(records: list[dict], cfg: DetectConfig, stats: ReferenceStats) -> list[dict]:
@@ -265,6 +269,7 @@ def apply_same_answer_rule(records: list[dict], stats: ReferenceStats) -> None:
 
 
 FILTER_CHUNK = 10_000  # records whose texts are cleaned and tokenized at once (bounds the filters' memory)
+COLUMNS_CHUNK = 50_000  # records held as Python dicts at once while the set is read into columns
 
 
 def apply_decon_filters(records: list[dict], cfg: DetectConfig, progress=None) -> None:
@@ -330,7 +335,66 @@ def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: set[tuple[str, s
 
 def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig,
                         progress=None) -> tuple[pl.DataFrame, ReferenceStats]:
-    """``progress``: a build_budget.BuildProgress (lines during a long build), or None."""
+    """``progress``: a build_budget.BuildProgress (lines during a long build), or None.
+
+    The records are held in columns (polars), at most ``COLUMNS_CHUNK`` of them as Python dicts at once: rows
+    are read into dicts and turned into tables of that many, and the same-answer rule and the decon filters then
+    run over those tables in record order, a table's dicts at a time (the per-suite state they need, answers
+    seen and fingerprints kept, carried across).  The answer suites and the reference overlap need every record
+    at once: with either on, the set is built as one list of dicts (``build_reference_set_whole``, the plain
+    definition, which gives the same table)."""
+    if cfg.answer_suites or cfg.reference_overlap:
+        return build_reference_set_whole(specs, benchmarks_dir, cfg, progress)
+    stats = ReferenceStats()
+    parts: list[pl.DataFrame] = []
+    suites: dict[str, list] = {}  # suite -> [records, first answer, every answer equal to the first]
+    recs: list[dict] = []
+    for spec in specs:
+        for r in iter_task_rows(spec, benchmarks_dir, stats, derived_suites=cfg.derived_suites, progress=progress):
+            recs.append(r)
+            if cfg.same_answer_rule:
+                st = suites.get(r["suite"])
+                if st is None:
+                    suites[r["suite"]] = [1, r["answer"], True]
+                else:
+                    st[0] += 1
+                    st[2] = st[2] and r["answer"] == st[1]
+            if len(recs) == COLUMNS_CHUNK:
+                parts.append(pl.DataFrame(recs, schema=RECORD_SCHEMA))
+                recs = []
+    if recs:
+        parts.append(pl.DataFrame(recs, schema=RECORD_SCHEMA))
+    del recs
+    # seed 003: a suite whose answers are all the same string is indexed on its question alone
+    same = [suite for suite, (n, first, equal) in suites.items() if n > 1 and equal and first is not None]
+    stats.same_answer_suites.extend(same)
+    total = sum(p.height for p in parts)
+    seen: set[tuple[str, str]] = set()
+    done = 0
+    for i, part in enumerate(parts):
+        if same:
+            part = part.with_columns(answer=pl.when(pl.col("suite").is_in(same)).then(None).otherwise(pl.col("answer")))
+        recs = part.select("suite", "question", "answer", "passage", "fingerprint").to_dicts()
+        for start in range(0, len(recs), FILTER_CHUNK):
+            _filter_chunk(recs[start:start + FILTER_CHUNK], cfg, seen)
+            if progress is not None:
+                progress.filtered(done + min(start + FILTER_CHUNK, len(recs)), total)
+        done += len(recs)
+        parts[i] = part.with_columns(fingerprint=pl.Series([r["fingerprint"] for r in recs], dtype=pl.Utf8),
+                                     indexed=pl.Series([r["indexed"] for r in recs], dtype=pl.Boolean),
+                                     skip_reason=pl.Series([r["skip_reason"] for r in recs], dtype=pl.Utf8))
+        del recs
+    if not parts:
+        return pl.DataFrame(schema=RECORD_SCHEMA), stats
+    df = pl.concat(parts, how="vertical", rechunk=False)  # no second copy of every text
+    del parts
+    return df.with_columns(record_id=pl.int_range(0, df.height, dtype=pl.Int32)), stats
+
+
+def build_reference_set_whole(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig,
+                              progress=None) -> tuple[pl.DataFrame, ReferenceStats]:
+    """``build_reference_set`` with every record a Python dict at once (about 1.7 KB an instance): the plain
+    definition, and the path of the answer suites and the reference overlap."""
     stats = ReferenceStats()
     records: list[dict] = []
     for spec in specs:

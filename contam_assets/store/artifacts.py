@@ -21,6 +21,7 @@ from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text, temp_path
+from contam_assets.store.location import is_url
 from contam_assets.store.mirror import local_rel, remove_literal
 from contam_assets.store.pool import (
     STREAM_ERRORS,
@@ -117,8 +118,15 @@ def write_rejects(out_dir: Path, shard: str, rejects: list[Reject]) -> Path | No
 
 def mix_path(out_dir: Path, pool_dir: Path, shard: str) -> Path:
     """<out>/mix/ + the shard's path in the pool (its own bytes, when its name is not UTF-8)."""
-    src = shard_path(pool_dir, shard)
-    return Path(out_dir) / "mix" / local_rel(os.path.relpath(src, pool_dir))
+    return Path(out_dir) / "mix" / local_rel(_pool_rel(pool_dir, shard))
+
+
+def _pool_rel(pool_dir: Path, shard: str) -> str:
+    """The shard's path relative to its pool: a local file's own (its bytes, when its name is not UTF-8), a remote
+    object's key."""
+    if is_url(pool_dir):
+        return shard
+    return os.path.relpath(shard_path(pool_dir, shard), pool_dir)
 
 
 def display_path(p: Path) -> str:
@@ -191,8 +199,8 @@ def write_mix_shard(pool_dir: Path, out_dir: Path, shard: str, drop: set[int], r
 
 def _remove_literal_mix(out_dir: Path, pool_dir: Path, shard: str) -> None:
     """The mix file an earlier version wrote under the shard's literal name (mix_path bounds it now), removed."""
-    rel = os.path.relpath(shard_path(pool_dir, shard), pool_dir)
-    # a pool file under its literal name, or a mirrored one under the key's bounded name: the key named the old copy
+    rel = _pool_rel(pool_dir, shard)
+    # a pool file under its literal name, or a local copy under the key's bounded name: the key named the old copy
     remove_literal(Path(out_dir) / "mix", shard if rel != shard and local_rel(shard) == rel else rel)
 
 

@@ -10,7 +10,9 @@ own stream reader returns a truncated frame's bytes as if the file ended there, 
 zstd frames are decoded here with the frame-end check.
 
 Only regular files are opened, without blocking: a FIFO or device named like a shard
-is refused (:class:`NotRegularFile`) instead of hanging the reader.
+is refused (:class:`NotRegularFile`) instead of hanging the reader; a unit of a remote pool (a URL) is
+streamed from its store (``open_regular`` and ``NotRegularFile`` live in store/location.py, with the URL-aware
+``open_unit``; they are re-exported here).
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ import bz2
 import gzip
 import io
 import lzma
-import os
-import stat
 import zlib
 from pathlib import Path
 
 import zstandard
+
+from contam_assets.store.location import (  # noqa: F401  (part of this module's API)
+    NotRegularFile,
+    file_kind,
+    open_regular,
+)
 
 COMPRESSIONS = (".gz", ".zst", ".zstd", ".bz2", ".xz")
 # decon's SUPPORTED_DATA_EXTENSIONS: JSON / JSONL, plain or compressed
@@ -40,10 +46,6 @@ class StreamError(Exception):
         self.kind, self.detail, self.offset = kind, detail, offset  # kind: truncated | corrupt
 
 
-class NotRegularFile(OSError):
-    """The path is not a regular file (a FIFO, socket, device or folder)."""
-
-
 # errors a reader raises on a file that cannot be read to its end
 STREAM_ERRORS = (StreamError, OSError, EOFError)
 
@@ -54,28 +56,6 @@ def compression_of(name: str) -> str:
         if name.endswith(c):
             return c
     return ""
-
-
-def open_regular(path: Path | str) -> io.BufferedReader:
-    """The file opened for reading if it is a regular file; never blocks on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(f"not a regular file ({file_kind(mode)}): {Path(path).name}")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISLNK, "symlink")):
-        if test(mode):
-            return name
-    return "regular file" if stat.S_ISREG(mode) else "special file"
 
 
 class _Checked(io.RawIOBase):
@@ -155,8 +135,7 @@ class _Zstd(io.RawIOBase):
 
 def open_binary(path: Path | str) -> io.BufferedIOBase:
     """A binary reader of the decompressed content of a regular file (StreamError when the stream breaks)."""
-    path = Path(path)
-    c = compression_of(path.name)
+    c = compression_of(str(path))
     raw = open_regular(path)
     try:
         if c == ".gz":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contam_assets.store.location import ObjectGone
 from contam_assets.store.readers import reader_for
 
 SAMPLE_ROWS = 100  # rows of each unit the door reads
@@ -44,10 +45,13 @@ def check_units(paths: dict[str, Path], content_key: str, flag: str = "--content
     """DoorError for the first unit (in key order) whose sampled rows hold no content key; the count of others."""
     bad = []
     for unit in sorted(paths):
-        reader = reader_for(unit) or reader_for(paths[unit].name)
+        reader = reader_for(unit) or reader_for(str(paths[unit]))
         if reader is None:
             continue
-        ok, keys = reader.sample_fields(paths[unit], content_key, rows)
+        try:
+            ok, keys = reader.sample_fields(paths[unit], content_key, rows)
+        except ObjectGone:  # deleted from the store since it was listed: the scan fails that unit, with the reason
+            continue
         if not ok:
             bad.append((unit, keys))
     if bad:

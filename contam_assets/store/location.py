@@ -9,18 +9,23 @@ processes and Ray tasks; :meth:`Location.filesystem` builds the filesystem there
 environment and config (``AWS_*`` and ``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``HF_TOKEN``,
 ``AZURE_STORAGE_*``).
 
-A remote pool is mirrored (store/mirror.py) into a folder of the output before the scan: only files whose size or
-ETag changed are fetched again (fsspec's ``get``, with retries), files gone from the store are removed, and the
-scan, the mix and the review read the local copies.  A Hugging Face Hub cache folder
-(``datasets--owner--name``) resolves to its current snapshot; its symlinks into the cache's ``blobs/`` are read.
+A remote pool is read where it is: the listing is the store's own (:func:`remote_files`: each object's size and
+version, its ETag or generation, so a changed object is a changed shard), and every stage opens a unit through
+:func:`open_unit` (a path or a URL): JSON/JSONL streamed and decompressed as it arrives, Parquet and Arrow by
+range requests (their footer and the columns read).  Nothing of the pool is copied to local disk.  A Hugging Face
+Hub cache folder (``datasets--owner--name``) resolves to its current snapshot; its symlinks into the cache's
+``blobs/`` are read.
 """
 
 from __future__ import annotations
 
 import functools
 import glob
+import hashlib
+import io
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +69,13 @@ class Location:
     @property
     def local_root(self) -> Path:
         if not self.is_local:
-            raise LocationError(f"{self.scheme}:// location {self.display}: not a local folder (mirror it first)")
+            raise LocationError(f"{self.scheme}:// location {self.display}: not a local folder")
         return Path(self.root)
+
+    @property
+    def read_root(self) -> "Path | StoreRoot":
+        """What the pool's units are read under: the local folder, or the store's URL (a :class:`StoreRoot`)."""
+        return self.local_root if self.is_local else StoreRoot(self.url())
 
     @property
     def display(self) -> str:
@@ -82,6 +92,117 @@ class Location:
 
     def open(self, rel: str, mode: str = "rb"):
         return self.filesystem().open(self.url(rel) if not self.is_local else os.path.join(self.root, rel), mode)
+
+
+def is_url(path) -> bool:
+    """True for a store URL (``s3://…``, ``memory://…``): read through fsspec, not the local file system."""
+    text = str(path)
+    return "://" in text and not text.startswith("file://")
+
+
+class StoreRoot(str):
+    """A remote pool's root as its URL (``s3://bucket/prefix``): what the pool is read under, in place.  Text, so it
+    pickles into worker processes and Ray tasks; ``root / key`` is the key's URL."""
+
+    def __truediv__(self, rel) -> "StoreRoot":
+        return StoreRoot(f"{self.rstrip('/')}/{rel}")
+
+    def is_dir(self) -> bool:
+        return True  # checked where the location was resolved (check_remote): the listing says what it holds
+
+    @property
+    def name(self) -> str:
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+
+def pool_root(path) -> "Path | StoreRoot":
+    """A pool's root from its text (a worker's job holds text): a local folder's Path, a store URL's StoreRoot."""
+    return StoreRoot(str(path)) if is_url(path) else Path(path)
+
+
+class NotRegularFile(OSError):
+    """The path is not a regular file (a FIFO, socket, device or folder)."""
+
+
+def open_regular(path) -> io.BufferedReader:
+    """The file opened for reading if it is a regular file; never blocks on a FIFO.  A store URL (``s3://…``, a unit
+    of a remote pool) is opened in place, streamed (:func:`open_unit`)."""
+    if is_url(path):
+        return open_unit(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"not a regular file ({file_kind(mode)}): {Path(path).name}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISLNK, "symlink")):
+        if test(mode):
+            return name
+    return "regular file" if stat.S_ISREG(mode) else "special file"
+
+
+class ObjectGone(Exception):
+    """An object of a remote pool was listed and is gone from the store now (deleted since): its unit fails with
+    this one line (never a StreamFailure: nothing of it was read)."""
+
+
+STREAM_BLOCK = 8 << 20  # bytes one read of a streamed object asks the store for (a JSONL unit: read ahead)
+
+
+def open_unit(path, ranges: bool = False):
+    """The one way a pool unit is opened for reading: a local path (a regular file, never a FIFO:
+    compression.open_regular), or a store URL opened with fsspec (with retries on transient errors).  ``ranges``:
+    the reader seeks (Parquet's footer and column chunks, Arrow's batches): each read is the exact range asked for;
+    else the object is streamed in STREAM_BLOCK reads ahead.  ObjectGone (one line) when the object was deleted."""
+    if not is_url(path):
+        return open_regular(path)
+    url = str(path)
+    fs = filesystem(scheme_of(url))
+    try:
+        if ranges:
+            return retrying(fs.open, url, "rb", cache_type="none")
+        # a buffered reader over the object: readline(limit) and read(n) as over a local file, STREAM_BLOCK fetched
+        # at a time (fsspec's read-ahead), so a unit of any size holds about one block in memory, none on disk
+        return io.BufferedReader(retrying(fs.open, url, "rb", block_size=STREAM_BLOCK, cache_type="readahead"), 1 << 16)
+    except FileNotFoundError:
+        raise ObjectGone(f"{redact(url)} is gone from the store (deleted since the pool was listed)") from None
+
+
+def object_version(info: dict) -> str:
+    """An object's version as its store gives it: the ETag (S3, Azure), the generation (GCS), else its mtime."""
+    for k in ("ETag", "etag", "generation", "version_id", "last_commit", "mtime", "LastModified", "last_modified",
+              "created"):
+        v = info.get(k)
+        if v not in (None, ""):
+            return str(getattr(v, "oid", v)).strip('"')
+    return ""
+
+
+def version_ns(version: str) -> int:
+    """A listed object's version as a number where a local file has its mtime in nanoseconds: the same version, the
+    same number; a changed object (a new ETag or generation) a different one."""
+    return int(hashlib.blake2b(version.encode(), digest_size=7).hexdigest(), 16)
+
+
+def unit_info(path) -> tuple[int, int]:
+    """(size, mtime_ns) of a unit: a local file's stat, or a store object's size and version_ns (one request).
+    FileNotFoundError when it is not there."""
+    if not is_url(path):
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    url = str(path)
+    info = retrying(filesystem(scheme_of(url)).info, url)
+    if info.get("type") == "directory":
+        raise IsADirectoryError(url)
+    return int(info.get("size") or 0), version_ns(object_version(info))
 
 
 def _userinfo_end(text: str) -> int:
@@ -313,7 +434,7 @@ def remote_files(loc: Location) -> dict[str, dict]:
             rel = base.rsplit("/", 1)[-1]
         if not matches(rel, loc.pattern):
             continue
-        out[rel] = {"size": info.get("size"), "etag": str(info.get("ETag") or info.get("etag") or info.get("mtime") or "")}
+        out[rel] = {"size": info.get("size"), "etag": object_version(info)}
     return out
 
 
@@ -351,45 +472,8 @@ def matches(rel: str, pattern: str) -> bool:
     return not pattern or bool(glob_regex(pattern).match(rel))
 
 
-def mirror_folder(out_dir: Path, loc: Location) -> Path:
-    """Where a remote pool is mirrored under an output folder: pool_mirror/<scheme>/<bucket and path>."""
-    safe = loc.root.strip("/").replace("..", "_") or "root"
-    return Path(out_dir) / "pool_mirror" / loc.scheme / safe
-
-
-PUBLISHED = ("contam.duckdb", "report.html", "run.json", "mix", "rejected", "tables")  # what a remote --out receives
-
-
 def work_folder(loc: Location) -> Path:
     """The local folder a run with a remote ``--out`` works in (kept between runs: scan state, token cache,
     Dagster home): the work_dir setting, else ~/.cache/contam-assets/out/<scheme>/<bucket and path>."""
     base = Path(settings.env_value("work_dir") or Path.home() / ".cache" / "contam-assets" / "out")
     return base / loc.scheme / (loc.root.strip("/").replace("..", "_") or "root")
-
-
-def publish(folder: Path, loc: Location, log=print, names: tuple[str, ...] = PUBLISHED) -> int:
-    """Upload a run's outputs from its local work folder to a remote ``--out``: each file put whole (an object
-    appears complete or not at all), with retries; objects under the published folders that the run no longer
-    has are deleted.  The number of files uploaded."""
-    folder = Path(folder)
-    fs = loc.filesystem()
-    local = {}
-    for name in names:
-        p = folder / name
-        if p.is_file():
-            local[name] = p
-        elif p.is_dir():
-            for f in sorted(p.rglob("*")):
-                if f.is_file() and not f.name.startswith("."):
-                    local[f.relative_to(folder).as_posix()] = f
-    for rel, f in local.items():
-        retrying(fs.put_file, str(f), loc.url(rel))
-    try:
-        remote = set(remote_files(Location(loc.protocol, loc.root, "", loc.spec, loc.scheme)))
-    except FileNotFoundError:
-        remote = set()
-    stale = sorted(r for r in remote - set(local) if r.split("/", 1)[0] in names and "/" in r)
-    for rel in stale:
-        retrying(fs.rm_file, loc.url(rel))
-    log(f"out {loc.display}: {len(local)} file(s) uploaded" + (f", {len(stale)} removed" if stale else ""))
-    return len(local)

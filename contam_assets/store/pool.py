@@ -45,8 +45,18 @@ from contam_assets.store.documents import (  # noqa: F401  (part of this module'
     content_of,
     safe_text,
 )
-from contam_assets.store.location import hf_blobs, matches
-from contam_assets.store.mirror import local_rel, mirror_keys
+from contam_assets.store.location import (
+    Location,
+    StoreRoot,
+    hf_blobs,
+    is_url,
+    matches,
+    remote_files,
+    resolve,
+    unit_info,
+    version_ns,
+)
+from contam_assets.store.mirror import key_skips, local_rel
 from contam_assets.store.readers import FORMATS, UNIT_SUFFIXES, read_unit
 from contam_assets.store.readers.jsonl import (  # noqa: F401  (part of this module's API)
     BOM,
@@ -77,7 +87,11 @@ _ESCAPED = re.compile(rb"\\x([0-9a-f]{2})")
 
 def shard_path(pool_dir: Path, key: str) -> Path:
     """The file of a shard key (see :func:`shard_key`), in a pool or in an output folder: the key's own path, else
-    its bounded local name (store/location.local_rel: a key with a part too long for a file name)."""
+    its bounded local name (store/location.local_rel: a key with a part too long for a file name).  In a remote pool
+    (a StoreRoot): the object's URL (the root itself when the pool is that one object)."""
+    if isinstance(pool_dir, StoreRoot) or is_url(pool_dir):
+        root = StoreRoot(str(pool_dir))
+        return root if _single_object(root, key) else root / key
     p = Path(pool_dir) / key
     if not os.path.lexists(p) and local_rel(key) != key:
         return Path(pool_dir) / local_rel(key)
@@ -97,7 +111,21 @@ class PoolEntry:
 class PoolListing:
     shards: list[str]  # shard keys, sorted
     skipped: list[PoolEntry]  # everything else in the pool, with the reason it is not read
-    paths: dict[str, Path] = field(default_factory=dict)  # shard key -> the file to open
+    paths: dict[str, Path] = field(default_factory=dict)  # shard key -> the file to open (a remote pool: its URL)
+    listed: dict[str, tuple[int, int]] = field(default_factory=dict)  # a remote pool: key -> (size, version_ns)
+
+    def stat(self, key: str) -> tuple[int, int]:
+        """(size, mtime_ns) of a listed shard: a remote object's as listed (its version for the mtime), a local
+        file's stat now.  OSError when a local file is gone."""
+        if key in self.listed:
+            return self.listed[key]
+        st = os.stat(self.paths[key])
+        return st.st_size, st.st_mtime_ns
+
+
+def _single_object(root: StoreRoot, key: str) -> bool:
+    """A remote pool given as one object (``s3://bucket/pool/a.jsonl``): its one key is the object's name."""
+    return "/" not in key and key == root.name and key.endswith(SHARD_SUFFIXES)
 
 
 SKIP_SUFFIX = f"not a pool file ({FORMATS})"
@@ -119,16 +147,17 @@ def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") 
     A folder holding ``state.json`` and ``dataset_info.json`` is a `datasets` save_to_disk folder:
     those (and a ``dataset_dict.json``) are skipped as its metadata, its ``.arrow`` files are units.
     """
+    if isinstance(pool_dir, StoreRoot) or is_url(pool_dir):
+        return list_remote(resolve(str(pool_dir), must_exist=False), pattern)
     pool_dir = Path(pool_dir)
     listing = PoolListing([], [])
     if not pool_dir.is_dir():
         return listing
     root = os.path.realpath(pool_dir)
     inside = _inside(root, hf_blobs(root))
-    key_of, not_mirrored = mirror_keys(pool_dir)  # a mirror of a remote pool: keys with a bounded local name, skips
 
     def skip(rel: str, reason: str) -> None:
-        listing.skipped.append(PoolEntry(key_of.get(shard_key(rel), shard_key(rel)), reason))
+        listing.skipped.append(PoolEntry(shard_key(rel), reason))
 
     def walk(folder: str, rel: str, seen: frozenset) -> None:
         try:
@@ -141,7 +170,7 @@ def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") 
         meta |= {DATASETS_DICT} if DATASETS_DICT in names else set()
         for e in entries:
             r = f"{rel}/{e.name}" if rel else e.name
-            if pattern and not e.is_dir() and not matches(key_of.get(r, r), pattern):
+            if pattern and not e.is_dir() and not matches(r, pattern):
                 continue
             if e.name in meta:
                 skip(r, "datasets_metadata (a `datasets` save_to_disk file, not data)")
@@ -175,14 +204,42 @@ def list_pool(pool_dir: Path, follow_symlinks: bool = False, pattern: str = "") 
             elif not os.access(e.path, os.R_OK):
                 skip(r, "unreadable (permission denied)")
             else:
-                key = key_of.get(shard_key(r), shard_key(r))
+                key = shard_key(r)
                 listing.shards.append(key)
                 listing.paths[key] = Path(e.path)
 
     walk(str(pool_dir), "", frozenset({root}))
-    listing.skipped += [PoolEntry(key, why) for key, why in sorted(not_mirrored.items())
-                        if not pattern or matches(key, pattern)]
     listing.shards.sort()
+    return listing
+
+
+def list_remote(loc: Location, pattern: str = "") -> PoolListing:
+    """A remote pool listed by its store (one listing call, retried on transient errors): every object its pattern
+    admits is a shard (its key, its URL, its size and version: ETag or generation) or skipped with its reason
+    (mirror.key_skips; a name no reader takes; a `datasets` metadata file).  Nothing is opened or copied."""
+    if pattern and not loc.pattern:
+        loc = Location(loc.protocol, loc.root, pattern, loc.spec, loc.scheme)
+    listing = PoolListing([], [])
+    files = remote_files(loc)
+    root = StoreRoot(loc.url())
+    skipped = key_skips(files)
+    folders: dict[str, set[str]] = {}
+    for rel in files:
+        folders.setdefault(rel.rsplit("/", 1)[0] if "/" in rel else "", set()).add(rel.rsplit("/", 1)[-1])
+    for rel, info in sorted(files.items()):
+        name = rel.rsplit("/", 1)[-1]
+        names = folders[rel.rsplit("/", 1)[0] if "/" in rel else ""]
+        meta = (set(DATASETS_METADATA) if names >= set(DATASETS_METADATA) else set()) | {DATASETS_DICT}
+        if rel in skipped:
+            listing.skipped.append(PoolEntry(rel, skipped[rel]))
+        elif name in meta:
+            listing.skipped.append(PoolEntry(rel, "datasets_metadata (a `datasets` save_to_disk file, not data)"))
+        elif not name.endswith(SHARD_SUFFIXES):
+            listing.skipped.append(PoolEntry(rel, SKIP_SUFFIX))
+        else:
+            listing.shards.append(rel)
+            listing.paths[rel] = shard_path(root, rel)
+            listing.listed[rel] = (int(info.get("size") or 0), version_ns(info.get("etag") or ""))
     return listing
 
 
@@ -193,8 +250,17 @@ def _inside(root: str, blobs: str | None):
 
 
 def check_shard(pool_dir: Path, key: str, follow_symlinks: bool = False) -> tuple[Path | None, str | None]:
-    """(the file, None) when the shard key names a readable regular file inside the pool, else (None, why)."""
+    """(the file, None) when the shard key names a readable regular file inside the pool, else (None, why).  In a
+    remote pool: (the object's URL, None) when the store has it (one request), else (None, why)."""
     path = shard_path(pool_dir, key)
+    if isinstance(path, StoreRoot):
+        try:
+            unit_info(path)
+        except FileNotFoundError:
+            return None, "not found in the pool (gone from the store since it was listed)"
+        except OSError as exc:
+            return None, f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+        return path, None
     root = os.path.realpath(pool_dir)
     if not os.path.lexists(path):
         return None, "not found in the pool"
@@ -219,8 +285,21 @@ def list_shards(pool_dir: Path, follow_symlinks: bool = False, pattern: str = ""
     return list_pool(pool_dir, follow_symlinks, pattern).shards
 
 
+def unit_stat(path) -> tuple[int, int]:
+    """(size, mtime_ns) of a unit: a local file's, or a remote object's size and version (store/location.unit_info)."""
+    return unit_info(path)
+
+
+def remote_fingerprint(size: int, version: int) -> str:
+    """A remote object's fingerprint: its size and its version (store/location.version_ns of its ETag or generation)."""
+    return f"{size}-v{version:x}"
+
+
 def shard_fingerprint(path: Path) -> str:
-    """Cheap content identity of a shard (size + mtime + xxhash of the first and last MiB)."""
+    """Cheap content identity of a shard (size + mtime + xxhash of the first and last MiB).  A remote object: its size
+    and a hash of its version (ETag or generation) as the store lists it; nothing of it is read."""
+    if is_url(path):
+        return remote_fingerprint(*unit_info(path))
     st = path.stat()
     h = xxhash.xxh3_64()
     with open_regular(path) as fh:

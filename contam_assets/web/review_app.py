@@ -37,6 +37,7 @@ from pydantic import BaseModel
 from contam_assets import store
 from contam_assets.report.html import marked_eval_text
 from contam_assets.report.raw_text import raw_documents
+from contam_assets.report.thorough_sections import evidence_text
 from contam_assets.store import reviews
 from contam_assets.web.review_data import (
     DEFAULT_REASON,
@@ -121,7 +122,11 @@ def _why(m: dict) -> list[str]:
            f"overlap: question {fmt(m['question_overlap'])}, answer {fmt(m['answer_overlap'])}, passage "
            f"{fmt(m['passage_overlap'])}; {m['n_matched_ngrams']} matched n-grams",
            f"reason: {m.get('why_reason') or DEFAULT_REASON}"]
-    if m["needs_review"]:
+    if m.get("evidence"):  # a paraphrase or translation row: what its verifier matched
+        out.append(f"evidence: {evidence_text(m['evidence'])}")
+    if m["needs_review"] and m.get("why_reason") in ("paraphrase", "translation"):
+        out.append(f"a {m['why_reason']} found by meaning: it removes the document only once a reviewer accepts it")
+    elif m["needs_review"]:
         out.append(f"{m['suite']} is a derived suite: its matches remove a document only once a reviewer accepts them")
     if m.get("decision"):
         out.append(f"decision: {m['decision']} (latest, on this match or its instance)")

@@ -102,3 +102,32 @@ def test_reference_digest_in_slices_equals_the_digest_of_one_csv(real_records, m
     monkeypatch.setattr(artifacts, "DIGEST_ROWS", 100)
     assert artifacts.reference_digest(records, cfg) == h.hexdigest()[:16]
     assert artifacts.reference_digest(records.head(0), cfg) != artifacts.reference_digest(records.head(1), cfg)
+
+
+def test_index_written_into_its_folder_saves_the_same_files(real_records, tmp_path, monkeypatch):
+    """Built with a spill folder, the index's arrays are written a bucket at a time into .npy files and mapped;
+    saving it links those files into place: the saved folder holds the same bytes the whole build saves, and no
+    temporary is left beside it."""
+    from contam_assets.detector import key_table
+
+    records = planted_records(real_records.head(3_000))
+    cfg = DetectConfig()
+    whole = ixb.build_index_whole(records, cfg)
+    monkeypatch.setattr(ixb, "SUM_STEP", 211)
+    built = ixb.build_index(records, cfg, batch=400, spill_dir=tmp_path / "out" / "index")
+    assert isinstance(built.q_keys.base, np.memmap)  # mapped, not read into memory
+    assert_same_index(whole, built)
+    built.save(tmp_path / "out" / "index" / "built")
+    whole.save(tmp_path / "whole")
+    assert sorted(p.name for p in (tmp_path / "out" / "index").iterdir()) == ["built"]
+    names = sorted(p.name for p in (tmp_path / "whole").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "out" / "index" / "built").iterdir())
+    assert ("_slots.npy" in names) == key_table.AVAILABLE
+    for name in names:
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "out" / "index" / "built" / name).read_bytes(), name
+    assert_same_index(whole, ix.NgramIndex.load(tmp_path / "out" / "index" / "built"))
+    if key_table.AVAILABLE:  # the lookup table filled a chunk of keys at a time is the table of all of them
+        slots = key_table.empty_slots(len(whole.q_keys))
+        for a in range(0, len(whole.q_keys), 1_000):
+            key_table.fill_slots(whole.q_keys[a:a + 1_000], a, slots)
+        assert np.array_equal(slots, key_table.slots_for(whole.q_keys))

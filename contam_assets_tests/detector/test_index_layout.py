@@ -72,7 +72,8 @@ def test_an_index_of_the_earlier_format_asks_for_a_rebuild(tmp_path):
 
 def test_a_build_spills_into_a_swept_temporary_folder_of_spill_dir(tmp_path, monkeypatch):
     """spill_dir: the spill files sit in a folder named as store/files.py names temporaries (so a killed build's
-    leftovers are swept), removed after the build; the index equals one spilled to $TMPDIR."""
+    leftovers are swept), removed after the build; the index's arrays, written there too, are removed once it is
+    saved; the index equals one spilled to $TMPDIR."""
     from contam_assets.detector import index_build
     from contam_assets.store.files import _TEMP
 
@@ -93,7 +94,11 @@ def test_a_build_spills_into_a_swept_temporary_folder_of_spill_dir(tmp_path, mon
     spill = tmp_path / "out" / "index"
     built = build_index(records, cfg, spill_dir=spill)
     assert len(seen) == 1 and seen[0].parent == spill and _TEMP.match(seen[0].name), seen
-    assert not seen[0].exists() and list(spill.iterdir()) == []
+    # the spill removed; the index's own arrays in one more swept temporary folder there, until it is saved
+    staged = list(spill.iterdir())
+    assert not seen[0].exists() and len(staged) == 1 and _TEMP.match(staged[0].name), staged
+    built.save(tmp_path / "saved")
+    assert list(spill.iterdir()) == []
     plain = build_index(records, cfg)
     assert seen[1].parent != spill
     for f in fields(NgramIndex):

@@ -40,15 +40,15 @@ def test_unknown_task_is_reported(tmp_path, shared_data):
     assert r.returncode == 2 and "unknown task" in r.stderr
 
 
-def test_detect_then_review(tmp_path, shared_data):
-    gsm = [json.loads(l) for l in open(shared_data / "gsm8k_test.jsonl")]
+def test_detect_then_review(tmp_path, gsm8k_bench):
+    gsm = [json.loads(l) for l in open(gsm8k_bench / "gsm8k_test.jsonl")]
     pool = tmp_path / "pool"
     pool.mkdir()
     docs = [{"id": f"d{i}", "text": f"Notes from class.\n{g['question']}\n{g['answer']}\nEnd of notes."} for i, g in enumerate(gsm[:5])]
     docs += [{"id": f"c{i}", "text": "A clean document about gardening and the weather, nothing more. " * 3} for i in range(5)]
     (pool / "shard.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     out = tmp_path / "out"
-    r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks", "gsm8k",
+    r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", gsm8k_bench, "--tasks", "gsm8k",
                env_extra={"DAGSTER_HOME": str(tmp_path / "home")})
     assert r.returncode == 0, r.stderr[-3000:]
     assert "removed 5" in r.stdout and (out / "report.html").exists() and (out / "mix" / "shard.jsonl").exists()

@@ -1,5 +1,6 @@
 """One path: a pool brought through the daemon (sensor ticks, their runs, automation ticks and the runs they request)
-and the same pool through `contam detect` (runner.run_detect, what the command runs) leave the same output files.
+and the same pool through `contam detect` (the command's entry, contam_assets.cli.main, in this process) leave the
+same output files.
 
 Normalized before the files are compared, and nothing else:
 - the output folder's own path (run.json and mix_stats.path record it): replaced by ``OUT`` in text files and in
@@ -7,11 +8,14 @@ Normalized before the files are compared, and nothing else:
 - contam.duckdb is compared table by table, and tables/*/part-0.parquet as rows, without the columns holding times
   (timestamp columns, ``seconds``, ``scanned_at``-like fields: every datetime column and the ``seconds`` column);
 - report.html without its lines that carry a time;
+- a temporary file's name in an error message (``.tmp-<pid>-<random>``: store/files.temp_path): ``.tmp-X``;
 - the Dagster instances live outside the output folders (their own home folders), so run ids never enter them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -23,13 +27,14 @@ import pytest
 from contam_assets import store
 from contam_assets.defs.data import runs as runs_mod
 from contam_assets.defs.data.sensors import new_shards_sensor, new_tasks_sensor
-from contam_assets.runner import StepFailed, data_definitions, data_side, execute, run_detect
+from contam_assets.runner import StepFailed, data_definitions, data_side, execute, run_apply, run_detect
 from contam_assets.store.door import check_units  # noqa: F401 - the door the listing asset applies
 from contam_assets_tests.support.automation import instance, make_tasks_dir, settings, write_pool
 
 # dg.evaluate_automation_conditions (Dagster's own tester) selects with a beta parameter; our definitions do not
 pytestmark = pytest.mark.filterwarnings("ignore:Parameter `include_sources`:dagster._utils.warnings.BetaWarning")
 TIME_COLUMNS = {"seconds", "build_seconds", "write_seconds"}
+TEMP_NAME = r"\.tmp-\d+-[0-9a-f]+"
 
 
 def _apply(result, inst: dg.DagsterInstance) -> None:
@@ -75,15 +80,16 @@ def daemon(s, inst) -> list[str]:
             ran.append("+".join(sorted(k.to_user_string() for k in plain)))
         for k, parts in wanted.items():
             for p in sorted(p for p in parts if p is not None):  # a run per partition
-                assert dg.materialize(assets + checks, selection=[k], partition_key=p, resources=auto_defs.resources,
-                                      instance=inst).success
-                ran.append(f"{k.to_user_string()}[{p}]")
+                ok = dg.materialize(assets + checks, selection=[k], partition_key=p, resources=auto_defs.resources,
+                                    instance=inst, raise_on_error=False).success
+                ran.append(f"{k.to_user_string()}[{p}]" + ("" if ok else " failed"))
     return ran
 
 
 def _frame(df: pl.DataFrame, out: Path) -> pl.DataFrame:
     drop = [c for c, t in df.schema.items() if c in TIME_COLUMNS or t.is_temporal()]
-    df = df.drop(drop).with_columns(pl.col(pl.Utf8).str.replace_all(str(out), "OUT", literal=True))
+    df = df.drop(drop).with_columns(pl.col(pl.Utf8).str.replace_all(str(out), "OUT", literal=True)
+                                    .str.replace_all(TEMP_NAME, ".tmp-X"))
     return df.sort(df.columns) if df.columns and df.height else df
 
 
@@ -94,7 +100,7 @@ def _tables(out: Path) -> dict[str, pl.DataFrame]:
 
 
 def _text(p: Path, out: Path) -> str:
-    text = p.read_text(errors="replace").replace(str(out), "OUT")
+    text = re.sub(TEMP_NAME, ".tmp-X", p.read_text(errors="replace").replace(str(out), "OUT"))
     if p.name == "report.html":
         text = "\n".join(line for line in text.splitlines() if not re.search(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d", line))
     return text
@@ -126,6 +132,20 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def contam_detect(s, home: Path) -> tuple[int, str]:
+    """`contam detect` as a person runs it, with the flags that give the settings ``s`` and the Dagster home ``home``
+    (the command's entry in this process; DAGSTER_HOME, which the command points at its home, restored after): its
+    exit code and what it printed."""
+    from contam_assets.cli import main
+
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        mp.setenv("DAGSTER_HOME", str(home))
+        rc = main(["detect", "--pool", s.pool_dir, "--out", s.out_dir, "--tasks-dir", s.tasks_dir,
+                   "--benchmarks", s.benchmarks_dir, "--dagster-home", str(home)])
+    return rc, printed.getvalue()
+
+
 @pytest.fixture(scope="module")
 def both(tmp_path_factory, shared_data):
     root = tmp_path_factory.mktemp("one_path")
@@ -133,26 +153,54 @@ def both(tmp_path_factory, shared_data):
     write_pool(pool, shared_data, n_shards=3, docs=20)
     by_daemon = settings(root / "daemon", pool, tasks, shared_data)
     by_cli = settings(root / "cli", pool, tasks, shared_data)
-    d_inst, c_inst = instance(root / "home-daemon"), instance(root / "home-cli")
-    ran = daemon(by_daemon, d_inst)
-    summary = run_detect(by_cli, c_inst, log=lambda _: None)
+    ran = daemon(by_daemon, instance(root / "home-daemon"))
+    rc, printed = contam_detect(by_cli, root / "home-cli")
     return dict(pool=pool, tasks=tasks, shared=shared_data, root=root, daemon=by_daemon, cli=by_cli, ran=ran,
-                summary=summary, d_inst=d_inst, c_inst=c_inst)
+                rc=rc, printed=printed)
+
+
+def differences(d: dict, c: dict) -> list[str]:
+    return [f"{k}:{t}" if isinstance(d[k], dict) else k for k in d
+            for t in (sorted(set(d[k]) | set(c[k])) if isinstance(d[k], dict) else [None])
+            if not _same(d[k].get(t) if t else d[k], c[k].get(t) if t else c[k])]
 
 
 def test_the_daemon_and_contam_detect_leave_the_same_output_files(both):
     ran = both["ran"]
     assert ran[:2] == ["build_reference", "scan_shards"] and "pool_tables" in ran[-1], ran  # published last
-    assert both["summary"]["failed"] == {} and both["summary"]["removed"] > 0
+    assert not any(r.endswith(" failed") for r in ran), ran
+    assert both["rc"] == 0, both["printed"][-3000:]
+    assert "3 pool file(s) listed, 3 ok, 0 incomplete, 0 failed, 0 skipped" in both["printed"].splitlines()
     d, c = outputs(both["daemon"].out_path), outputs(both["cli"].out_path)
     assert sorted(d) == sorted(c)
     assert {"run.json", "report.html", "contam.duckdb", "tables/matches/part-0.parquet"} <= set(d)
     assert any(k.startswith("mix/") for k in d)
-    differ = [f"{k}:{t}" if isinstance(d[k], dict) else k for k in d
-              for t in (sorted(set(d[k]) | set(c[k])) if isinstance(d[k], dict) else [None])
-              if not _same(d[k].get(t) if t else d[k], c[k].get(t) if t else c[k])]
-    assert differ == []
+    assert differences(d, c) == []
     assert json.loads(d["run.json"])["files"]["ok"] == 3  # counted by pool_tables on both paths
+    assert d["contam.duckdb"]["removals"].height > 0
+
+
+def test_a_mix_that_fails_is_named_in_the_report_on_both_paths(both, tmp_path):
+    """The mix of part-001.jsonl cannot be written (its mix file's path is taken by a folder) on both paths: the
+    report is written before the mix (contam detect) or beside it (the daemon), and rendered again by pool_tables,
+    which runs after the mix on both; the two output folders are the same, the report names the failure."""
+    s = {}
+    for side in ("daemon", "cli"):
+        s[side] = settings(tmp_path / side, both["pool"], both["tasks"], both["shared"])
+        (s[side].out_path / "mix" / "part-001.jsonl" / "taken").mkdir(parents=True)
+    ran = daemon(s["daemon"], instance(tmp_path / "home-daemon"))
+    assert "decontaminated_mix[part-001.jsonl] failed" in ran and "pool_tables" in ran[-1], ran
+    rc, printed = contam_detect(s["cli"], tmp_path / "home-cli")
+    assert rc == 1 and any(line.startswith("FAILED part-001.jsonl") for line in printed.splitlines()), printed[-3000:]
+    d, c = outputs(s["daemon"].out_path), outputs(s["cli"].out_path)
+    assert sorted(d) == sorted(c) and differences(d, c) == []
+    errors = d["contam.duckdb"]["shard_errors"]
+    assert errors.select("shard", "step").rows() == [("part-001.jsonl", "mix")]
+    report = d["report.html"]
+    section = report[report.index("shards that failed a step"):]
+    assert "part-001.jsonl" in section[:2000] and "mix" in section[:2000]
+    assert json.loads(d["run.json"])["files"] == json.loads(c["run.json"])["files"]
+    assert json.loads(d["run.json"])["files"]["failed"] == 1
 
 
 def test_a_file_that_left_the_pool_is_retired_by_the_one_rule(both, tmp_path):
@@ -168,6 +216,16 @@ def test_a_file_that_left_the_pool_is_retired_by_the_one_rule(both, tmp_path):
     (pool / "part-001.jsonl").unlink()
     plan = runs_mod.pool_plan(s, inst)
     assert plan.gone == ["part-001.jsonl"] and plan.delete == ["part-001.jsonl"] and plan.add == []
+    # `contam apply` runs no listing: it retires nothing and deletes no partition (the file keeps its rows, its
+    # partition and its mix file until a listing run retires it), and does not mix it
+    said: list[str] = []
+    run_apply(s, inst, log=said.append)
+    assert "part-001.jsonl" in inst.get_dynamic_partitions("shards") and (s.out_path / "mix" / "part-001.jsonl").exists()
+    assert any("left the pool" in line and "part-001.jsonl" in line for line in said), said
+    with store.connect(s.db_path, read_only=True) as con:
+        assert con.execute("select count(*) from shard_stats where shard = 'part-001.jsonl'").fetchone()[0] == 1
+        assert con.execute("select count(*) from shard_errors where shard = 'part-001.jsonl'").fetchone()[0] == 0
+    assert runs_mod.pool_plan(s, inst).delete == ["part-001.jsonl"]
     second = run_detect(s, inst, log=lambda _: None)
     assert second["retired"] == ["part-001.jsonl"] and "part-001.jsonl" not in inst.get_dynamic_partitions("shards")
     with store.connect(s.db_path, read_only=True) as con:

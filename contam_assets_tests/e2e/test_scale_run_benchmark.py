@@ -25,7 +25,21 @@ def test_readme_and_scale_doc_show_the_same_command():
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, shared_data):
+def tiny_bench(tmp_path_factory, shared_data):
+    """The benchmark folder with GSM8K's train split cut to its first 300 items (every other file as it is): the
+    planted items are GSM8K test, MBPP and HumanEval ones, and each of the runs builds its reference set from
+    this folder, without indexing 7,473 train items that nothing in the tiny pool holds."""
+    bench = tmp_path_factory.mktemp("bench")
+    for src in shared_data.iterdir():
+        if src.name == "gsm8k_train.jsonl":
+            (bench / src.name).write_text("".join(src.read_text().splitlines(keepends=True)[:300]))
+        else:
+            (bench / src.name).symlink_to(src)
+    return bench
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_bench):
     """The documented line at 2 MB, run once for the file: its six runs (compiled steps on, the default) are what
     the figures test reads and what the compiled-off test compares its tables with.  `--dequeue-s 1`: the daemon
     looks at the run queue every second (Dagster's 5 s tick would be a third of a tiny backfill's wall time)."""
@@ -35,7 +49,7 @@ def tiny_run(tmp_path_factory, shared_data):
     cmd = re.sub(r"--work \S+", f"--work {tmp_path / 'work'}", cmd)
     cmd = re.sub(r"--json \S+", f"--json {tmp_path / 'scale.json'}", cmd)
     cmd += (f" --tasks gsm8k,humaneval,mbpp --workers 2 --tiktoken-mb 1 --ceiling-mb 1 --dequeue-s 1"
-            f" --benchmarks {shared_data}")
+            f" --benchmarks {tiny_bench}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
     env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "WANDB_MODE": "offline",
             "HF_HUB_OFFLINE": "1"}
@@ -81,7 +95,7 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tiny_run):
     assert {"shard_matches", "decontaminated_mix", "decontaminated_mix_mix_conservation"} <= set(backfill["stages_s"])
 
 
-def test_scale_run_with_the_compiled_steps_off_gives_the_same_tables(tmp_path, shared_data, tiny_run):
+def test_scale_run_with_the_compiled_steps_off_gives_the_same_tables(tmp_path, tiny_bench, tiny_run):
     """`scale_run.py --compiled off` (docs/scale.md, the README table) runs `contam detect` on the plain paths: its
     runs carry the suffix, remove every planted copy, agree with each other (pinned to one core and not), and their
     tables equal those of the compiled runs on the same pool (the documented line's, compiled on by default)."""
@@ -98,7 +112,7 @@ def test_scale_run_with_the_compiled_steps_off_gives_the_same_tables(tmp_path, s
     work = Path(tiny_run["pool"]["path"]).parent  # the documented run's folder: its pool, runs in folders of their own
     cmd = [sys.executable, "benchmarks/scale_run.py", "--size", "2MB", "--work", str(work),
            "--skip", "detect-1,detect-1-ranged,dagster,dagster-backfill", "--tasks", "gsm8k,humaneval,mbpp",
-           "--workers", "2", "--tiktoken-mb", "1", "--ceiling-mb", "1", "--benchmarks", str(shared_data),
+           "--workers", "2", "--tiktoken-mb", "1", "--ceiling-mb", "1", "--benchmarks", str(tiny_bench),
            "--compiled", "off", "--json", str(tmp_path / "off.json")]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -140,10 +154,10 @@ def test_cores_ceiling_as_docs_show_it(tmp_path):
     assert r.returncode != 0 and f"no plain .jsonl shard with documents in {pool}" in r.stderr
 
 
-def test_idle_cores_as_docs_show_it(tmp_path, shared_data):
+def test_idle_cores_as_docs_show_it(tmp_path, tiny_bench):
     """`idle_cores.py` (docs/scale.md) on `contam detect`: a stretch per stage line, the stretches cover the run, and
     no stretch has fewer than 0 or more than cores x seconds idle; a planted copy is removed on the way."""
-    item = json.loads((shared_data / "gsm8k_test.jsonl").read_text().splitlines()[7])
+    item = json.loads((tiny_bench / "gsm8k_test.jsonl").read_text().splitlines()[7])
     pool = tmp_path / "pool"
     pool.mkdir()
     docs = [{"id": "planted", "text": f"Homework help.\n{item['question']}\n{item['answer']}"}]
@@ -153,7 +167,7 @@ def test_idle_cores_as_docs_show_it(tmp_path, shared_data):
     cmd = re.sub(r"--json \S+", f"--json {tmp_path / 'idle.json'}", cmd)
     cmd = re.sub(r"--pool \S+", f"--pool {pool}", cmd)
     cmd = re.sub(r"--out \S+", f"--out {tmp_path / 'out'}", cmd)
-    cmd = re.sub(r"--benchmarks \S+", f"--benchmarks {shared_data}", cmd) + " --tasks gsm8k"
+    cmd = re.sub(r"--benchmarks \S+", f"--benchmarks {tiny_bench}", cmd) + " --tasks gsm8k"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_")) and k != "PYTHONUNBUFFERED"}
     env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "WANDB_MODE": "offline",
             "HF_HUB_OFFLINE": "1", "DAGSTER_HOME": str(tmp_path / "dagster_home")}

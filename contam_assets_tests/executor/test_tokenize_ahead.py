@@ -137,8 +137,8 @@ def contam(*args, env):
     return r
 
 
-def test_detect_with_shards_tokenized_ahead_writes_the_same_tables(tmp_path, shared_data):
-    gsm = [json.loads(line) for line in open(shared_data / "gsm8k_test.jsonl")][:40]
+def test_detect_with_shards_tokenized_ahead_writes_the_same_tables(tmp_path, gsm8k_bench):
+    gsm = [json.loads(line) for line in open(gsm8k_bench / "gsm8k_test.jsonl")][:40]
     pool = tmp_path / "pool"
     pool.mkdir()
     docs = host_docs(1200, 11)
@@ -150,7 +150,7 @@ def test_detect_with_shards_tokenized_ahead_writes_the_same_tables(tmp_path, sha
     outs = {}
     for ahead in ("on", "off"):
         out = tmp_path / f"out-{ahead}"
-        r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks", "gsm8k",
+        r = contam("detect", "--pool", pool, "--out", out, "--benchmarks", gsm8k_bench, "--tasks", "gsm8k",
                    env={"DAGSTER_HOME": str(tmp_path / f"home-{ahead}"), "CONTAM_SCAN_WORKERS": "2",
                         "CONTAM_TOKENIZE_AHEAD": ahead})
         assert ("tokenized ahead" in r.stdout) == (ahead == "on")
@@ -170,7 +170,7 @@ def test_detect_with_shards_tokenized_ahead_writes_the_same_tables(tmp_path, sha
     assert len(removed) == 40 and got["on"][1][2][4] == 2  # s2: its 2 rejects, counted from its cached stream
 
 
-def test_a_first_scan_from_a_shared_token_cache_keeps_the_rejects_out_of_the_mix(tmp_path, shared_data):
+def test_a_first_scan_from_a_shared_token_cache_keeps_the_rejects_out_of_the_mix(tmp_path, gsm8k_bench):
     """Streams cached by another output folder (a shared CONTAM_TOKEN_CACHE) carry the shard's rejected lines;
     a stream written before they were kept is not used for a shard this folder never scanned."""
     pool, cache = tmp_path / "pool", tmp_path / "shared-cache"
@@ -181,7 +181,7 @@ def test_a_first_scan_from_a_shared_token_cache_keeps_the_rejects_out_of_the_mix
     got = []
     for run in range(3):
         out = tmp_path / f"out-{run}"
-        contam("detect", "--pool", pool, "--out", out, "--benchmarks", shared_data, "--tasks", "gsm8k",
+        contam("detect", "--pool", pool, "--out", out, "--benchmarks", gsm8k_bench, "--tasks", "gsm8k",
                env={"DAGSTER_HOME": str(tmp_path / f"home-{run}"), "CONTAM_SCAN_WORKERS": "2",
                     "CONTAM_TOKEN_CACHE": str(cache), "CONTAM_TOKENIZE_AHEAD": "off"})
         with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:

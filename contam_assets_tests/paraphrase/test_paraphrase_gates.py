@@ -43,3 +43,33 @@ def test_every_signature_of_a_text():
     code = "def add(a, b):\n    return a + b\n\nclass C:\n    def get(self, key, *args, **kw):\n        return add(1, 2)\n"
     assert signatures(code) == {("add", ("a", "b")), ("get", ("self", "key", "args", "kw"))}
     assert signatures("add(1, 2) + get(x)") == set()  # calls are no signatures
+
+
+def _word(k: int) -> str:
+    """A made-up content word of six letters, distinct for each k."""
+    return "".join("bcdfghjklmnpqrstvwxz"[(k // 20 ** p) % 20] for p in range(5)) + "o"
+
+
+def test_a_multiple_choice_item_passes_the_word_gate_only_with_one_of_its_rare_words():
+    import numpy as np
+
+    from contam_assets.paraphrase.search import WordGate, stem_offsets
+    from contam_assets.paraphrase.verify import MC, ItemFacts
+
+    shared = [_word(k) for k in range(5)]  # each held by items 0 and 1: keys, not rare (weight log 20 = 3.0)
+    rare = [_word(k) for k in range(5, 9)]  # held by item 0 alone (weight log 40 = 3.7)
+    questions = [" ".join(shared + rare), " ".join(shared + [_word(9)])]
+    questions += [" ".join(_word(10 + 3 * i + j) for j in range(3)) for i in range(38)]
+    items = [ItemFacts.of("multiple-choice", q, "", ["none"]) for q in questions]
+    assert {it.kind for it in items} == {MC}
+    vec = np.zeros((len(items), 4), dtype=np.float32)
+    gate = WordGate(items, MC, vec, vec, np.full(len(items), 400))
+
+    def through(text: str) -> list[int]:
+        return gate.candidates(text, stem_offsets(text.lower()), [])[0].tolist()
+
+    # the shared words weigh 15 together, over the 14 an item needs, but none of them is rare
+    assert through("Notes. " + " ".join(shared) + ". More notes.") == []
+    assert through("Notes. " + " ".join(shared + rare[:1]) + ". More notes.") == [0]
+    # the same words spread over paragraphs: not a restatement of the item
+    assert through(("\n\n" + "filler text " * 40).join(shared + rare[:1])) == []

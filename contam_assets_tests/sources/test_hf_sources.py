@@ -329,7 +329,7 @@ def test_lm_eval_unknown_and_failing_tasks_are_reported(lm_eval_include):
     assert specs == [] and not reports[0].ok and reports[0].error, reports
 
 
-def test_detect_with_lm_eval_tasks_finds_the_planted_copies_of_tasks(lm_eval_include, cli_bench, shared_data):
+def test_detect_with_lm_eval_tasks_finds_the_planted_copies_of_tasks(lm_eval_include, cli_bench, gsm8k_bench):
     tmp, inc = lm_eval_include
     _, _, pool = cli_bench
     tasks = Path(__file__).resolve().parents[2] / "data" / "tasks"
@@ -337,7 +337,8 @@ def test_detect_with_lm_eval_tasks_finds_the_planted_copies_of_tasks(lm_eval_inc
                env_extra={"DAGSTER_HOME": str(tmp / "h1")})
     assert a.returncode == 0, a.stderr[-3000:]
     assert "  lm-eval gsm8k: test 1,319, train 200" in a.stdout and "  gsm8k/test: 1,319 instance(s), 1,319 indexed" in a.stdout
-    b = contam("detect", "--pool", pool, "--out", tmp / "d2", "--benchmarks", shared_data, "--tasks-dir", tasks,
+    # the project's own gsm8k spec over the rows of the lm-eval folders: the test split, train's first 200
+    b = contam("detect", "--pool", pool, "--out", tmp / "d2", "--benchmarks", gsm8k_bench, "--tasks-dir", tasks,
                "--tasks", "gsm8k", env_extra={"DAGSTER_HOME": str(tmp / "h2")})
     assert b.returncode == 0, b.stderr[-3000:]
 

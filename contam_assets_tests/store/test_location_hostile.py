@@ -1,13 +1,11 @@
 """Hostile pool locations: a Hub cache snapshot whose link leads out of the cache, object keys that are no path
 (a key that is also a folder, NUL, an empty part), credentials written into a URL.  Each is skipped and reported,
-or refused in one line; none is read, fetched as another key, or shown with its secret."""
+or refused in one line; none is read, read as another key, or shown with its secret."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import fsspec
@@ -15,7 +13,6 @@ import pytest
 
 from contam_assets.defs.resources import ContamSettings
 from contam_assets.store.location import LocationError, redact, resolve
-from contam_assets.store.mirror import mirror
 from contam_assets.store.pool import check_shard, list_pool, read_shard
 from contam_assets.testing.pool_formats import docs, write_jsonl
 
@@ -65,49 +62,33 @@ def memory_store():
 
 
 def test_odd_object_keys_are_skipped_and_counted_never_a_traceback(memory_store, tmp_path):
+    """The store's own listing: each key read in place or skipped with its reason; '/e/p//abs.jsonl' is never read
+    as (or over) '/e/p/abs.jsonl'; control characters never shown raw; nothing written to local disk."""
     fs = memory_store
     fs.pipe_file("/e/p/ok.jsonl", b'{"text": "good one"}\n')
     fs.pipe_file("/e/p/abs.jsonl", b'{"text": "the other key"}\n')
     for key, text in (("/e/p/x", "file x"), ("/e/p/x/y.jsonl", "under x"), ("/e/p/a\x00b.jsonl", "nul"),
                       ("/e/p/\x1b]8;;http://x\x07l.jsonl", "escape"), ("/e/p//abs.jsonl", "empty part")):
         fs.store[key] = fsspec.implementations.memory.MemoryFile(fs, key, json.dumps({"text": text}).encode() + b"\n")
-    lines = []
-    folder = tmp_path / "mirror"
-    local = mirror(resolve("memory://e/p"), folder, log=lines.append)
-    got = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    assert got == ["abs.jsonl", "ok.jsonl"]
-    # '/e/p//abs.jsonl' was not fetched as (or over) '/e/p/abs.jsonl'
-    assert (folder / "abs.jsonl").read_text() == '{"text": "the other key"}\n'
-    skipped = [line for line in lines if ": skipped " in line]
-    assert len(skipped) == 5 and "'x' (a key that is also the folder of other keys)" in " ".join(skipped)
-    # memory:// itself will not open 'x/y.jsonl' under the file 'x' (an S3 store would): skipped, said why
-    assert "'x/y.jsonl' (its folder is a file in the store)" in " ".join(skipped)
-    assert r"'a\x00b.jsonl' (a key with an empty" in " ".join(skipped) and "'/abs.jsonl' (a key with" in " ".join(skipped)
-    assert all("\x00" not in line and "\x1b" not in line for line in lines)
-    assert lines[-1].endswith("2 file(s), 2 fetched into " + str(folder) + ", 5 key(s) skipped")
-    assert local.is_local and list_pool(local.local_root).shards == ["abs.jsonl", "ok.jsonl"]
-    # the store changes: 'x/y.jsonl' goes and 'x' stays the only key there: the folder is replaced by the file
+    loc = resolve("memory://e/p")
+    listing = list_pool(loc.read_root)
+    assert listing.shards == ["abs.jsonl", "ok.jsonl", "x/y.jsonl"]
+    skipped = {e.path: e.reason for e in listing.skipped}
+    assert skipped["x"] == "a key that is also the folder of other keys"
+    for key in ("a\x00b.jsonl", "\x1b]8;;http://x\x07l.jsonl", "/abs.jsonl"):
+        assert skipped[key].startswith("a key with an empty, '.' or '..' part, or a control character"), key
+    texts = {k: [getattr(d, "text", d) for d in read_shard(listing.paths[k], k)] for k in listing.shards}
+    assert {k: v for k, v in texts.items() if k != "x/y.jsonl"} == {"abs.jsonl": ["the other key"],
+                                                                    "ok.jsonl": ["good one"]}
+    # memory:// itself will not open 'x/y.jsonl' under the file 'x' (an S3 store would): a read error of that unit
+    [failure] = texts["x/y.jsonl"]
+    assert failure.kind == "read_error" and "FileExistsError" in failure.detail
+    assert list(tmp_path.iterdir()) == []
+    # the store changes: 'x/y.jsonl' goes and 'x' stays the only key there: it is no folder now, a file of no format
     del fs.store["/e/p/x/y.jsonl"]
-    lines.clear()
-    mirror(resolve("memory://e/p"), folder, log=lines.append)
-    assert (folder / "x").is_file() and (folder / "x").read_text() == '{"text": "file x"}\n'
-
-
-def test_a_mirror_that_cannot_be_written_is_one_line_with_exit_2(tmp_path):
-    """`contam detect` over a memory:// pool (filled in the same process) whose mirror folder is taken by a file."""
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "pool_mirror").write_text("a file where the mirror's folder goes\n")
-    code = ("import sys, fsspec\n"
-            "fsspec.filesystem('memory').pipe_file('/e/p/ok.jsonl', b'{\"text\": \"hi\"}\\n')\n"
-            "from contam_assets.cli import main\n"
-            f"sys.exit(main(['detect', '--pool', 'memory://e/p', '--out', {str(out)!r}]))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home")})
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert r.stderr.strip().splitlines() == [
-        f"contam detect: error: memory://: the pool memory://e/p could not be mirrored into "
-        f"{out}/pool_mirror/memory/e/p: NotADirectoryError: [Errno 20] Not a directory: '{out}/pool_mirror/memory/e/p'"], r.stderr
+    again = list_pool(loc.read_root)
+    assert again.shards == ["abs.jsonl", "ok.jsonl"] and {e.path: e.reason for e in again.skipped}["x"].startswith(
+        "not a pool file")
 
 
 @pytest.mark.parametrize("spec", [f"s3://AKIAX:{SECRET_KEY}@bucket/x", "s3://AKIAX:plain@bucket/x",

@@ -1,6 +1,6 @@
 """Object keys that are no safe local path, in an S3 pool (moto's server on loopback): every key ends as exactly one
 row, read (`shard_stats`) or skipped with its reason (`pool_skips`), in the summary and the report; a key with a part
-too long for a local file name is read under a bounded local name and shown as its key."""
+too long for a local file name is read in place and shown as its key, the files made from it bounded."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import duckdb
 import pytest
 
-from contam_assets.store.location import mirror_folder, resolve
-from contam_assets.store.mirror import NAME_MAX_BYTES, local_rel, mirror
+from contam_assets.store.location import resolve
+from contam_assets.store.mirror import NAME_MAX_BYTES, local_rel
 from contam_assets.store.pool import list_pool
 from contam_assets.testing.pool_formats import contam, docs, tasks_dir
 from contam_assets.testing.s3_server import s3_client, s3_server
@@ -88,18 +88,16 @@ def test_a_key_too_long_for_a_file_name_is_read_and_shown_as_its_key(run):
     assert "Traceback" not in r.stdout + r.stderr and "too long" not in r.stdout + r.stderr
 
 
-def test_a_second_mirror_fetches_nothing_and_lists_the_same_keys(run, monkeypatch):
+def test_the_store_listing_gives_the_same_keys_again_and_nothing_is_copied(run, monkeypatch):
     out, _, env = run
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    folder = mirror_folder(out, resolve(f"s3://{BUCKET}/pool"))
-    before = list_pool(folder)
-    lines = []
-    mirror(resolve(f"s3://{BUCKET}/pool"), folder, log=lines.append)
-    assert lines[-1].startswith(f"pool s3://{BUCKET}/pool: {sum(w is None for w in KEYS.values()) + 1} file(s), 0 fetched")
-    after = list_pool(folder)
-    assert after.shards == before.shards and after.skipped == before.skipped
-    assert set(after.shards) == {s for (s,) in rows(out, "select shard from shard_stats")}
+    root = resolve(f"s3://{BUCKET}/pool").read_root
+    first, second = list_pool(root), list_pool(root)
+    assert first.shards == second.shards and first.skipped == second.skipped and first.listed == second.listed
+    assert set(first.shards) == {s for (s,) in rows(out, "select shard from shard_stats")}
+    assert first.paths[LONG] == f"s3://{BUCKET}/pool/{LONG}"  # read in place under its key, never a local name
+    assert not (out / "pool_mirror").exists()
 
 
 def test_local_names_are_bounded_kept_apart_and_stable():

@@ -18,7 +18,9 @@ from contam_assets.defs.data.scan_metadata import (
     LOG_EACH_SHARD,
     SHARD_FIGURES,
     figure_name,
+    materialize_finished,
     partition_metadata,
+    scan_figures,
     shard_figures,
 )
 from contam_assets.defs.data.scan_plan import ShardScanConfig, plan_work
@@ -33,6 +35,7 @@ from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.skips import instance_summary
+from contam_assets.executor.progress import RunProgress, file_size
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan.outcomes import OutcomeWriter
@@ -166,7 +169,11 @@ def _tokenize_ahead(context: dg.AssetExecutionContext, settings: ContamSettings,
 
     if not settings.pool_path.is_dir():
         return None
-    shards = list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern).shards
+    try:
+        shards = list_pool(settings.pool_path, settings.follow_links, settings.pool_pattern).shards
+    except Exception as exc:  # noqa: BLE001 - a remote pool this process cannot list: the scan lists and reads it
+        _say(context)(f"  not tokenizing ahead: the pool cannot be listed here ({type(exc).__name__})")
+        return None
     return tokenize_ahead(settings, shards, _say(context), engine=engine) if shards else None
 
 
@@ -389,10 +396,13 @@ def _scan_partitions(context: dg.AssetExecutionContext, config: ShardScanConfig,
     incomplete: dict[str, str] = {}
     scan_seconds = 0.0
     per_shard: dict[str, dict] = {}  # each partition's own figures (its shard_stats row), never the run's
+    # shards done of the total, bytes read, MB/s and the time left, at most a line every progress_s seconds
+    progress = RunProgress("scan", {j.shard: file_size(j.path, j.size) for j in jobs}, _say(context))
 
     def finish(job, out, stats: list[dict]) -> None:
         """One outcome, once its rows are committed (OutcomeWriter, in the jobs' order)."""
         nonlocal retries, scan_seconds
+        progress.shard_done(job.shard, read=isinstance(out, Exception) or out.mode != "current")
         if isinstance(out, Exception):
             failed[job.shard] = f"{type(out).__name__}: {out}" if not isinstance(out, RuntimeError) else str(out)
             context.log.error(f"{job.shard}: {failed[job.shard]}")
@@ -428,15 +438,16 @@ def _scan_partitions(context: dg.AssetExecutionContext, config: ShardScanConfig,
                 out = RuntimeError(f"writing its rows: {type(exc).__name__}: {exc}")
         writer.add(job, out)
     writer.flush()
+    progress.close()
     write_seconds = writer.write_seconds
     if failed:  # each gets its shard_stats row (status failed), so every listed file has one
         with contam_db.connect() as con:
             for shard, why in failed.items():
                 shards_db.record_failed(con, shard, "scan", why, contam_settings.out_path)
-    if failed:
-        raise dg.Failure(description=f"{len(failed)} of {len(shards)} shard(s) failed (the others were written): "
-                         + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
-                         metadata={"failed": dg.MetadataValue.json(failed)})
+        why = (f"{len(failed)} of {len(shards)} shard(s) failed (the others were written): "
+               + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]))
+        materialize_finished(context, unit_files, failed, why, scan_figures(contam_db, per_shard))
+        raise dg.Failure(description=why, metadata={"failed": dg.MetadataValue.json(failed)})
     with contam_db.connect(read_only=True) as con:
         metadata = partition_metadata(con, unit_files, per_shard)
     # each partition's materialization carries its own shard's figures and matches (whether the run held one

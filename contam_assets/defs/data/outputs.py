@@ -10,12 +10,14 @@ from contam_assets import store
 from contam_assets.defs.automation import MIX_REFRESH_CRON, REPORT_REFRESH_CRON, on_new_removals
 from contam_assets.defs.data.assets import (
     _DATA,
+    _say,
     _scanned_shards,
     record_run_failure,
     removals,
     shard_matches,
     step_clock,
 )
+from contam_assets.defs.data.scan_metadata import materialize_finished
 from contam_assets.defs.data.units import partition_files
 from contam_assets.defs.inputs import inputs_check, inputs_present, skip_for_missing_inputs
 from contam_assets.defs.meta import DATA_OWNERS, check_metadata
@@ -23,9 +25,10 @@ from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config
 from contam_assets.executor.mix import write_mix
 from contam_assets.executor.processes import workers_from_env
+from contam_assets.executor.progress import RunProgress
 from contam_assets.report.html import histogram_png, render_report
 from contam_assets.report.render import md_table, png_markdown_bytes
-from contam_assets.store import artifacts
+from contam_assets.store import artifacts, mix_state, outbox
 from contam_assets.store.faults import fault_point
 from contam_assets.store.files import atomic_write_text
 from contam_assets.store.pool import shard_path
@@ -45,6 +48,16 @@ def _has_estimate(con) -> bool:
 def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB):
     """Self-contained HTML page for reviewers (<out>/report.html): counts, score histogram, the source x benchmark
     matrix, pending reviews and the top matches side by side (raw training text, matched spans marked)."""
+    metadata = write_report(contam_settings, contam_db)
+    if metadata is None:
+        return skip_for_missing_inputs(context, "no shard has been scanned yet: there is nothing to report")
+    return dg.MaterializeResult(metadata=metadata, check_results=[inputs_present()])
+
+
+def write_report(contam_settings: ContamSettings, contam_db: ContamDB) -> dict | None:
+    """report.html rendered from the tables and written; its metadata, or None when no shard has been scanned (and no
+    estimate made): nothing to report.  removal_report's body, and pool_tables' when a later step (the mix) changed
+    what the report's shards-that-need-attention section says."""
     settings = {"pool": str(contam_settings.pool_path), "benchmarks": str(contam_settings.benchmarks_path or "embedded default"),
                 "preset": contam_settings.preset, "parts": contam_settings.parts or "(preset's)",
                 "removal": contam_settings.removal}
@@ -54,7 +67,7 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
         settings["decon config"] = str(Path(contam_settings.decon_config).resolve())
     with contam_db.connect(read_only=True) as con:
         if not _scanned_shards(con) and not _has_estimate(con):  # a block sample's estimate is in OUT's tables alone
-            return skip_for_missing_inputs(context, "no shard has been scanned yet: there is nothing to report")
+            return None
         if store.table_exists(con, "detect_settings"):
             for name, value, decon_name, origin in con.execute(
                     "select name, value, decon_name, origin from detect_settings").fetchall():
@@ -71,10 +84,10 @@ def removal_report(context: dg.AssetExecutionContext, contam_settings: ContamSet
     fault_point("report_write")
     atomic_write_text(path, page)
     md_img = png_markdown_bytes(png, "score histogram") if png else ""
-    return dg.MaterializeResult(metadata={
+    return {
         "path": dg.MetadataValue.path(str(path)), "documents_read": totals[0], "documents_removed": totals[1],
         "documents_rejected": totals[2], **{f"files_{k}": v for k, v in files.items()}, "matches": len(scores), "score_histogram": dg.MetadataValue.md(md_img or "_no matches_"),
-    }, check_results=[inputs_present()])
+    }
 
 
 @dg.asset(**_DATA, partitions_def=shards_partitions, deps=[removals, shard_matches], kinds={"python", "jsonl"},
@@ -102,18 +115,40 @@ def _write_partitions(context: dg.AssetExecutionContext, contam_settings: Contam
         raise dg.Failure(f"removal must be 'document' or 'span', got {contam_settings.removal!r}")
     unit_files = partition_files(contam_settings, list(context.partition_keys))
     shards = [f for files in unit_files.values() for f in files]
-    out = contam_settings.out_path
+    out, remote = contam_settings.out_path, contam_settings.out_location
+    with contam_db.connect(read_only=True) as con:  # the pool files' sizes as their scans read them
+        sizes = dict(con.execute("select shard, coalesce(bytes, 0) from shard_stats where shard in "
+                                 "(select unnest(?::varchar[]))", [shards]).fetchall()) \
+            if store.table_exists(con, "shard_stats") else {}
+    progress = RunProgress("mix", {f: int(sizes.get(f) or 0) for f in shards}, _say(context))
     run = write_mix(contam_db.connect, out, contam_settings.pool_path, shards, contam_settings.removal,
                     detect_config(contam_settings), contam_settings.content_key, workers_from_env(len(shards)),
-                    warn=context.log.warning)
+                    warn=context.log.warning, store=remote, progress=progress)
+    progress.close()
     totals, unchanged, failed = run.totals, run.unchanged, run.failed
-    if failed:
-        raise dg.Failure(description=f"mix of {len(failed)} shard(s) not written: "
-                         + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]),
-                         metadata={"failed": dg.MetadataValue.json(failed)})
+    if failed:  # the store refused an object (one line: the object and the store's error), or shards not written
+        why = run.upload_error or (f"mix of {len(failed)} shard(s) not written: "
+                                   + "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:5]))
+        # a ranged run: the partitions whose mix finished are materialized, the failed ones are left to the next run
+        materialize_finished(context, unit_files, failed, why, lambda done: mix_figures(run.shards, done))
+        raise dg.Failure(description=why, metadata={"failed": dg.MetadataValue.json(failed)})
     # each partition's own figures (a ranged run holds many); the run's sums under run_totals
+    for key, figures in mix_figures(run.shards, unit_files).items():
+        context.add_asset_metadata(figures, partition_key=key)
+    return dg.MaterializeResult(metadata={
+        "run_totals": dg.MetadataValue.json({"partitions": len(unit_files), "shards": len(shards), **{f"documents_{k}": v for k, v in totals.items()
+                                                                        if k != "quarantined"},
+                                             "shards_quarantined": totals["quarantined"], "shards_unchanged": unchanged}),
+        "mix_dir": dg.MetadataValue.path(remote.url("mix") if remote is not None else str(out / "mix")),
+        **({"objects_uploaded": run.uploaded} if remote is not None else {})})
+
+
+def mix_figures(shards: dict[str, dict], unit_files: dict[str, list[str]]) -> dict[str, dict]:
+    """Partition key -> its materialization's metadata: its files' mix_stats rows (``shards``, MixRun.shards) summed,
+    for the partitions with a file written, verified or quarantined in this run."""
+    out = {}
     for key, files in unit_files.items():
-        results = [run.shards[f] for f in files if f in run.shards]
+        results = [shards[f] for f in files if f in shards]
         if not results:
             continue
         figures = {f"documents_{k}": sum(int(r.get(k) or 0) for r in results) for k in ("written", "dropped", "rejected", "cut")}
@@ -124,12 +159,8 @@ def _write_partitions(context: dg.AssetExecutionContext, contam_settings: Contam
         else:  # a group of files (store/units.py)
             figures |= {"files": len(files), "status": ", ".join(sorted({r.get("status") or "ok" for r in results} - {"ok"})) or "ok",
                         "files_unchanged": sum(bool(r["unchanged"]) for r in results)}
-        context.add_asset_metadata(figures, partition_key=key)
-    return dg.MaterializeResult(metadata={
-        "run_totals": dg.MetadataValue.json({"partitions": len(unit_files), "shards": len(shards), **{f"documents_{k}": v for k, v in totals.items()
-                                                                        if k != "quarantined"},
-                                             "shards_quarantined": totals["quarantined"], "shards_unchanged": unchanged}),
-        "mix_dir": dg.MetadataValue.path(str(out / "mix"))})
+        out[key] = figures
+    return out
 
 
 def run_partition_keys(context: dg.AssetCheckExecutionContext, settings: ContamSettings) -> set[str] | None:
@@ -174,6 +205,18 @@ def mix_conservation(context: dg.AssetCheckExecutionContext, contam_settings: Co
             problems.append({**r, "problem": "dropped + cut != removed (mix is stale; re-materialize it)"})
         else:
             to_count.append(r)
+    remote = contam_settings.out_location
+    if remote is not None and to_count:  # uploaded files have no local copy: the store's object, its size as written
+        on_store, here = outbox.sizes(remote, "mix"), []
+        for r in to_count:
+            if shard_path(mix_dir, r["shard"]).exists():
+                here.append(r)
+                continue
+            rel = artifacts.mix_path(contam_settings.out_path, contam_settings.pool_path, r["shard"])
+            if on_store.get(rel.relative_to(contam_settings.out_path).as_posix()) != mix_state.recorded_bytes(
+                    contam_settings.out_path, r["shard"]):
+                problems.append({**r, "problem": "object on the store missing or not the size written"})
+        to_count = here
     # every file read whole, on the run's cores (decompression leaves the GIL)
     with ThreadPoolExecutor(max(1, min(workers_from_env(len(to_count)), len(to_count)))) as pool:
         counted = pool.map(lambda r: artifacts.count_lines(shard_path(mix_dir, r["shard"])), to_count)

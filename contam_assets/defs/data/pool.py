@@ -4,7 +4,7 @@ It does what a run must do before any shard is scanned, the same for `contam det
 sweeps the temporary files a killed run left (those of processes gone from this host; while another run is in
 progress only those older than a day, store/files.STALE_S, since a younger one may belong to that run's live
 writer on another node or in another container sharing the folder), lists the pool (a remote
-pool is mirrored first), checks the door (store/door.py: every new or changed unit holds the content key; in a
+pool by its store's own listing: read in place, never copied), checks the door (store/door.py: every new or changed unit holds the content key; in a
 run over partitions only their files, so one bad new file fails only the runs that scan it; in the listing-only
 run `contam detect` starts with, the whole pool, so detect refuses before any scan; the units that passed are
 kept in table ``door_checks``, so a tick on a large pool does not read every file again), records what the listing skipped,
@@ -36,9 +36,8 @@ from contam_assets.store import shards as shards_db
 from contam_assets.store import table_exists, tables
 from contam_assets.store.door import DoorError, check_units
 from contam_assets.store.files import atomic_write_text, process_alive, sweep_temp_files
-from contam_assets.store.location import LocationError
-from contam_assets.store.mirror import mirror_or_fail
-from contam_assets.store.pool import list_pool
+from contam_assets.store.location import LocationError, check_remote
+from contam_assets.store.pool import list_pool, unit_stat
 from contam_assets.store.readers import FORMATS
 
 RECORDED = ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset", "parts", "removal", "unescape", "tokenizer",
@@ -75,19 +74,22 @@ def pool_missing(settings: ContamSettings, listing) -> str | None:
     return None
 
 
-def _stamps(paths: dict[str, Path]) -> dict[str, tuple[int, int]]:
+def _stamps(paths: dict[str, Path], listed: dict[str, tuple[int, int]] | None = None) -> dict[str, tuple[int, int]]:
+    """unit -> (size, mtime_ns); ``listed``: a remote pool's (size, version) from its listing, no request per unit."""
     out = {}
     for unit, path in paths.items():
+        if listed and unit in listed:
+            out[unit] = listed[unit]
+            continue
         try:
-            st = os.stat(path)
+            out[unit] = unit_stat(path)  # a remote object: its size and version (ETag or generation)
         except OSError:  # gone since it was listed: the scan reports it
             continue
-        out[unit] = (st.st_size, st.st_mtime_ns)
     return out
 
 
 def door_check(con, paths: dict[str, Path], content_key: str, only: set[str] | None = None,
-               prechecked: bool = False) -> tuple[int, int]:
+               prechecked: bool = False, listed: dict[str, tuple[int, int]] | None = None) -> tuple[int, int]:
     """check_units over the units new or changed since they last passed the door (for this content key); those that
     pass are recorded.  ``only``: check just these files (the files of the partitions a scan run covers; None: the
     whole pool; ``prechecked``: they passed just now, before the database existed).  DoorError as check_units
@@ -95,7 +97,7 @@ def door_check(con, paths: dict[str, Path], content_key: str, only: set[str] | N
     con.execute(f"create table if not exists {DOOR_TABLE} (shard varchar primary key, size bigint, mtime_ns bigint, "
                 "content_key varchar)")
     passed = {r[0]: (r[1], r[2], r[3]) for r in con.execute(f"select shard, size, mtime_ns, content_key from {DOOR_TABLE}").fetchall()}
-    stamps = _stamps(paths)
+    stamps = _stamps(paths, listed)
     todo = {u: p for u, p in paths.items() if (only is None or u in only)
             and (u not in stamps or passed.get(u) != (*stamps[u], content_key))}
     if not prechecked:
@@ -114,7 +116,8 @@ def door_check(con, paths: dict[str, Path], content_key: str, only: set[str] | N
     return len(todo), (len(paths) if only is None else len(only & set(paths))) - len(todo)
 
 
-def run_files(context: dg.AssetExecutionContext, paths: dict[str, Path]) -> set[str] | None:
+def run_files(context: dg.AssetExecutionContext, paths: dict[str, Path],
+              listed: dict[str, tuple[int, int]] | None = None) -> set[str] | None:
     """The pool files of the partitions the run scans (its partition key, or its partition range over the instance's
     order; each unit stands for its files, store/units.py); None for a run without partitions (the listing-only
     run `contam detect` launches first and the sensors' ``listing_request``): it checks every new or changed unit."""
@@ -130,7 +133,7 @@ def run_files(context: dg.AssetExecutionContext, paths: dict[str, Path]) -> set[
         keys = order[order.index(start):order.index(end) + 1]
     else:
         return None
-    units = pool_units(_stamps(paths))
+    units = pool_units(_stamps(paths, listed))
     return set(units.files_of(keys))
 
 
@@ -172,15 +175,15 @@ def merge_record(path: Path, rec: dict) -> str:
 
 @dg.asset(**_DATA, kinds={"python", "duckdb"},
           description="The pool as a run reads it: temporary files of a killed run swept (while another run is in progress: only those older than a day), the pool "
-          "listed (a remote pool mirrored), the door check on new or changed units (the content key; a scan run: its "
+          "listed (a remote pool by its store's own listing, read in place), the door check on new or changed units (the content key; a scan run: its "
           "own units), pool skips recorded, files that left the pool retired, run.json written (the files counts "
           "kept). A refused door fails the run before any scan.")
 def pool_listing(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
     settings = contam_settings
     try:
         loc = settings.pool_location
-        if not loc.is_local:  # a remote pool: new or changed files fetched into the mirror the scans read
-            mirror_or_fail(loc, settings.pool_path, log=context.log.info)
+        if not loc.is_local:  # a remote pool: reachable (listed below by the store itself, read in place)
+            check_remote(loc)
     except LocationError as exc:
         raise dg.Failure(str(exc)) from None
     # while another run of the instance is in progress, only temporaries older than a day: on a shared folder (Ray)
@@ -196,7 +199,7 @@ def pool_listing(context: dg.AssetExecutionContext, contam_settings: ContamSetti
     if missing:
         raise dg.Failure(missing)
     gone = sorted(known_files(settings) - set(listing.shards))
-    only = run_files(context, listing.paths)
+    only = run_files(context, listing.paths, listing.listed)
     first = not settings.db_path.exists()
     if first:  # nothing has passed the door yet: refuse before the database is created
         try:
@@ -206,7 +209,8 @@ def pool_listing(context: dg.AssetExecutionContext, contam_settings: ContamSetti
     with contam_db.connect() as con:
         tables.ensure_schema(con)
         try:
-            checked, kept = door_check(con, listing.paths, settings.content_key, only, prechecked=first)
+            checked, kept = door_check(con, listing.paths, settings.content_key, only, prechecked=first,
+                                       listed=listing.listed)
         except DoorError as exc:  # one line: the unit, the keys it has, the flag to pass
             raise dg.Failure(str(exc)) from None
         shards_db.record_pool_skips(con, listing.skipped)

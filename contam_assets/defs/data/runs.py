@@ -6,12 +6,13 @@
   in a group, and of files of this output folder that left the pool are deleted; partitions another pool or output
   folder owns in a shared instance are left alone);
 - ``cut_runs``: runs over consecutive partitions, cut at a number of bytes and of files (the sensors' limits and the
-  CLI's are arguments of the same function);
+  CLI's are arguments of the same function); ``detect_runs``: whether `contam detect` runs ranges or a run per partition;
 - the RunRequest builders of every data job, so a daemon tick and the CLI ask for the same runs.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -137,6 +138,15 @@ def cut_runs(order: list[str], wanted, sizes: dict[str, int] | None = None, coun
     if cur:
         runs.append(cur)
     return runs
+
+
+def detect_runs(processes: int, env=None) -> bool:
+    """True: `contam detect` scans in one ranged run and mixes in ranged runs; False: one run per partition.
+    The detect_runs setting: ranged, per-shard or auto (default auto: ranged when the engine has more than one process)."""
+    how = (setting.env_raw("detect_runs", os.environ if env is None else env) or "auto").strip().lower() or "auto"
+    if how not in ("auto", "ranged", "per-shard"):
+        raise ValueError(f"{setting.var('detect_runs')} must be auto, ranged or per-shard, got {how!r}")
+    return how == "ranged" or (how == "auto" and processes > 1)
 
 
 def sensor_runs(plan: PoolPlan, keys) -> list[list[str]]:

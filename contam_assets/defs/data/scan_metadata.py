@@ -1,5 +1,9 @@
 """What a shard_matches materialization shows for each partition: its files' shard_stats counts (summed over a
-group of files, store/units.py), how the run scanned them, and their best match rows."""
+group of files, store/units.py), how the run scanned them, and their best match rows; a run over several partitions
+that fails partway (a scan, or a mix: defs/data/outputs.py) materializes the partitions whose files all finished
+(``materialize_finished``)."""
+
+from collections.abc import Callable
 
 import dagster as dg
 
@@ -54,8 +58,6 @@ def top_matches(con, shards: list[str], n: int = 10) -> dict[str, list[dict]]:
     return out
 
 
-
-
 def partition_metadata(con, unit_files: dict[str, list[str]], per_shard: dict[str, dict]) -> dict[str, dict]:
     """Partition key -> its materialization's metadata, for the partitions with a file scanned in this run."""
     tops = top_matches(con, list(per_shard))
@@ -67,3 +69,27 @@ def partition_metadata(con, unit_files: dict[str, list[str]], per_shard: dict[st
         best = sorted((r for f in files for r in tops.get(f, [])), key=lambda r: (not r["flagged"], -r["score"]))[:10]
         out[key] = {**figures, "top_matches": dg.MetadataValue.md(md_table(None, best))}
     return out
+
+
+def scan_figures(contam_db, per_shard: dict[str, dict]) -> Callable[[dict[str, list[str]]], dict[str, dict]]:
+    """``materialize_finished``'s figures for a scan run: each finished partition's ``partition_metadata``."""
+    def figures(done: dict[str, list[str]]) -> dict[str, dict]:
+        with contam_db.connect(read_only=True) as con:
+            return partition_metadata(con, done, per_shard)
+    return figures
+
+
+def materialize_finished(context: dg.AssetExecutionContext, unit_files: dict[str, list[str]], failed: dict[str, str],
+                         why: str, figures: Callable[[dict[str, list[str]]], dict[str, dict]]) -> None:
+    """A run over several partitions (a scan or a mix) that failed partway: each partition whose files all finished
+    is materialized with ``figures(finished partitions)`` (its own, as a run that succeeds gives it), so only the
+    failed ones stay unmaterialized and a backfill's retry, the sensors and the next run redo only those; the run
+    then fails with its reason.  A run of one partition materializes nothing."""
+    done = {k: fs for k, fs in unit_files.items() if not any(f in failed for f in fs)}
+    if len(unit_files) < 2 or not done:
+        return
+    metadata = figures(done)
+    for key in done:
+        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata={
+            **metadata.get(key, {}), "run_failed_partway": why.splitlines()[0][:500]}))
+    context.log.info(f"{len(done)} of {len(unit_files)} partition(s) materialized; the run fails for the others")

@@ -45,8 +45,7 @@ from contam_assets.rescan import watch
 from contam_assets.rescan.plan import load_task_hashes
 from contam_assets.sources.registry import TaskSpecError
 from contam_assets.store import artifacts
-from contam_assets.store.location import LocationError
-from contam_assets.store.mirror import mirror_or_fail
+from contam_assets.store.location import LocationError, check_remote
 
 DEFAULT_STATUS = sensor_default_status()
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED
@@ -70,8 +69,8 @@ def new_shards_sensor(context: dg.SensorEvaluationContext, contam_settings: Cont
     """
     try:
         loc = contam_settings.pool_location  # LocationError: e.g. credentials in the URL (refused, never shown)
-        if not loc.is_local:  # a remote pool: its changed files fetched into the mirror the scans read
-            mirror_or_fail(loc, contam_settings.pool_path, log=context.log.info)
+        if not loc.is_local:  # a remote pool: reachable; the tick lists it (the store's own listing), reads nothing
+            check_remote(loc)
         elif not contam_settings.pool_path.is_dir():
             return dg.SensorResult(skip_reason=f"pool not found: {loc.display}")
     except LocationError as exc:

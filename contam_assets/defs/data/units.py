@@ -4,8 +4,6 @@ defs/data/runs.py's."""
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
 from contam_assets.defs.resources import ContamSettings
@@ -31,7 +29,7 @@ def pool_units(listing) -> Units:
     sizes = {}
     for shard in listing.shards:
         try:
-            sizes[shard] = os.stat(listing.paths[shard]).st_size
+            sizes[shard] = listing.stat(shard)[0]  # a remote object: its size as listed
         except OSError:  # gone since it was listed: a unit alone, its scan reports it
             sizes[shard] = 0
     return plan_units(sizes)

@@ -17,6 +17,7 @@ from typing import Iterator
 from contam_assets import store
 from contam_assets.model.arms.mix import PoolDoc
 from contam_assets.store import pool as pool_io
+from contam_assets.store.location import StoreRoot, redact
 
 MIX_PREFIX = "mix/"
 
@@ -76,7 +77,15 @@ def read_removals(db_path: Path) -> list[tuple[str, int]]:
     return [(str(s), int(l)) for s, l in rows]
 
 
+def local_pool_only(pool_dir) -> None:
+    """The arms read the pool as a local folder: a pool in object storage is refused in one line."""
+    if isinstance(pool_dir, StoreRoot):
+        raise FileNotFoundError(f"the arms read a local pool folder; {redact(str(pool_dir))} is in object storage "
+                                "(copy the pool to a local folder for the arms)")
+
+
 def load_arm_inputs(pool_dir: Path, mix_dir: Path, db_path: Path, content_key: str = "text") -> ArmInputs:
+    local_pool_only(pool_dir)
     removals = read_removals(db_path)
     mix_dir = Path(mix_dir)
     if not mix_dir.is_dir() or not pool_io.list_shards(mix_dir):

@@ -24,7 +24,7 @@ from contam_assets.model.arms.exposure import (
     mean_removed_exposure,
     unit_uniform,
 )
-from contam_assets.model.arms.inputs import ArmInputs, iter_docs
+from contam_assets.model.arms.inputs import ArmInputs, iter_docs, local_pool_only
 from contam_assets.model.arms.mix import ArmMix, PoolDoc, build_arm_mix
 from contam_assets.model.arms.tokenizer import (
     load_tokenizer,
@@ -88,6 +88,7 @@ def ensure_tokenizer(pool_dir: Path, folder: Path, content_key: str = "text", vo
                      max_chars: int = 50_000_000, retrain: bool = False, log: Log | None = None):
     """The arms tokenizer in ``folder``: reused when trained on the same pool with the same settings."""
     log = log or (lambda m: None)
+    local_pool_only(pool_dir)
     fp = pool_fingerprint(pool_dir)
     if not fp:
         raise FileNotFoundError(f"no shards (.jsonl, .jsonl.gz, .jsonl.zst) in the pool {pool_dir}")

@@ -14,9 +14,17 @@ from typing import Iterator
 import pyarrow as pa
 
 from contam_assets.store.documents import Document, Reject, StreamFailure
+from contam_assets.store.location import is_url, open_unit
 from contam_assets.store.readers.columns import bounded_slices, columns_for, documents_of, field_names, filter_table
 
 ERRORS = (OSError, EOFError, pa.ArrowException)
+
+
+def _source(path):
+    """A local unit memory-mapped; a unit of a remote pool opened in place, read by range requests."""
+    if is_url(path):
+        return open_unit(path, ranges=True)
+    return pa.memory_map(str(path))
 
 
 def _open(source):
@@ -44,7 +52,7 @@ class ArrowReader:
              max_doc_bytes: int = 8 << 20) -> Iterator[Document | Reject | StreamFailure]:
         line = 0
         try:
-            with pa.memory_map(str(path)) as src:
+            with _source(path) as src:
                 reader, is_file = _open(src)
                 for batch in _batches(reader, is_file):
                     batch = batch.select(columns_for(batch.schema.names, content_key))
@@ -56,20 +64,20 @@ class ArrowReader:
 
     def sample_fields(self, path: Path, content_key: str, rows: int) -> tuple[bool, dict[str, int]]:
         try:
-            with pa.memory_map(str(path)) as src:
+            with _source(path) as src:
                 names = field_names(_open(src)[0].schema)
         except ERRORS:
             return True, {}
         return content_key in names, {k: int(v) for k, v in names.items()}
 
     def rows(self, path: Path) -> int:
-        with pa.memory_map(str(path)) as src:
+        with _source(path) as src:
             reader, is_file = _open(src)
             return sum(b.num_rows for b in _batches(reader, is_file))
 
     def write_mix(self, src: Path, tmp: Path, content_key: str, drop: set[int], rejected: set[int], cut) -> Counter:
         counts: Counter = Counter()
-        with pa.memory_map(str(src)) as source:
+        with _source(src) as source:
             reader, is_file = _open(source)
             schema = reader.schema
             new = pa.ipc.new_file if is_file else pa.ipc.new_stream

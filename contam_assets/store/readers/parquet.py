@@ -17,8 +17,8 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from contam_assets.store.compression import open_regular
 from contam_assets.store.documents import Document, Reject, StreamFailure
+from contam_assets.store.location import open_unit
 from contam_assets.store.readers.columns import (
     BATCH,
     BATCH_BYTES,
@@ -35,12 +35,7 @@ ERRORS = (OSError, EOFError, pa.ArrowException)
 def open_source(path: Path | str):
     """The unit opened for reading: a local regular file, or an object of a remote pool by its URL (``s3://…``: the
     reads are range requests of fsspec's file, so only the footer and the column chunks read are fetched)."""
-    text = str(path)
-    if "://" in text and not text.startswith("file://"):
-        from contam_assets.store.location import filesystem, retrying, scheme_of
-
-        return retrying(filesystem(scheme_of(text)).open, text, "rb", cache_type="none")  # pyarrow asks for exact ranges
-    return open_regular(path)
+    return open_unit(path, ranges=True)  # pyarrow asks for exact ranges
 
 
 def batch_rows(row_group: pq.RowGroupMetaData) -> int:
@@ -77,7 +72,7 @@ def copy_rows(src: Path, dst: Path, row_groups: list[int] | None = None, content
     dropped and rejected rows (numbered across the row groups copied); rows are decoded and written a bounded slice
     at a time, one output row group per input row group unless it decodes to more than BATCH_BYTES."""
     counts: Counter = Counter()
-    with open_regular(src) as fh:
+    with open_source(src) as fh:
         schema = pq.ParquetFile(fh).schema_arrow
         fh.seek(0)
         pf = _as_stored(fh, None)
@@ -127,14 +122,14 @@ class ParquetReader:
     def sample_fields(self, path: Path, content_key: str, rows: int) -> tuple[bool, dict[str, int]]:
         """(the schema has the content column or struct field, every field -> 1 if it holds strings else 0)."""
         try:
-            with open_regular(path) as fh:
+            with open_source(path) as fh:
                 names = field_names(pq.ParquetFile(fh).schema_arrow)
         except ERRORS:
             return True, {}  # unreadable: the scan reports it
         return content_key in names, {k: int(v) for k, v in names.items()}
 
     def rows(self, path: Path) -> int:
-        with open_regular(path) as fh:
+        with open_source(path) as fh:
             return pq.ParquetFile(fh).metadata.num_rows
 
     def write_mix(self, src: Path, tmp: Path, content_key: str, drop: set[int], rejected: set[int], cut) -> Counter:

