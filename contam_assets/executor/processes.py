@@ -89,7 +89,10 @@ def warm_forkserver(env=os.environ) -> bool:
     from multiprocessing import forkserver
 
     mp.get_context("forkserver").set_forkserver_preload(WORKER_MODULES)
-    forkserver.ensure_running()
+    try:
+        forkserver.ensure_running()
+    except OSError:  # e.g. a TMPDIR too long for its socket's path: the pool starts its workers without the head start
+        return False
     return True
 
 

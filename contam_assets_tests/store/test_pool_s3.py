@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
@@ -89,19 +92,28 @@ def test_credentials_are_never_written(s3):
         assert SECRET.encode() not in f.read_bytes(), f
 
 
-def test_an_object_changed_in_place_is_rescanned_by_its_etag(s3, shared_data):
+def test_an_object_changed_in_place_is_rescanned_by_its_etag(s3, shared_data, tmp_path):
     """The same size, other bytes: only the store's ETag tells; the changed object is scanned again and its mix
-    rewritten, the unchanged one is not read."""
-    out = s3["tmp"] / "out-s3"
+    rewritten, the unchanged one is not read.  A pool of its own under another prefix: the module's pool stays as
+    the other tests compare it."""
+    for f in sorted(p for p in s3["pool"].rglob("*") if p.is_file()):
+        s3["client"].upload_file(str(f), BUCKET, f"pool-etag/{f.relative_to(s3['pool']).as_posix()}")
+    out = tmp_path / "out"
+
+    def detect():
+        r = contam("detect", "--pool", f"s3://{BUCKET}/pool-etag", "--out", out, "--benchmarks", shared_data,
+                   "--tasks-dir", s3["tasks"], env_extra={**s3["env"], "DAGSTER_HOME": str(tmp_path / "home")})
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        assert "shards 2  documents read 11  removed 4" in r.stdout
+        return r
+
+    detect()
     scans = "select shard, shard_fingerprint, mtime_ns from shard_scans order by shard"
     before = rows(out, scans)
     body = (s3["pool"] / "a.jsonl").read_bytes()
     assert body.count(b'"c-a-0"') == 1
-    s3["client"].put_object(Bucket=BUCKET, Key="pool/a.jsonl", Body=body.replace(b'"c-a-0"', b'"c-a-9"'))
-    r = contam("detect", "--pool", f"s3://{BUCKET}/pool", "--out", s3["tmp"] / "out-s3", "--benchmarks", shared_data,
-               "--tasks-dir", s3["tasks"], env_extra={**s3["env"], "DAGSTER_HOME": str(s3["tmp"] / "home-s3")})
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "shards 2  documents read 11  removed 4" in r.stdout
+    s3["client"].put_object(Bucket=BUCKET, Key="pool-etag/a.jsonl", Body=body.replace(b'"c-a-0"', b'"c-a-9"'))
+    detect()
     after = rows(out, scans)
     assert after[1] == before[1] and after[0][0] == "a.jsonl" and after[0][1:] != before[0][1:], (before, after)
     mix = [json.loads(line)["id"] for line in (out / "mix" / "a.jsonl").read_text().splitlines()]
@@ -179,8 +191,9 @@ def test_no_copy_of_the_pool_reaches_local_disk(s3, shared_data, tmp_path):
         s3["client"].upload_file(str(f), BUCKET, f"big-pool/{f.relative_to(pool).as_posix()}")
     largest = (pool / "big" / "w.parquet").stat().st_size
     assert largest > 24 << 20
-    out, tmp = tmp_path / "out", tmp_path / "tmp"
-    tmp.mkdir()
+    # a short temporary folder: a forkserver socket lives there, and AF_UNIX paths are limited to 108 bytes
+    out, tmp = tmp_path / "out", Path(tempfile.mkdtemp(prefix="ct-", dir="/tmp"))
+    tmp.mkdir(exist_ok=True)
     biggest, done = [0, ""], threading.Event()
 
     def watch():
@@ -204,6 +217,7 @@ def test_no_copy_of_the_pool_reaches_local_disk(s3, shared_data, tmp_path):
     finally:
         done.set()
         t.join()
+        shutil.rmtree(tmp, ignore_errors=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert biggest[0] < largest / 4, biggest
     assert not (out / "pool_mirror").exists()
