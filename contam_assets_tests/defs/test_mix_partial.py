@@ -13,9 +13,10 @@ import pytest
 from contam_assets.defs.data import runs
 from contam_assets.defs.launch import StepFailed, data_definitions, execute
 from contam_assets.store.pool import shard_path
-from contam_assets_tests.e2e.test_one_path import TEMP_NAME, contam_detect
 from contam_assets_tests.support.automation import (
+    TEMP_NAME,
     build_reference,
+    contam_detect,
     instance,
     make_tasks_dir,
     scan,

@@ -14,8 +14,6 @@ Normalized before the files are compared, and nothing else:
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
@@ -29,12 +27,18 @@ from contam_assets.defs.data import runs as runs_mod
 from contam_assets.defs.data.sensors import new_shards_sensor, new_tasks_sensor
 from contam_assets.runner import StepFailed, data_definitions, data_side, execute, run_apply, run_detect
 from contam_assets.store.door import check_units  # noqa: F401 - the door the listing asset applies
-from contam_assets_tests.support.automation import instance, make_tasks_dir, settings, write_pool
+from contam_assets_tests.support.automation import (
+    TEMP_NAME,
+    contam_detect,
+    instance,
+    make_tasks_dir,
+    settings,
+    write_pool,
+)
 
 # dg.evaluate_automation_conditions (Dagster's own tester) selects with a beta parameter; our definitions do not
 pytestmark = pytest.mark.filterwarnings("ignore:Parameter `include_sources`:dagster._utils.warnings.BetaWarning")
 TIME_COLUMNS = {"seconds", "build_seconds", "write_seconds"}
-TEMP_NAME = r"\.tmp-\d+-[0-9a-f]+"
 
 
 def _apply(result, inst: dg.DagsterInstance) -> None:
@@ -130,20 +134,6 @@ def _same(a, b) -> bool:
     if isinstance(a, pl.DataFrame):
         return isinstance(b, pl.DataFrame) and a.equals(b)
     return a == b
-
-
-def contam_detect(s, home: Path) -> tuple[int, str]:
-    """`contam detect` as a person runs it, with the flags that give the settings ``s`` and the Dagster home ``home``
-    (the command's entry in this process; DAGSTER_HOME, which the command points at its home, restored after): its
-    exit code and what it printed."""
-    from contam_assets.cli import main
-
-    printed = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
-        mp.setenv("DAGSTER_HOME", str(home))
-        rc = main(["detect", "--pool", s.pool_dir, "--out", s.out_dir, "--tasks-dir", s.tasks_dir,
-                   "--benchmarks", s.benchmarks_dir, "--dagster-home", str(home)])
-    return rc, printed.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
+import pytest
 
 from contam_assets import store
 from contam_assets.defs.data import assets as A
@@ -124,3 +127,21 @@ def instance(home: Path) -> dg.DagsterInstance:
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch()
     return dg.DagsterInstance.local_temp(str(home))
+
+
+# a temporary file's name (store/files.py: .tmp-<pid>-<random>), which differs between any two runs
+TEMP_NAME = r"\.tmp-\d+-[0-9a-f]+"
+
+
+def contam_detect(s, home: Path) -> tuple[int, str]:
+    """`contam detect` as a person runs it, with the flags that give the settings ``s`` and the Dagster home ``home``
+    (the command's entry in this process; DAGSTER_HOME, which the command points at its home, restored after): its
+    exit code and what it printed."""
+    from contam_assets.cli import main
+
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        mp.setenv("DAGSTER_HOME", str(home))
+        rc = main(["detect", "--pool", s.pool_dir, "--out", s.out_dir, "--tasks-dir", s.tasks_dir,
+                   "--benchmarks", s.benchmarks_dir, "--dagster-home", str(home)])
+    return rc, printed.getvalue()
