@@ -14,7 +14,8 @@ and EvoEval's ``changed`` kinds; with ``--holdout`` (the default), the MMLU item
 left out of the reference set (those whose question is word for word an indexed item's left out), and the
 rewordings of those items).  Clean documents: the planted suite's clean host documents (web, code, prose) and web-like
 documents (the demo host text) and code (standard-library Python source), held per million.  MB/s per core: the stage alone (gates, embedding,
-search, verifier) on those documents, CPU seconds of this one process.
+search, verifier) on those documents, in batches of 256 as the scan hands them to the stage (the gates read a
+batch at once), CPU seconds of this one process.
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ verbatim into about --plant-rate of the documents, in plain, .gz and .zst shards
   detect-N     `contam detect` on every core (CONTAM_SCAN_WORKERS=N: one ranged run, N scan processes)
   dagster      the documented Dagster commands on their own instance: `dagster job execute` of
                build_reference, of scan_shards over the range of all shard partitions (the job's
-               multiprocess executor; the step fans out to N scan processes), of apply_reviews, and
+               in-process executor; the step fans out to N scan processes), of apply_reviews, and
                of write_mix over the same range
   dagster-backfill  the production path: `dagster-daemon run` with queued runs (N at once),
                `dagster job launch` of build_reference and apply_reviews, `dagster job backfill --all`
-               of scan_shards and of write_mix: a run per shard partition, each step in a process
-               of the multiprocess executor (automation.md, "Backfills")
+               of scan_shards and of write_mix: a run per shard partition, its steps in its run
+               worker (the in-process executor; automation.md, "Backfills" and "Executor")
 
 Each is timed from outside (wall), with the CPU seconds and peak RSS (VmHWM) of every
 process of its tree sampled from /proc every 0.2 s (driver: the command's own process;
@@ -149,7 +149,7 @@ def dagster_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str) 
              load_before=parts[0]["load_before"], load_after=parts[-1]["load_after"],
              commands_s={job: p["wall_s"] for (job, _), p in zip(steps, parts)})
     m["stages_s"] = {"listing": round(listing, 3), **step_seconds(home), "table_writes": write_seconds(home)}
-    m["multiprocess_executor"] = any("multiprocess executor" in (work / f"dagster-{j}.log").read_text() for j, _ in steps)
+    m["executor"] = executor_of("\n".join((work / f"dagster-{j}.log").read_text() for j, _ in steps))
     return m | artefacts(out) | {"out": str(out)}
 
 
@@ -170,7 +170,7 @@ concurrency:
 def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str) -> dict:
     """The production path: `dagster-daemon run` with queued runs (``workers`` at once), `dagster job launch` of
     build_reference and apply_reviews, and `dagster job backfill` of scan_shards and write_mix over every shard
-    partition (a run per shard, its step in a process of the multiprocess executor), commands as automation.md shows."""
+    partition (a run per shard, its steps in its run worker), commands as automation.md shows."""
     import dagster as dg
 
     out = work / "dagster-backfill"
@@ -222,9 +222,16 @@ def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str)
              load_before=load0, load_after=load(), commands_s=phases, dequeue_s=KNOBS["dequeue_s"], dagster_runs=len(runs),
              runs_failed=sum(r.status == dg.DagsterRunStatus.FAILURE for r in runs))
     m["stages_s"] = {**step_seconds(home), "table_writes": write_seconds(home)}
-    m["multiprocess_executor"] = any("multiprocess" in (e.user_message or "").lower()
-                                     for r in runs[:3] for e in inst.all_logs(r.run_id))
+    m["executor"] = executor_of("\n".join(e.user_message or "" for r in runs[:3] for e in inst.all_logs(r.run_id)))
     return m | artefacts(out) | {"out": str(out)}
+
+
+def executor_of(log: str) -> str | None:
+    """The Dagster executor a run's event log says its steps ran on: "in_process", "multiprocess" (both, where
+    runs differ: "mixed"), None where it says neither."""
+    seen = {name for name, said in (("in_process", "Executing steps in process"),
+                                    ("multiprocess", "Executing steps using multiprocess executor")) if said in log}
+    return "mixed" if len(seen) > 1 else next(iter(seen), None)
 
 
 def unit_keys(pool: Path) -> list[str]:

@@ -12,6 +12,15 @@ folder and writes a local output.  While the remote run goes, a sampler thread a
 the bytes of the run's work folder (CONTAM_WORK_DIR), its Dagster home and its temporary folder (TMPDIR), and lists
 the store's ``out/mix/``.  Each run starts from scratch (no state, no cache).  The remote run must remove the same
 documents as the local one and leave one mix object per shard, and no mix or rejected file in its work folder.
+
+``--cache-study default,on`` then measures where a remote pool's token cache lives (the ``token_cache`` setting,
+store/token_cache.cache_root): for each value (``default`` is the setting left empty: no cache for a pool read from
+a store; ``on`` keeps the streams in the work folder; ``prefilter`` is the default with the prefilter on), three runs
+of the pool on the store to an output on the store, each sampled as above: the first with every task but the last of
+``--tasks``, the same again (nothing changed), and a rerun with the last task added.  For ``on`` it also times
+uploading the cache folder to the store and fetching it back (what keeping the streams in the store would add to
+a first run and to a rescan, at least).  The last run of ``default`` (every shard rescanned in full) must remove
+the documents the main remote run removed; the others (the added task scanned alone) say how many differ.
 """
 
 from __future__ import annotations
@@ -92,6 +101,85 @@ def detect(pool: str, out: str, shared: Path, tasks: str, env_extra: dict) -> tu
     return wall, r.stdout
 
 
+def sampled_run(pool: str, out: str, shared: Path, tasks: str, env: dict, folders: list[Path], client, prefix: str,
+                every: float) -> dict:
+    """One `contam detect` with its peak local disk (``folders``) and the time its first mix object reached the store."""
+    for f in folders:
+        f.mkdir(parents=True, exist_ok=True)
+    sampler = Sampler(folders, client, prefix, every)
+    sampler.start()
+    try:
+        wall, _ = detect(pool, out, shared, tasks, env)
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    return dict(wall_s=round(wall, 2), peak_local_disk_mb=round(sampler.peak / 1e6, 1),
+                peak_mix_and_rejected_mb=round(sampler.peak_outputs / 1e6, 1),
+                cache_mb=round(folder_bytes([p for f in folders for p in f.rglob("token_cache") if p.is_dir()])[0] / 1e6, 1),
+                modes=scan_modes(next(folders[0].rglob("contam.duckdb"))))
+
+
+def scan_modes(db: Path) -> dict[str, int]:
+    """Shards by how they were last scanned (shard_scans.mode: full or incremental)."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        return dict(con.execute("select mode, count(*) from shard_scans group by mode order by mode").fetchall())
+
+
+STUDY_ENV = {"default": {"CONTAM_TOKEN_CACHE": ""}, "on": {"CONTAM_TOKEN_CACHE": "on"},
+             "prefilter": {"CONTAM_TOKEN_CACHE": "", "CONTAM_KNOBS": '{"prefilter": true}'}}
+
+
+def cache_study(modes: list[str], a, client, env: dict, expect: set[tuple[str, int]]) -> dict:
+    """First run, unchanged rerun and a rerun with the last task added, for each token cache value in ``modes``."""
+    tasks = a.tasks.split(",")
+    if len(tasks) < 2:
+        raise SystemExit("--cache-study needs at least two --tasks (the last is the one added)")
+    base = ",".join(tasks[:-1])
+    out: dict[str, dict] = {}
+    for mode in modes:
+        names = [f"work-{mode}", f"home-{mode}", f"tmp-{mode}"]
+        for n in names:
+            shutil.rmtree(a.work / n, ignore_errors=True)
+        folders = [a.work / n for n in names]
+        run_env = {**env, **STUDY_ENV[mode], "DAGSTER_HOME": str(folders[1]), "CONTAM_WORK_DIR": str(folders[0]),
+                   "TMPDIR": str(folders[2])}
+        prefix = f"study-{mode}/"
+        res = {}
+        for step, t in (("first", base), ("unchanged", base), ("task_added", a.tasks)):
+            res[step] = sampled_run(f"s3://{BUCKET}/pool", f"s3://{BUCKET}/{prefix.rstrip('/')}", a.shared, t, run_env,
+                                    folders, client, prefix, a.every)
+            print(f"token cache {mode}, {step}: {json.dumps(res[step])}", file=sys.stderr, flush=True)
+        # a rescan for the added task alone (from the streams, or from the text with the prefilter) leaves the other
+        # tasks' rows as the first run found them (docs/automation.md, "IDF"): its removals are counted against the
+        # main run's; the default rescans every shard in full and must remove what the main run removed
+        got = removed(next(folders[0].rglob("contam.duckdb")))
+        res["removals_differ"] = len(got ^ expect)
+        if got != expect and mode == "default":
+            raise SystemExit(f"token cache {mode}: the run with every task removed other documents than the main run")
+        cache = [p for p in folders[0].rglob("token_cache") if p.is_dir()]
+        if mode != "on" and any(p.is_file() for c in cache for p in c.rglob("*")):
+            raise SystemExit(f"token cache {mode}: a token stream was written to local disk")
+        if mode == "on":
+            files = [p for c in cache for p in c.rglob("*") if p.is_file()]
+            t = time.perf_counter()
+            for f in files:
+                client.upload_file(str(f), BUCKET, f"cache-copy/{f.relative_to(cache[0]).as_posix()}")
+            res["cache_upload_s"] = round(time.perf_counter() - t, 2)
+            back = a.work / "cache-back"
+            shutil.rmtree(back, ignore_errors=True)
+            t = time.perf_counter()
+            for f in files:
+                dest = back / f.relative_to(cache[0])
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(BUCKET, f"cache-copy/{f.relative_to(cache[0]).as_posix()}", str(dest))
+            res["cache_download_s"] = round(time.perf_counter() - t, 2)
+            res["cache_files"] = len(files)
+            shutil.rmtree(back, ignore_errors=True)
+        print(f"token cache {mode}: {json.dumps(res)}", file=sys.stderr, flush=True)
+        out[mode] = res
+    return out
+
+
 def removed(db: Path) -> set[tuple[str, int]]:
     with duckdb.connect(str(db), read_only=True) as con:
         return set(con.execute("select shard, line from removals").fetchall())
@@ -108,7 +196,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--cache-study", default="", help="token cache values to compare (default,on,prefilter); '' = none")
     a = ap.parse_args(argv)
+    modes = [m for m in a.cache_study.split(",") if m]
+    unknown = sorted(set(modes) - set(STUDY_ENV))
+    if unknown:
+        raise SystemExit(f"--cache-study: unknown value(s) {', '.join(unknown)} (takes {', '.join(STUDY_ENV)})")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's line per request
     a.work.mkdir(parents=True, exist_ok=True)
     pool = a.work / "pool"
@@ -136,6 +229,8 @@ def main(argv: list[str] | None = None) -> dict:
         sampler.stop.set()
         sampler.join()
         mix = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="out/mix/").get("Contents", [])]
+        study = cache_study(modes, a, client, env, removed(next((a.work / "work-remote").rglob("contam.duckdb")))) \
+            if modes else {}
     if len(mix) != len(files):
         raise SystemExit(f"{len(mix)} mix object(s) on the store for {len(files)} shard(s)")
     work_db = next((a.work / "work-remote").rglob("contam.duckdb"))
@@ -152,7 +247,10 @@ def main(argv: list[str] | None = None) -> dict:
                peak_mix_and_rejected_mb=round(sampler.peak_outputs / 1e6, 1),
                first_mix_object_s=None if sampler.first_mix is None else round(sampler.first_mix, 1),
                run_json_s=None if sampler.commit is None else round(sampler.commit, 1),
-               machine=f"{platform.machine()} {os.cpu_count()} cores", date=time.strftime("%Y-%m-%d"))
+               machine=f"{platform.machine()} {os.cpu_count()} cores", date=time.strftime("%Y-%m-%d"),
+               local_cache_mb=round(folder_bytes([a.work / "out-local" / "token_cache"])[0] / 1e6, 1),
+               remote_cache_mb=round(folder_bytes([p for p in (a.work / "work-remote").rglob("token_cache")])[0] / 1e6, 1),
+               token_cache=study)
     print(json.dumps(res, indent=2))
     if a.json:
         a.json.write_text(json.dumps(res, indent=2))

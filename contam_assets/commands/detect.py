@@ -226,9 +226,8 @@ def settings_from_args(args, pool: Path | str | None = None):
         cleaned = S.resolve("decon_cleaned_dir", args.cleaned_output_dir, config=config)
         content_key = S.resolve("content_key", args.content_key, config=config)
         base = S.resolve("knobs") or {}  # under the knobs' own flags
+        # the setting `crosslingual` is read by ContamSettings.from_env, as on the Dagster path
         parts = ",".join(name for name in PART_FLAGS if getattr(args, f"part_{name}", False)) or S.resolve("parts")
-        if S.resolve("crosslingual") and "crosslingual" not in parts.split(","):
-            parts = ",".join(p for p in (parts, "crosslingual") if p)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if pool is None:

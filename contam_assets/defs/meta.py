@@ -13,10 +13,7 @@ rescan of a large pool is a decision, not a side effect.
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
-PACKAGE = Path(__file__).resolve().parents[1]
+from contam_assets.detector.versions import source_digest
 
 DATA_OWNERS = ["team:data"]  # the decontamination graph and the detector's quality suite
 MODEL_OWNERS = ["team:evaluation"]  # probes of model checkpoints, evaluation reports, proxy arms
@@ -32,21 +29,8 @@ def check_metadata(owners: list[str], guards: str) -> dict[str, str]:
     return {"owners": ", ".join(owners), "guards": guards}
 
 
-def source_digest(*packages: str) -> str:
-    """12-hex digest of the .py files of the given subpackages (or single modules, ``store/compression.py``) of
-    contam_assets (paths and bytes)."""
-    h = hashlib.sha256()
-    for name in packages:
-        root = PACKAGE / name
-        for p in [root] if root.is_file() else sorted(root.rglob("*.py")):
-            h.update(p.relative_to(PACKAGE).as_posix().encode())
-            h.update(b"\0")
-            h.update(p.read_bytes())
-    return h.hexdigest()[:12]
-
-
 # the detector's compression and the scans' token cache live under store/: their bytes count too
 DETECTOR_MODULES = ("detector", "sources", "store/compression.py", "store/token_cache.py")
 DETECTOR_VERSION = f"detector-{source_digest(*DETECTOR_MODULES)}"  # reference set, index, registry
-SCAN_VERSION = f"scan-{source_digest(*DETECTOR_MODULES, 'rescan', 'executor')}"  # shard scans: the detector plus the rescan plans
+SCAN_VERSION = f"scan-{source_digest(*DETECTOR_MODULES, 'paraphrase', 'rescan', 'executor')}"  # shard scans: the detector, its opt-in parts, the rescan plans
 QUALITY_VERSION = f"quality-{source_digest('detector', 'sources', 'quality')}"  # planted suite and its scores

@@ -64,6 +64,7 @@ class ContamSettings(dg.ConfigurableResource):
     tasks: str = ""  # comma-separated task names to use ("" = every available task)
     preset: str = "default"  # default | olmo-web | olmo-synth | thorough
     parts: str = ""  # comma-separated thorough parts added to the preset (detector.config.THOROUGH_PARTS)
+    crosslingual: bool = False  # the part `crosslingual` too (the setting `crosslingual`, --crosslingual; docs/crosslingual.md)
     removal: str = "document"  # document (drop it) | span (cut the matched spans, store/cuts.py)
     unescape: bool | None = None  # for exact decon parity (None: the preset's)
     tokenizer: str = ""  # cl100k | word | bytes ("" = the preset's)
@@ -180,7 +181,8 @@ class ContamSettings(dg.ConfigurableResource):
 
     @property
     def part_list(self) -> list[str]:
-        return [t.strip() for t in self.parts.split(",") if t.strip()]
+        parts = [t.strip() for t in self.parts.split(",") if t.strip()]
+        return parts + ["crosslingual"] if self.crosslingual and "crosslingual" not in parts else parts
 
     @property
     def experiments_path(self) -> Path:

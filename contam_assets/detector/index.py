@@ -71,7 +71,10 @@ class NgramIndex:
     p_idf_total: np.ndarray
     hot_threshold: int = 0
     config_json: str = "{}"
-    SAVED_EXTRAS = ("_slots",)  # tables computed on the index that save() keeps beside its arrays
+    # tables computed on the index that save() keeps beside its arrays, mapped by every process that loads it: the
+    # lookup table, and the scan's per-key and per-record bounds (key_min_total, record_max_idf), which the batched
+    # build writes as it goes; an index saved without them computes them when first asked
+    SAVED_EXTRAS = ("_slots", "_key_min_total", "_record_max_idf")
 
     @property
     def n_records(self) -> int:
@@ -119,7 +122,8 @@ class NgramIndex:
         return keys
 
     def key_min_total(self) -> np.ndarray:
-        """Per question key: the smallest q_idf_sum among the records holding it (cached)."""
+        """Per question key: the smallest q_idf_sum among the records holding it (saved with the index, mapped;
+        computed and kept here where the index has none)."""
         cached = self.__dict__.get("_key_min_total")
         if cached is None:
             if len(self.q_docs):
@@ -130,7 +134,8 @@ class NgramIndex:
         return cached
 
     def record_max_idf(self) -> np.ndarray:
-        """Per record: the largest idf among its question keys (cached; 0 for a record without keys)."""
+        """Per record: the largest idf among its question keys, 0 for a record without keys (saved with the index,
+        mapped; computed and kept here where the index has none)."""
         cached = self.__dict__.get("_record_max_idf")
         if cached is None:
             cached = np.zeros(self.n_records)
@@ -171,6 +176,7 @@ class NgramIndex:
         if key_table.AVAILABLE and len(self.q_keys):  # built once here, mapped by every process that loads the index
             table = self.__dict__.get("_slots")
             arrays["_slots"] = table if isinstance(table, np.ndarray) else key_table.slots_for(self.q_keys)
+        arrays["_key_min_total"], arrays["_record_max_idf"] = self.key_min_total(), self.record_max_idf()
         meta = dict(version=FORMAT_VERSION, bloom_bits=self.bloom_bits, hot_threshold=self.hot_threshold,
                     config_json=self.config_json, arrays=sorted(arrays))
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -206,13 +212,11 @@ class NgramIndex:
         folder = Path(folder)
         known = {f.name for f in fields(cls)}
         arrays = {p.stem: np.asarray(np.load(p, mmap_mode="c", allow_pickle=False))
-                  for p in sorted(folder.glob("*.npy")) if p.stem in known or p.stem == "_slots"}
-        slots = arrays.pop("_slots", None)
+                  for p in sorted(folder.glob("*.npy")) if p.stem in known or p.stem in cls.SAVED_EXTRAS}
+        extras = {name: arrays.pop(name) for name in cls.SAVED_EXTRAS if name in arrays}
         index = cls(**arrays, **meta)
-        if slots is not None:
-            index.__dict__["_slots"] = slots
-        index.__dict__["_files"] = {name: (folder / f"{name}.npy", a) for name, a in
-                                    [*arrays.items(), *([("_slots", slots)] if slots is not None else [])]}
+        index.__dict__.update(extras)
+        index.__dict__["_files"] = {name: (folder / f"{name}.npy", a) for name, a in [*arrays.items(), *extras.items()]}
         return index
 
     @classmethod
@@ -228,12 +232,11 @@ class NgramIndex:
             raise ValueError(f"{path}: index format {meta.get('version')} != {FORMAT_VERSION}; rebuild it")
         known = {f.name for f in fields(cls)}
         arrays = {k: np.asarray(np.load(path / f"{k}.npy", mmap_mode="c", allow_pickle=False))
-                  for k in meta["arrays"] if k in known or k == "_slots"}
-        slots = arrays.pop("_slots", None)
+                  for k in meta["arrays"] if k in known or k in cls.SAVED_EXTRAS}
+        extras = {name: arrays.pop(name) for name in cls.SAVED_EXTRAS if name in arrays}
         index = cls(**arrays, bloom_bits=meta["bloom_bits"], hot_threshold=meta["hot_threshold"],
                     config_json=meta["config_json"])
-        if slots is not None:
-            index.__dict__["_slots"] = slots
+        index.__dict__.update(extras)
         return index
 
     def keys_digest(self) -> str:

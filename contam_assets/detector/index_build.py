@@ -301,6 +301,23 @@ def _short_ok(read, a_tok_off: np.ndarray, vocab: np.ndarray, tok_df: np.ndarray
     return out
 
 
+KEY_STEP = 1 << 20  # question keys whose smallest record idf total is computed at once
+
+
+def _key_min_total(folder: Path, q_idf_sum: np.ndarray, n_keys: int) -> None:
+    """``NgramIndex.key_min_total`` (the smallest q_idf_sum among the records holding each question key) into
+    ``folder/_key_min_total.npy``, ``KEY_STEP`` keys at a time from the postings written there: the scan maps it
+    instead of computing it (and a float per posting) in every process."""
+    out = _NpyOut(folder / "_key_min_total.npy", np.float64)
+    offsets = np.load(folder / "q_offsets.npy", mmap_mode="r")
+    for k in range(0, n_keys, KEY_STEP):
+        off = np.array(offsets[k:min(n_keys, k + KEY_STEP) + 1])
+        docs = next(_npy_chunks(folder / "q_docs.npy", np.int32, int(off[-1] - off[0]), int(off[0]), int(off[-1])))
+        out.add(np.minimum.reduceat(q_idf_sum[docs], off[:-1] - off[0]))  # every key has a posting: no empty range
+        del off, docs
+    out.close()
+
+
 def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None, batch: int = INDEX_BATCH,
                 spill_dir: Path | None = None) -> NgramIndex:
     """Index the records with indexed == True; ``progress``: a build_budget.BuildProgress, or None; ``spill_dir``:
@@ -338,8 +355,9 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None, batch: 
             mapped = index
             index = NgramIndex(**{f: np.array(v) if isinstance(v, np.ndarray) else v
                                   for f, v in mapped.__dict__.items() if f in NgramIndex.__dataclass_fields__})
-            if isinstance(mapped.__dict__.get("_slots"), np.ndarray):
-                index.__dict__["_slots"] = np.array(mapped.__dict__["_slots"])
+            for name in NgramIndex.SAVED_EXTRAS:
+                if isinstance(mapped.__dict__.get(name), np.ndarray):
+                    index.__dict__[name] = np.array(mapped.__dict__[name])
             del mapped
         else:
             index.__dict__["_staging"] = folder
@@ -412,6 +430,7 @@ def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spil
     # -- question postings, a bucket of the key space at a time, in key order, straight into the index's files --
     hot_threshold = max(2 * int(math.isqrt(n_rec)), 2000)  # decon rule: an n-gram in more records is hot
     q_idf_sum = np.zeros(n_rec, dtype=np.float64)
+    max_idf = np.zeros(n_rec, dtype=np.float64)  # per record: its largest question key idf (the scan's bound)
     q = {name: _NpyOut(folder / f"{name}.npy", dt) for name, dt in (
         ("q_keys", np.uint64), ("q_offsets", np.int64), ("q_docs", np.int32), ("q_idf", np.float64), ("hot", np.bool_))}
     n_keys = n_pairs = 0
@@ -425,7 +444,10 @@ def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spil
         keys, first, df = np.unique(hb, return_index=True, return_counts=True)
         del hb
         idf = np.log(N / df)  # decon rule: idf = ln(N / df) over indexed records
-        np.add.at(q_idf_sum, db, np.repeat(idf, df))
+        pair_idf = np.repeat(idf, df)
+        np.add.at(q_idf_sum, db, pair_idf)
+        np.maximum.at(max_idf, db, pair_idf)
+        del pair_idf
         q["q_keys"].add(keys)
         q["q_offsets"].add(first + n_pairs)
         q["q_docs"].add(db)
@@ -437,6 +459,9 @@ def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spil
     q["q_offsets"].add(np.array([n_pairs], dtype=np.int64))
     for o in q.values():
         o.close()
+    _key_min_total(folder, q_idf_sum, n_keys)
+    np.save(folder / "_record_max_idf.npy", max_idf, allow_pickle=False)
+    del max_idf
     bloom_bits = int(min(32, max(16, math.ceil(math.log2(max(1, n_keys) * 16)))))
     bloom = np.zeros((1 << bloom_bits) // 64, dtype=np.uint64)
     from contam_assets.detector import key_table

@@ -47,7 +47,9 @@ class Reference:
 
     def __post_init__(self):
         # rows are made when a match asks for them: a run of one small shard meets a few records of ~80,000
-        self._df = self.records.sort("record_id")
+        # a table already in record_id order (as saved with the index) is used as it is: a sorted copy of every text
+        # would double what each scanning process holds of the reference set
+        self._df = self.records if self.records["record_id"].is_sorted() else self.records.sort("record_id")
         ids = self._df["record_id"].to_numpy()
         self._pos = None if np.array_equal(ids, np.arange(len(ids))) else {int(r): i for i, r in enumerate(ids.tolist())}
         self._rows: dict[int, dict] = {}

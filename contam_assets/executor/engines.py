@@ -24,6 +24,7 @@ from contam_assets.executor.shard_work import (
     run_shard_work_shared,
 )
 from contam_assets.rescan.shard import ShardOutcome
+from contam_assets.store import token_cache
 
 Scanned = Iterator[tuple[ShardWork, ShardOutcome | Exception]]
 
@@ -38,11 +39,10 @@ def local_processes(workers: int, n_jobs: int) -> int:
     return max(1, min(workers if workers > 0 else available_cpus(), n_jobs))
 
 
-def token_cache_root(token_cache_dir: str, out_path: Path) -> Path | None:
-    """The token stream cache's folder: '' = <out>/token_cache, 'off' (none, 0, false) = no cache."""
-    if token_cache_dir.strip().lower() in ("off", "none", "0", "false"):
-        return None
-    return Path(token_cache_dir).resolve() if token_cache_dir else Path(out_path) / "token_cache"
+def token_cache_root(token_cache_dir: str, out_path: Path, remote_pool: bool = False) -> Path | None:
+    """The token stream cache's folder, None for none (store/token_cache.cache_root: '' = <out>/token_cache for a
+    local pool and none for a remote one, 'on' = <out>/token_cache, 'off' = none, else that folder)."""
+    return token_cache.cache_root(token_cache_dir, out_path, remote_pool)
 
 
 def scan_in_step(jobs: list[ShardWork], index: NgramIndex, ref: Reference) -> Scanned:

@@ -21,13 +21,14 @@ import polars as pl
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
-from contam_assets.detector.matches import Reference, candidates, rows_for_doc, tokenize_batch
+from contam_assets.detector.matches import Reference, Words, candidates, rows_for_doc, tokenize_batch
+from contam_assets.detector.ngrams import ngram_hashes
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.text import join_words
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.paraphrase.crosslingual import crosslingual_rows
 from contam_assets.paraphrase.stage import paraphrase_rows
-from contam_assets.rescan.incremental import StaleStream, scan_stream, task_locals
+from contam_assets.rescan.incremental import StaleStream, scan_stream, selection
 from contam_assets.rescan.plan import ShardPlan, shard_identity
 from contam_assets.rescan.shard import (
     MatchSink,
@@ -56,18 +57,18 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
     shard whose stream broke is not cached (a later rescan reads the shard again).
 
     With ``cfg.prefilter`` the documents the prefilter clears are not tokenized (and no token stream
-    is cached: it would miss them); with ``tasks`` as well, only those tasks' rows are made, from the
-    documents their own prefilter passes: the per-task rescan of a shard (an incremental outcome).
+    is cached: it would miss them); with ``tasks`` as well, of the documents the prefilter passes only those
+    holding an n-gram that lets ``tasks``' records change the walk (incremental.start_keys) are scanned, and
+    every task's rows of them are made, as a cached stream's rescan makes them (incremental.scan_stream):
+    the text rescan of a shard for some tasks (an incremental outcome).
     """
     t0 = time.perf_counter()
     if fingerprint is None or identity is None:
         fingerprint, identity = shard_identity(path)
     key = token_cache.cache_key(identity, cfg, content_key)
-    pf = ensure_prefilter(index, ref.records, cfg, tasks) if cfg.prefilter else None
-    keep_local = None
-    if tasks is not None:
-        keep_local = np.zeros(index.n_records, dtype=bool)
-        keep_local[task_locals(index, ref.records, tasks)] = True
+    pf = ensure_prefilter(index, ref.records, cfg) if cfg.prefilter else None
+    keys = selection(index, ref.records, tasks, cfg)[1] if tasks is not None else None
+    walked: list[int] | None = [] if tasks is not None else None  # lines whose rows of every task are made again
     writer = token_cache.StreamWriter(cache_root, shard, key, cfg.tokenizer) if cache_root and pf is None else None
     tok = get_tokenizer(cfg.tokenizer)
     sink = MatchSink(parts)
@@ -89,16 +90,19 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                     counters["too_short"] += 1  # decon rule: documents under 10 tokens are not scanned
                 else:
                     counters["scanned"] += 1
+            if keys is not None:  # the documents the tasks' records can change, walked again for every task
+                hit = [i for i, t in enumerate(encoded) if len(t) >= cfg.min_doc_tokens
+                       and keys.contains(ngram_hashes(np.asarray(t, dtype=np.uint64), cfg.ngram_size)).any()]
+                batch, encoded, words = [batch[i] for i in hit], [encoded[i] for i in hit], Words([words.parts[i] for i in hit])
+                walked.extend(doc.line for doc in batch)
             rows: list[dict] = []
-            for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, candidates(index, ref, encoded, words, cfg, keep_local))):
-                if keep_local is not None:
-                    cands = [c for c in cands if keep_local[c.local]]
+            for i, (doc, tokens, cands) in enumerate(zip(batch, encoded, candidates(index, ref, encoded, words, cfg))):
                 if cands:
                     rows.extend(rows_for_doc(doc, shard, join_words(words[i]), tokens, cands, ref, tok, preset, cfg.threshold))
             if cfg.paraphrase:  # the paraphrase part, after the n-gram rows of the same documents
-                rows.extend(paraphrase_rows(batch, shard, ref, cfg, preset, rows, set(tasks) if tasks is not None else None))
+                rows.extend(paraphrase_rows(batch, shard, ref, cfg, preset, rows))
             if cfg.crosslingual:  # translations into other languages, after the other rows of the same documents
-                rows.extend(crosslingual_rows(batch, shard, ref, preset, rows, set(tasks) if tasks is not None else None))
+                rows.extend(crosslingual_rows(batch, shard, ref, preset, rows))
             sink.extend(rows)
             fault_point("scan")
         matches = sink.close()
@@ -117,7 +121,8 @@ def tokenize_and_scan(path: Path, shard: str, index: NgramIndex, ref: Reference,
                             fingerprint, status=status_of(failures, counters["read"]))
     if tasks is not None:
         return ShardOutcome(shard, "incremental", stats=stats, rejects=None, stream_key=None, tasks=sorted(tasks),
-                            drop=[], docs_scanned=counters["scanned"] - counters["prefiltered"], **outcome_rows(sink, matches))
+                            drop=[], docs_scanned=counters["scanned"] - counters["prefiltered"], lines=walked,
+                            **outcome_rows(sink, matches))
     tasks = list(ref.tasks)
     return ShardOutcome(shard, "full", stats=stats, rejects=rejects, stream_key=key if writer else None, tasks=tasks,
                         drop=tasks, docs_scanned=counters["scanned"] - counters["prefiltered"], **outcome_rows(sink, matches))

@@ -258,7 +258,9 @@ class CrosslingualIndex:
             wv = embed([block[s:e] for s, e in order])
             for k, (s, e) in enumerate(order):
                 us = sorted(wins[(s, e)])
-                sims = self.vectors(us) @ wv[k]
+                # einsum, not BLAS (as paraphrase/search.py): OpenBLAS wakes its threads for these small
+                # products, and on a shared machine their spinning costs more CPU than the products
+                sims = np.einsum("ud,d->u", self.vectors(us), wv[k])
                 win_anchors = anchors(block[s:e])
                 for u, sim in zip(us, sims.tolist()):
                     shared = sorted(self.anchor_sets[u] & win_anchors)

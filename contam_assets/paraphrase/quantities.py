@@ -187,3 +187,94 @@ def final_answer(answer: str) -> float | None:
         return None
     vals = numbers(answer.rsplit("####", 1)[1])
     return next(iter(vals)) if len(vals) == 1 else None
+
+
+# an example of a code task: a call and what it gives, as a doctest (">>> f(x)" over its output) or on one line
+# ("f(x) == y", "f(x) ➞ y", "f(x) returns y")
+_CALL = re.compile(r"^\s*(?:>>>\s*)?[A-Za-z_][\w.]*\s*(\(.*\))\s*"
+                   r"(?:(?:==>|==|=>|->|➞|\breturns?\b|\bshould return\b|\bshould be\b)\s*(.+?))?\s*$")
+_GLUE = re.compile(r"[\s'\"]+")
+
+
+def example_text(text: str) -> str:
+    """``text`` as examples are compared: lower-cased, without spaces or quotes (a rewrite may requote a string
+    or space a list), so that a call's arguments and its output read the same however they are laid out."""
+    return _GLUE.sub("", text).lower()
+
+
+def examples(text: str) -> tuple[tuple[str, str], ...]:
+    """(arguments, output) of every example of a code task's prompt, each in ``example_text`` form: a doctest
+    call and the line under it, or a call with its result on the same line.  A comment after the output is
+    dropped, and an output written as a sum ("19 - 5 - 6 = 8") is its value."""
+    out = []
+    lines = text.splitlines()
+    for k, line in enumerate(lines):
+        m = _CALL.match(line)
+        if m is None:
+            continue
+        res = m.group(2)
+        if res is None and line.lstrip().startswith(">>>") and k + 1 < len(lines):
+            nxt = lines[k + 1].strip()
+            if nxt and not nxt.startswith((">>>", '"""', "'''")):
+                res = nxt
+        if res is None:
+            continue
+        res = res.split("#")[0]
+        if "=" in res and "==" not in res and not res.lstrip().startswith(("[", "(", "{")):
+            res = res.rsplit("=", 1)[1]
+        args, res = example_text(m.group(1)), example_text(res).rstrip(".,;")
+        if args and res:
+            out.append((args, res))
+    return tuple(out)
+
+
+def examples_kept(item_examples: tuple, window: str) -> str | None:
+    """None where ``window`` keeps what it shows of an item's examples (or shows none of them and no example of
+    its own); else what differs: "output changed" (a call of the item's is there, followed by another output),
+    "cut at an example" (the window ends at a call of the item's: what it gives is left out, and a window that
+    shows it is the evidence), "other examples" (the window's examples are none of the item's) or "example
+    replaced" (the window shows an example of its own where one of the item's is missing)."""
+    if not item_examples:
+        return None
+    w = example_text(window)
+    shown, missing = False, False
+    for args, res in item_examples:
+        others = [a for a, _ in item_examples if a != args and len(a) > 2]
+        at, seen = w.find(args), None
+        while at >= 0:
+            after = w[at + len(args):]
+            # the output is this call's: it lies before the next example begins
+            ends = [len(res) + EXAMPLE_SLACK] + [k for k in (after.find(">>>"), *(after.find(b) for b in others)) if k >= 0]
+            if res in after[:min(ends)]:
+                shown, seen = True, None
+                break
+            seen = "output changed" if after else "cut at an example"
+            at = w.find(args, at + 1)
+        if seen:
+            return seen  # another output, or a window that stops at the call and hides what it gives
+        missing = missing or at < 0
+    own = {a for a, _ in item_examples}
+    foreign = [a for a, _ in examples(window) if a not in own]
+    if foreign and not shown:
+        return "other examples"
+    if foreign and missing:
+        return "example replaced"  # one of the item's calls gone, another in its place: the task changed
+    return None
+
+
+EXAMPLE_SLACK = 40  # characters (spaces and quotes left out) an output may lie after its call: "the function returns"
+
+
+_PART = re.compile(r"\b(?:scenario|statement|source|passage)\s+\d+\s*[|:.]", re.I)
+
+
+def stem_parts(question: str) -> list[str]:
+    """The parts of a multiple-choice stem that tell it from other items built on the same frame: its labelled
+    parts ("Scenario 1 | ...", "Statement 2 | ...": items pair the same ones in other combinations), else its last
+    line where it has several (the question asked of a passage, or the sentence after a shared instruction).
+    A single-line stem has none: it is one part."""
+    cuts = [m.start() for m in _PART.finditer(question)]
+    if len(cuts) >= 2:
+        return [question[a:b] for a, b in zip(cuts, cuts[1:] + [len(question)])]
+    lines = [x for x in question.splitlines() if x.strip()]
+    return [lines[-1]] if len(lines) >= 2 else []

@@ -13,11 +13,16 @@ item (paraphrase_kinds ``mc``) where it holds its less common content words clos
 (``WordGate``); any other item where it holds at least half
 of the item's rare words, and at least ``MIN_RARE`` (words of at most ``RARE_SHARE`` of the items).  A
 document with no candidate item is not tokenized for the embedder; one whose candidates came through a
-word gate alone is embedded only around the words that let them through.
+word gate alone is embedded only around the words that let them through.  The gates take a batch of documents
+at once (``gates``, ``search_many``): its content words in one numpy pass (``DocStems``), one sparse product per
+word gate; each document gets what it would alone.
 
 Windows are runs of whole sentences (and lines), of one to ``MAX_SENTENCES`` sentences, whose
 length lies within ``[LENGTH_LOW, LENGTH_HIGH]`` times the item's (question, or question and
-answer); each window's vector comes from the document's prefix sums (embed.StaticEmbedder).
+answer); each window's vector comes from the document's prefix sums (embed.StaticEmbedder).  A window's
+similarity to each candidate is first taken from the sums at the sentence bounds (float64); the windows'
+own vectors are made, and the float32 similarities the verifier is given, only where one comes within
+``SIM_SLACK`` of the bar.
 """
 
 from __future__ import annotations
@@ -28,35 +33,33 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from scipy import sparse
 
 from contam_assets.paraphrase.embed import StaticEmbedder, normalize
-from contam_assets.paraphrase.quantities import SOFT, STEM, STEM_WORD, number_positions, signatures, string_positions
+from contam_assets.paraphrase.gates import (
+    LENGTH_HIGH,
+    LENGTH_LOW,
+    DocStems,
+    WordGate,
+    _NumberRuns,
+    min_span,
+)
+from contam_assets.paraphrase.quantities import SOFT, number_positions, signatures
 from contam_assets.paraphrase.verify import (
     CODE,
-    CODE_LITERALS,
-    CODE_MIN_LITERALS,
     MATH,
     MC,
-    MC_COVER,
-    MC_STEM_WEIGHT,
     Evidence,
     ItemFacts,
     check,
 )
 
 MAX_SENTENCES = 12
-LENGTH_LOW, LENGTH_HIGH = 0.5, 2.0
 RARE_SHARE = 0.002
 TOPIC_SHARE = 0.03  # a math item's words held by at most this share of the items: one must be in the document
 FEW_NUMBERS = 2  # an item with this few distinct numbers needs two such words (web documents through the gate: 42 % -> 19 %)
 MIN_RARE = 3
-MC_GATE_SHARE = 0.05  # a multiple-choice item's words held by at most this share of those items are its gate keys
-MC_RARE_SHARE = 0.01  # ... and one of them held by at most this share
-MC_GATE_WEIGHT = 14.0  # the least weight of them a document must hold (and MC_COVER of the item's)
-MC_STEP, CODE_STEP = 250, 500  # ... within a stretch of one to two steps (characters)
-RARE_MARK = 1e4  # more than any item's keys weigh together
-GATE_SPAN = 0.5  # ... and the words reaching that weight within this share of the item's length
+MANY_NUMBERS = 16  # a document with more numbers than this tells in numpy which math items' numbers lie together
+SIM_SLACK = 1e-3  # a window's similarity from the sums at the bounds (float64) and the verifier's (float32) differ by less
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z][a-z']{3,}")
 
@@ -156,22 +159,33 @@ class ParaphraseIndex:
     def gate(self, text: str) -> tuple[np.ndarray, int, int]:
         """Items this document could hold a rewording of (positions, sorted), and the stretch of
         characters [lo, hi) every window that could hold one of them lies in."""
-        occ = [(v, at) for v, at in number_positions(text) if v not in SOFT]
+        return self.gates([text])[0]
+
+    def gates(self, texts: list[str]) -> list[tuple[np.ndarray, int, int]]:
+        """``gate`` of each document of a batch: the word gates read the batch's content words in one numpy
+        pass (DocStems) and take one sparse product for the whole batch."""
+        occs = [[(v, at) for v, at in number_positions(t) if v not in SOFT] for t in texts]
+        lows = [t.lower() for t in texts]
+        # an item through a word gate: the stretch around its words, per document
+        spans: list[dict[int, tuple[int, int]]] = [{} for _ in texts]
+        bags = [b for b in self.bags.values() if b.members.size]
+        if bags:
+            stems = DocStems.of(lows)  # the documents' content words (stems) and their offsets, read once
+            for b in bags:
+                for d, (cs, los, his) in enumerate(b.candidates(texts, stems, occs)):
+                    for c, a, z in zip(cs.tolist(), los.tolist(), his.tolist()):
+                        spans[d][c] = (a, z)
+        return [self._gate(*args) for args in zip(texts, lows, occs, spans)]
+
+    def _gate(self, text: str, low: str, occ: list, spans: dict[int, tuple[int, int]]) -> tuple[np.ndarray, int, int]:
+        """The number, word and name gates of one document, joined with what the word gates let through
+        (``spans``); ``occ``: its numbers that are data, with their offsets."""
         values = {round(v, 4) for v, _ in occ}
         posts = [self.by_number[v] for v in values if v in self.by_number]
-        low = text.lower()
         words = set(_WORD.findall(low))
         posts += [self.by_word[w] for w in words if w in self.by_word]
         if "def" in text:  # the signature rule needs the item's own signature in the window
             posts += [self.by_call[s] for s in signatures(text) if s in self.by_call]
-        spans: dict[int, tuple[int, int]] = {}  # an item through a word gate: the stretch around its words
-        at_stem: dict[str, list[int]] | None = None  # the document's content words (stems) and their offsets, read once
-        for b in self.bags.values():
-            if b.members.size:
-                if at_stem is None:
-                    at_stem = stem_offsets(low)
-                for c, a, z in zip(*(x.tolist() for x in b.candidates(text, at_stem, occ))):
-                    spans[c] = (a, z)
         bagged = np.array(sorted(spans), dtype=np.int64)
         if not posts:
             if not spans:
@@ -190,6 +204,7 @@ class ParaphraseIndex:
             return cand, 0, 0
         # a math item's numbers must lie close together: within the longest window it could be in
         seq = [(round(v, 4), at) for v, at in occ]
+        runs = _NumberRuns(seq) if len(seq) > MANY_NUMBERS else None
         keep, lo, hi = [], len(text), 0
         for c in cand.tolist():
             if self.items[c].kind != MATH:
@@ -197,7 +212,10 @@ class ParaphraseIndex:
                 a, z = spans[c] if c in spans and not keyed[c] else (0, len(text))
                 lo, hi = min(lo, a), max(hi, z)
                 continue
-            span, a, b = min_span(seq, set(self.items[c].numbers), self.allowed[c])
+            values = set(self.items[c].numbers)
+            if runs is not None and not runs.any_holds(values, self.allowed[c]):
+                continue  # no stretch free of another problem's numbers holds all of them (min_span: inf)
+            span, a, b = min_span(seq, values, self.allowed[c])
             reach = LENGTH_HIGH * self.qa_len[c]
             if span <= reach:
                 keep.append(c)
@@ -206,7 +224,16 @@ class ParaphraseIndex:
 
     def search(self, text: str, only: set[int] | None = None) -> list[Hit]:
         """The verified rewordings in ``text``: at most one hit per item, its best window."""
-        cand, lo, hi = self.gate(text)
+        return self.search_many([text], [only])[0]
+
+    def search_many(self, texts: list[str], skips: list[set[int] | None] | None = None) -> list[list[Hit]]:
+        """``search`` of each document of a batch, the gates taken for the whole batch at once (``skips``: per
+        document, the items left out, or None)."""
+        skips = skips if skips is not None else [None] * len(texts)
+        return [self._search(t, g, only) for t, g, only in zip(texts, self.gates(texts), skips)]
+
+    def _search(self, text: str, gated: tuple[np.ndarray, int, int], only: set[int] | None) -> list[Hit]:
+        cand, lo, hi = gated
         if only is not None:
             cand = np.array([c for c in cand if c not in only], dtype=np.int64)
         if len(cand) == 0:
@@ -226,18 +253,32 @@ class ParaphraseIndex:
         i, j, w_start, w_end, count = i[keep], j[keep], w_start[keep], w_end[keep], count[keep]
         if len(i) == 0:
             return []
-        vec = normalize((sums[j] - sums[i]) / (count[:, None].astype(np.float32) if self.bags else count[:, None]))
+        raw = sums[j] - sums[i]
+        vec = None  # the windows' unit vectors: made only where some item comes close (below)
+        # every window's similarity to every candidate, first from the products of the sums at the sentence
+        # bounds with the items' vectors (bounds x items, not windows x items x dimensions); in float64, within
+        # SIM_SLACK of the float32 figure the verifier is given
+        size = np.sqrt(np.einsum("wd,wd->w", raw, raw, dtype=np.float64))
+        size[size == 0] = np.inf
         length = (w_end - w_start)[:, None]
         hits: dict[int, Hit] = {}
         for vecs, lens in ((self.q_vec, self.q_len), (self.qa_vec, self.qa_len)):
             todo = np.array([c for c in cand.tolist() if c not in hits], dtype=np.int64)
             if len(todo) == 0:
                 break
+            ratio = length / np.maximum(lens[todo], 1)[None, :]
+            off = (ratio < LENGTH_LOW) | (ratio > LENGTH_HIGH)
             # einsum, not BLAS: OpenBLAS wakes its threads for these small products, and their spinning costs
             # more CPU than the products (twice the stage's time on code-heavy text)
+            dots = np.einsum("bd,cd->bc", sums, vecs[todo], dtype=np.float64)
+            near = (dots[j] - dots[i]) / size[:, None]
+            near[off] = -1.0
+            if near.max() < self.min_similarity - SIM_SLACK:
+                continue  # no window comes close to any of them (most documents stop here)
+            if vec is None:
+                vec = normalize(raw / (count[:, None].astype(np.float32) if self.bags else count[:, None]))
             sim = np.einsum("wd,cd->wc", vec, vecs[todo])
-            ratio = length / np.maximum(lens[todo], 1)[None, :]
-            sim[(ratio < LENGTH_LOW) | (ratio > LENGTH_HIGH)] = -1.0
+            sim[off] = -1.0
             # only items some window comes close to reach the verifier (most documents stop here)
             for col in np.flatnonzero(sim.max(axis=0) >= self.min_similarity).tolist():
                 item = int(todo[col])
@@ -255,187 +296,6 @@ class ParaphraseIndex:
                         hits[item] = Hit(item, int(w_start[w]), int(w_end[w]), ev)
                         break
         return sorted(hits.values(), key=lambda h: (h.start, h.item))
-
-
-class WordGate:
-    """The items of one kind (multiple choice, or code) as bags of content words (code: and the literals of
-    its examples), each word weighted by its rarity among them (log of items over items holding it).
-
-    The gate, in three steps, each cheaper than the next is selective: (1) a stretch of the document (``step``
-    to twice that in characters) holds at least ``MC_GATE_WEIGHT`` and ``MC_COVER`` of the weight of an item's
-    less common words (held by at most ``MC_GATE_SHARE`` of the items), one of them rare (at most
-    ``MC_RARE_SHARE``): one sparse product per document; (2) a code item (renamed rule) needs ``CODE_LITERALS``
-    of its examples' values and every number of its prompt in the document: an item with fewer than
-    ``CODE_MIN_LITERALS`` values is found by its signature only; (3) the words that reach that weight lie within
-    ``GATE_SPAN`` of the item's length (question and answer): a rewording restates the item in about its
-    own length, a document about the subject spreads the same words over paragraphs.  The stretch of
-    characters handed to the embedder is the one around those words.  The margin: a window's similarity to
-    the item less its best similarity to any other item of the kind."""
-
-    def __init__(self, items: list, kind: str, q_vec: np.ndarray, qa_vec: np.ndarray, qa_len: np.ndarray):
-        self.kind, self.n = kind, len(items)
-        self.items, self.qa_len = items, qa_len
-        self.step = CODE_STEP if kind == CODE else MC_STEP
-        self.members = np.array([i for i, it in enumerate(items) if it.kind == kind], dtype=np.int64)
-        self.vec = np.concatenate([q_vec[self.members], qa_vec[self.members]])
-        df: dict[str, int] = defaultdict(int)
-        for i in self.members.tolist():
-            for w in items[i].stems | items[i].option_stems:
-                df[w] += 1
-        m = max(1, len(self.members))
-        self.weights = {w: float(np.log(m / c)) for w, c in df.items()}
-        gate_min = np.log(m / max(1, int(MC_GATE_SHARE * m)))
-        self.rare = np.log(m / max(1, int(MC_RARE_SHARE * m)))
-        by_word: dict[str, list[int]] = defaultdict(list)
-        self.need = np.full(len(items), np.inf)
-        self.keys: dict[int, frozenset] = {}
-        for i in self.members.tolist():
-            if kind == CODE and len(items[i].option_stems) < CODE_MIN_LITERALS:
-                continue  # the renamed rule cannot hold it: its signature gate alone
-            keys = [w for w in items[i].stems if self.weights[w] >= gate_min]
-            for w in keys:
-                by_word[w].append(i)
-            self.keys[i] = frozenset(keys)
-            self.need[i] = max(MC_GATE_WEIGHT, MC_COVER * sum(self.weights[w] for w in keys))
-        # the keys as a sparse (word x item) matrix of weights, and one of rare keys
-        self.words = list(by_word)
-        self.word_id = {w: k for k, w in enumerate(self.words)}
-        rows = np.concatenate([np.full(len(v), k) for k, v in enumerate(by_word.values())]) if by_word else np.zeros(0, int)
-        cols = np.concatenate([np.asarray(v) for v in by_word.values()]) if by_word else np.zeros(0, int)
-        wts = np.array([self.weights[w] for w, v in by_word.items() for _ in v])
-        shape = (len(by_word), len(items))
-        # a rare key adds RARE_MARK: a product's entry is (rare keys) * RARE_MARK + (their weight)
-        self.matrix = sparse.csr_matrix((wts + RARE_MARK * (wts >= self.rare), (rows, cols)), shape=shape)
-        self.by_word = {k: np.array(v, dtype=np.int64) for k, v in by_word.items()}
-        # a key's weight is the same for every item holding it: a rare key is rare for all of them
-        self.rare_word = np.array([self.weights[w] >= self.rare for w in self.words], dtype=bool)
-
-    def candidates(self, text: str, at_stem: dict, occ: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(items, lo, hi): the items whose less common words lie close together in the document, and for each
-        the stretch of characters its windows could lie in.  ``at_stem``: the offsets of each content word's stem
-        (quantities.STEM_WORD on the lower-cased text)."""
-        none = np.zeros(0, dtype=np.int64)
-        wid = self.word_id
-        found = [(at, k) for w, ats in at_stem.items() if (k := wid.get(w)) is not None for at in ats]
-        found.sort()  # in the document's order, as weight_span reads them
-        lits: list[tuple[int, str]] = []
-        if self.kind == CODE:
-            lits = [(at, _num_key(v)) for v, at in occ]
-            lits += string_positions(text)
-            found += [(at, k) for at, w in lits if (k := wid.get(w)) is not None]
-        if not found:
-            return none, none, none
-        at, word = np.array(found, dtype=np.int64).T
-        if not self.rare_word[word].any():
-            return none, none, none  # an item needs one of its rare keys in the stretch
-        bucket = at // self.step
-        # stretch c spans buckets c and c + 1: a word counts once per stretch
-        pairs = np.unique(np.concatenate([bucket, bucket - 1]) * len(wid) + np.concatenate([word, word]))
-        stretch, word_of = pairs // len(wid), pairs % len(wid)
-        ok = stretch >= 0
-        stretch, word_of = stretch[ok], word_of[ok]
-        # only a stretch holding a rare key can let an item through
-        ok = np.isin(stretch, stretch[self.rare_word[word_of]])
-        stretch, word_of = stretch[ok], word_of[ok]
-        stretches, row = np.unique(stretch, return_inverse=True)
-        # pairs are sorted by stretch, then word: the rows of a CSR matrix as they are
-        indptr = np.zeros(len(stretches) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(row, minlength=len(stretches)), out=indptr[1:])
-        pick = sparse.csr_matrix((np.ones(len(row)), word_of, indptr), shape=(len(stretches), len(wid)))
-        got = (pick @ self.matrix).tocoo()
-        hit = (got.data >= RARE_MARK) & (np.mod(got.data, RARE_MARK) >= self.need[got.col])
-        cand = np.unique(got.col[hit])
-        if len(cand) == 0:
-            return none, none, none
-        # the words reaching the weight lie close together: within GATE_SPAN of the item's length
-        nums = {w for _, w in lits}
-        keep, lo, hi = [], [], []
-        for c in cand.tolist():
-            it = self.items[c]
-            if self.kind == CODE and (len(it.option_stems & nums) < CODE_LITERALS * len(it.option_stems)
-                                      or any(_num_key(v) not in nums for v in it.numbers)):
-                continue  # the examples' values are not in the document
-            keys = self.keys[c]
-            pts = [(a, self.words[k]) for a, k in found if self.words[k] in keys]
-            if self.kind == MC and sum(self.weights[w] for w in {w for _, w in pts} & it.question_stems) < MC_STEM_WEIGHT:
-                continue  # the verifier needs that much of the question's own words
-            span, a, b = weight_span(pts, self.weights, self.need[c])
-            reach = LENGTH_HIGH * self.qa_len[c]
-            if span <= GATE_SPAN * self.qa_len[c]:
-                keep.append(c)
-                lo.append(max(0, int(b - reach)))
-                hi.append(min(len(text), int(a + reach)))
-        return np.array(keep, dtype=np.int64), np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
-
-    def margin(self, item: int, vec: np.ndarray, similarity: float) -> float:
-        """``similarity`` less the window's best similarity to any other item of the kind (its question, or
-        its question and answer)."""
-        if len(self.members) < 2:
-            return 1.0
-        sims = np.einsum("nd,d->n", self.vec, vec)  # no BLAS threads (search)
-        own = np.flatnonzero(self.members == item)
-        sims[own] = -1.0
-        sims[own + len(self.members)] = -1.0
-        return similarity - float(sims.max())
-
-
-def stem_offsets(low: str) -> dict[str, list[int]]:
-    """The offsets of each content word's stem (quantities.STEM_WORD, cut to STEM letters) in ``low``, lower-cased
-    text: the words every word gate reads, found once per document."""
-    out: dict[str, list[int]] = defaultdict(list)
-    for m in STEM_WORD.finditer(low):
-        out[m.group(0).strip("'-")[:STEM]].append(m.start())
-    return out
-
-
-def _num_key(v: float) -> str:
-    return "n:" + (str(int(v)) if float(v).is_integer() else str(v))
-
-
-def weight_span(pts: list[tuple[int, str]], weights: dict, need: float) -> tuple[float, int, int]:
-    """(length, start, end) of the shortest stretch of characters whose distinct words (pts: (offset, word) in
-    order) weigh at least ``need``; length inf where they never do."""
-    have: dict[str, int] = {}
-    best, lo, total = (float("inf"), 0, 0), 0, 0.0
-    for at, w in pts:
-        have[w] = have.get(w, 0) + 1
-        if have[w] == 1:
-            total += weights[w]
-        while total >= need:
-            start, u = pts[lo]
-            if at - start < best[0]:
-                best = (at - start, start, at)
-            have[u] -= 1
-            if not have[u]:
-                del have[u]
-                total -= weights[u]
-            lo += 1
-    return best
-
-
-def min_span(seq: list[tuple[float, int]], values: set, allowed: frozenset | None = None) -> tuple[float, int, int]:
-    """(length, start, end) of the shortest stretch of characters holding every value of ``values``
-    (seq: (value, offset) in order) and no value outside ``allowed`` (None: any); length inf where there is none."""
-    need, have, best, lo = len(values), {}, (float("inf"), 0, 0), 0
-    pts: list[tuple[float, int]] = []
-    for v, at in seq:
-        if v in values:
-            pts.append((v, at))
-        elif allowed is not None and v not in allowed:  # a stretch past this value holds another problem's number
-            have, pts, lo = {}, [], 0
-            continue
-        else:
-            continue
-        have[v] = have.get(v, 0) + 1
-        while len(have) == need:
-            if at - pts[lo][1] < best[0]:
-                best = (at - pts[lo][1], pts[lo][1], at)
-            u = pts[lo][0]
-            have[u] -= 1
-            if not have[u]:
-                del have[u]
-            lo += 1
-    return best
 
 
 def sentence_bounds(text: str) -> np.ndarray:

@@ -43,10 +43,13 @@ def paraphrase_rows(docs: list, shard: str, ref: Reference, cfg: DetectConfig, p
     # the instances' keys, read only where the n-gram rows name some
     keys = list(zip(px.records["task"], px.records["split"], px.records["instance_index"], px.records["subject"])) if have else []
     out = []
+    skips = []
     for doc in docs:
         seen = have.get(doc.line, set())
-        skip = {i for i, k in enumerate(keys) if k in seen} if seen else None
-        for hit in px.search(doc.text, skip):
+        skips.append({i for i, k in enumerate(keys) if k in seen} if seen else None)
+    # the gates read the whole batch at once (one pass for its words, one sparse product per word gate)
+    for doc, hits in zip(docs, px.search_many([doc.text for doc in docs], skips)):
+        for hit in hits:
             rec = px.records.row(hit.item, named=True)
             if tasks is not None and rec["task"] not in tasks:
                 continue

@@ -8,9 +8,15 @@ apart is what a rewording must keep.
   distinct numbers needs ``FEW_NUMBERS_MARGIN`` more similarity (two numbers meet by chance); a window that does not
   hold the answer must end by asking something where the item does (a question mark, "how",
   "find", ...): a problem cut before a step that was added to it is not the problem;
-- a code item: the same function name and parameter names (``def f(a, b)``), and every number of
+- a code item: what it does, read from its examples (``quantities.examples``: a doctest call over its
+  output, or ``f(x) == y`` on one line): a call of the item's that the window shows must give the item's output
+  (a task whose behaviour changed gives another for the same call), the window must not stop at such a call
+  (what it gives would be left out), and a window whose examples are none of the item's, or that shows one of
+  its own where one of the item's is missing, is another task; then
+  the same function name and parameter names (``def f(a, b)``), and every number of
   its prompt (the examples of a docstring: a ``def fib(n)`` in other code is not HumanEval's); or
-  (paraphrase_kinds ``code``), renamed and rewritten, what its behaviour is made of: every number of its prompt, ``CODE_LITERALS``
+  (paraphrase_kinds ``code``), renamed and rewritten, what its behaviour is made of (not every number of its
+  prompt: a verbose rewording spreads them over more than a window), ``CODE_LITERALS``
   of the string literals and numbers of its examples (it needs ``CODE_MIN_LITERALS``; two of those
   found must be uncommon among the tasks) and few values of its own (``CODE_NEW_LITERALS`` of the
   prompt's, outside the prompt's and the solution's: a harder variant adds examples), ``CODE_COVER`` of
@@ -20,13 +26,16 @@ apart is what a rewording must keep.
 - a multiple-choice item (paraphrase_kinds ``mc``; else it is an "other" item), its stem with or without
   its options: every number of the stem; a
   similarity of ``MC_SIMILARITY``; a margin of ``MC_MARGIN`` over every other multiple-choice item of
-  the reference set (a same-subject question sits close to many items, a rewording close to one);
+  the reference set (a same-subject question sits close to many items, a rewording clearly closer to one);
   at least ``MC_COVER`` of the weight of the less common content words of the stem and its gold
   answer found in the window (a word weighs the log of the items over those holding it; a template's
   words, held by many items, do not count), ``MC_STEM_WEIGHT`` of them from the stem itself, at least
   ``MC_WEIGHT`` in all (options included), and at least ``MC_PRECISION`` of the window's own
   content-word weight explained by the item (stem and options): a window about something else is not
-  the item.  A stem whose own words weigh under ``MC_WEIGHT`` needs its gold answer in the window.
+  the item.  A stem whose own words weigh under ``MC_WEIGHT`` needs its gold answer in the window.  A stem
+  made of parts other items share (``quantities.stem_parts``: "Scenario 1 | ... Scenario 2 | ...", or a passage
+  or instruction followed by the question on its last line) needs ``MC_PART_COVER`` of each part's weight: the
+  part that is its own (the other scenario, the question asked of the passage) must be there.
   A rewording keeps what the item is about (its rare words, often the gold answer's: a stem made a
   question restates what it asks) and changes its wording; identifiers and numbers are not relied on;
 - any other item: every number of the question, at least half of its names, and a higher
@@ -40,10 +49,24 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from contam_assets.paraphrase.quantities import asks, final_answer, hard, literals, names, numbers, signature, stems
+from contam_assets.paraphrase.quantities import (
+    asks,
+    example_text,
+    examples,
+    examples_kept,
+    final_answer,
+    hard,
+    literals,
+    names,
+    numbers,
+    signature,
+    stem_parts,
+    stems,
+)
 
 MATH, CODE, MC, OTHER = "math", "code", "mc", "other"
-MC_SIMILARITY, MC_MARGIN = 0.70, 0.05
+MC_SIMILARITY, MC_MARGIN = 0.70, 0.15
+MC_PART_COVER = 0.3  # the weight of each part of a stem (quantities.stem_parts) the window must hold
 MC_COVER, MC_PRECISION, MC_WEIGHT = 0.2, 0.4, 14.0
 MC_KEY_WEIGHT = 3.0  # a word held by more than e**-3 (5 %) of the items weighs less: a template's, not the item's
 MC_STEM_WEIGHT = 6.0  # the weight of the question's own less common words a window must hold
@@ -67,6 +90,8 @@ class ItemFacts:
     gold: str = ""
     question_stems: frozenset = frozenset()  # content words of the question alone (multiple choice)
     renamed: bool = False  # a code item: also looked for under other names (paraphrase_kinds "code")
+    examples: tuple = ()  # a code item: its examples, (arguments, output) (quantities.examples)
+    parts: tuple = ()  # a multiple-choice stem's parts that tell it from items sharing the rest (quantities.stem_parts)
 
     @classmethod
     def of(cls, kind: str, question: str, answer: str | None, choices: list | None = None,
@@ -80,15 +105,17 @@ class ItemFacts:
         sig = signature(question) or signature(a) if kind == "code" else None
         if sig is not None and renamed:
             return cls(CODE, q_nums, frozenset(literals(a)), fin, frozenset(), sig, False,
-                       frozenset(stems(question) | literals(question)), frozenset(literals(question)), renamed=True)
+                       frozenset(stems(question) | literals(question)), frozenset(literals(question)), renamed=True,
+                       examples=examples(question))
         if sig is not None:
-            k = CODE
+            return cls(CODE, q_nums, frozenset(hard(numbers(a))), fin, frozenset(names(question)), sig, asks(question),
+                       examples=examples(question))
         elif fin is not None and sum(q_nums.values()) >= 2:
             k = MATH
         elif kind == "multiple-choice" and choices:
             return cls(MC, q_nums, frozenset(), None, frozenset(names(question)), None, asks(question),
                        frozenset(stems(question + "\n" + a)), frozenset(stems("\n".join(c or "" for c in choices))), a,
-                       frozenset(stems(question)))
+                       frozenset(stems(question)), parts=tuple(frozenset(stems(x)) for x in stem_parts(question)))
         else:
             k = OTHER
         return cls(k, q_nums, frozenset(hard(numbers(a))), fin, frozenset(names(question)), sig, asks(question))
@@ -144,10 +171,13 @@ def check(item: ItemFacts, window: str, similarity: float, min_similarity: float
                         answer_in_window=answered)
     if item.kind == CODE:
         sig = signature(window)
-        if set(item.numbers) - set(w_nums):
-            return None  # the task's examples are not all there (def fib(n) elsewhere)
+        if examples_kept(item.examples, window) is not None:
+            return None  # an example's call with another output, or other examples: the task's behaviour changed
         if sig is not None and sig == item.signature:
-            return Evidence(CODE, similarity, sorted(item.numbers), signature=f"{sig[0]}({', '.join(sig[1])})")
+            if set(item.numbers) - set(w_nums):
+                return None  # the task's examples are not all there (def fib(n) elsewhere)
+            return Evidence(CODE, similarity, sorted(item.numbers), signature=f"{sig[0]}({', '.join(sig[1])})",
+                            extra=_shown(item, window))
         if not item.renamed or sig is not None and sig[0] == item.signature[0]:
             return None  # the same name with other parameters: another version of the task, not a rewrite
         return _check_renamed(item, window, similarity, weights or {})
@@ -174,6 +204,9 @@ def _check_mc(item: ItemFacts, window: str, w_nums: Counter, similarity: float, 
     stem_key = key & item.question_stems
     if wt(found & stem_key) < MC_STEM_WEIGHT:
         return None  # the window holds the options' words, not what the question asks
+    for part in item.parts:
+        if wt(ws & part) < MC_PART_COVER * wt(part):
+            return None  # a passage or a scenario other items share, without the part that is this item's own
     gold = stems(item.gold)
     answered = bool(gold) and 2 * len(gold & ws) >= len(gold)
     if wt(stem_key) < MC_WEIGHT and not answered:
@@ -205,4 +238,12 @@ def _check_renamed(item: ItemFacts, window: str, similarity: float, weights: dic
         return None
     return Evidence(CODE, similarity, sorted(item.numbers),
                     extra={"renamed": True, "cover": round(cover, 3), "literals": sorted(kept)[:12],
-                           "signature_in_window": bool(signature(window))})
+                           "signature_in_window": bool(signature(window))} | _shown(item, window))
+
+
+def _shown(item: ItemFacts, window: str) -> dict:
+    """For the reviewer: how many of a code item's examples (calls with their outputs) the window shows."""
+    if not item.examples:
+        return {}
+    w = example_text(window)
+    return {"examples_shown": f"{sum(a in w and r in w for a, r in item.examples)} of {len(item.examples)}"}

@@ -6,8 +6,11 @@ task are computed with the new global index, exactly as a full rescan would comp
 them: a candidate of a record can only come from a cluster started at a non-hot
 question n-gram whose postings hold that record, so every document without such an
 n-gram yields no row for the task, and every document with one is scanned with the
-full index by the unchanged scanner, the result filtered to the task's records.  Rows
-of untouched tasks keep the scores of the index they were scanned with
+full index by the unchanged scanner.  decon's walk samples every few n-grams and resumes
+after each cluster's end, so the task's records can move where it looks in such a
+document and find (or miss) another task's record there: those documents' rows of every
+task are replaced by the new walk's (`ShardOutcome.lines`).  Elsewhere, rows of untouched
+tasks keep the scores of the index they were scanned with
 (`shard_task_scans.index_digest`); the nightly check rescans such shards in full.
 """
 
@@ -49,10 +52,14 @@ def task_locals(index: NgramIndex, records: pl.DataFrame, tasks: list[str]) -> n
 
 
 def start_keys(index: NgramIndex, locals_: np.ndarray | None = None) -> np.ndarray:
-    """Sorted question n-gram hashes that can start a cluster holding one of `locals_` (all records if None).
+    """Sorted question n-gram hashes that can start a cluster holding one of `locals_` (all records if None),
+    and with `locals_` also those that are hot only through them.
 
     decon rule (scan.find_clusters): a cluster starts only at a non-hot n-gram, and its
-    candidates are the records in that n-gram's postings.
+    candidates are the records in that n-gram's postings.  The sampled walk that finds the clusters
+    resumes after each one's end, so where it looks next depends on every record: a document where
+    `locals_`' records start a cluster, lengthen one, or make an n-gram hot may give other records'
+    rows too, and is walked again for every task (scan_stream).
     """
     usable = ~index.hot
     if locals_ is None:
@@ -60,9 +67,10 @@ def start_keys(index: NgramIndex, locals_: np.ndarray | None = None) -> np.ndarr
     wanted = np.zeros(index.n_records, dtype=bool)
     wanted[locals_] = True
     key_of_pair = np.repeat(np.arange(len(index.q_keys)), np.diff(index.q_offsets))
-    sel = np.zeros(len(index.q_keys), dtype=bool)
-    sel[key_of_pair[wanted[index.q_docs]]] = True
-    return index.q_keys[sel & usable]
+    theirs = np.bincount(key_of_pair[wanted[index.q_docs]], minlength=len(index.q_keys))
+    # hot only with them: the n-gram started clusters of other records before they were added
+    made_hot = index.hot & (np.diff(index.q_offsets) - theirs <= index.hot_threshold)
+    return index.q_keys[(theirs > 0) & (usable | made_hot)]
 
 
 TABLE_MAX_KEYS = 1 << 22  # a KeySet's open-addressing table holds at most 32 MB (more keys: numpy's binary search)
@@ -303,23 +311,21 @@ class StaleStream(RuntimeError):
 def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: NgramIndex, ref: Reference,
                 cfg: DetectConfig, content_key: str, preset: str, digest: str,
                 tasks: list[str] | None = None, parts: Path | None = None) -> ShardOutcome:
-    """Scan a cached token stream: every task (tasks=None, a full scan) or only `tasks` (incremental)."""
+    """Scan a cached token stream: every task (tasks=None, a full scan) or only `tasks` (incremental).
+
+    An incremental scan walks the documents where `tasks`' records can change the walk (`start_keys`) with the
+    whole index, and hands on every task's rows of them (`ShardOutcome.lines`): what a full scan gives there."""
     t0 = time.perf_counter()
-    locals_, keys = selection(index, ref.records, tasks, cfg)
-    keep = None
-    if locals_ is not None:
-        keep = np.zeros(index.n_records, dtype=bool)
-        keep[locals_] = True
+    _, keys = selection(index, ref.records, tasks, cfg)
     docs = docs_containing(stream, keys, cfg.ngram_size, cfg.min_doc_tokens)
     extras = ensure_extras(index, ref.records, cfg)
     found: dict[int, tuple[int, np.ndarray, list, np.ndarray | None]] = {}
-    only = keep if extras is None else None  # the thorough rules look at every candidate: filtered after them
     for start in range(0, len(docs), BATCH):
         part = [int(i) for i in docs[start : start + BATCH]]
         tokens = [stream.doc(i) for i in part]
         gated: dict = {}
-        for j, (i, toks, cands) in enumerate(zip(part, tokens, scan_many(index, tokens, cfg, extras, gated, only))):
-            if cands or j in gated:  # with the thorough rules, filtered after them (they look at every candidate)
+        for j, (i, toks, cands) in enumerate(zip(part, tokens, scan_many(index, tokens, cfg, extras, gated))):
+            if cands or j in gated:  # with the thorough rules, finished below (they look at every candidate)
                 found[int(stream.lines[i])] = (i, toks, cands, gated.get(j))
     tok = get_tokenizer(cfg.tokenizer)
     # the cleaned text is needed for the thorough rules' words, a tokenizer that reads spans from it, or a stream
@@ -346,8 +352,6 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
                 raise StaleStream(f"{shard}: line {line} no longer matches the cached token stream")
             if extras is not None:
                 cands = finish(extras, index, tokens, words, cands, cfg, present)
-                if keep is not None:
-                    cands = [c for c in cands if keep[c.local]]
             if cands:
                 sink.extend(rows_for_doc(doc, shard, cleaned, tokens, cands, ref, tok, preset, cfg.threshold))
         if seen != len(found):
@@ -371,4 +375,5 @@ def scan_stream(stream: token_cache.TokenStream, path: Path, shard: str, index: 
     # needs them: the mix leaves those lines out); an incremental one leaves the last full scan's in place
     rejects = stream.rejects if tasks is None else None
     return ShardOutcome(shard, mode, stats=stats, rejects=rejects, stream_key=stream.key, tasks=done,
-                        drop=all_tasks if tasks is None else [], docs_scanned=len(docs), **outcome_rows(sink, matches))
+                        drop=all_tasks if tasks is None else [], docs_scanned=len(docs),
+                        lines=None if tasks is None else stream.lines[docs].tolist(), **outcome_rows(sink, matches))

@@ -24,6 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig
+from contam_assets.detector.versions import source_digest
 from contam_assets.store.location import is_url
 from contam_assets.store.pool import remote_fingerprint, shard_fingerprint, unit_stat
 
@@ -47,8 +48,10 @@ def task_hashes(records: pl.DataFrame, cfg: DetectConfig) -> dict[str, str]:
 
 
 def scan_config_digest(cfg: DetectConfig, content_key: str) -> str:
-    """Detector settings a shard's rows depend on (a change forces a full rescan)."""
-    return hashlib.sha256(f"{cfg.digest()}\x1f{content_key}".encode()).hexdigest()[:16]
+    """Detector settings a shard's rows depend on (a change forces a full rescan).  The opt-in parts'
+    code counts as a setting of the shards they ran on: an upgraded verifier rescans those, and only those."""
+    parts = f"\x1f{source_digest('paraphrase')}" if cfg.paraphrase or cfg.crosslingual else ""
+    return hashlib.sha256(f"{cfg.digest()}\x1f{content_key}{parts}".encode()).hexdigest()[:16]
 
 
 def shard_identity(path: Path) -> tuple[str, str]:

@@ -220,6 +220,7 @@ class ShardOutcome:
     matches_path: str | None = None
     n_matches: int = 0
     top: list[dict] = field(default_factory=list)  # the best rows, for metadata
+    lines: list[int] | None = None  # incremental: the lines walked again, whose rows of every task `matches` replaces
 
 
 def outcome_rows(sink: MatchSink, matches: pl.DataFrame | None) -> dict:

@@ -10,8 +10,9 @@ Two tables beside the data side's (docs/tables.md):
         (IDF) their scores were computed with
 
 A full scan replaces all of a shard's rows; an incremental scan deletes the rows of the
-dropped tasks and inserts the rows of the added ones, leaving every other task's rows
-alone.  Each write is one transaction, taken under contam_assets.store's writer lock.
+dropped tasks and inserts the rows of the added ones, and of every task in the documents
+it walked again (ShardOutcome.lines), leaving every other row alone.  Each write is one
+transaction, taken under contam_assets.store's writer lock.
 """
 
 from __future__ import annotations
@@ -200,6 +201,8 @@ def _merge(con: duckdb.DuckDBPyConnection, out: ShardOutcome, *, tasks_now: dict
     elif out.mode == "incremental":
         gone = sorted(set(out.drop) | set(out.tasks))
         con.execute("delete from matches where shard = ? and task in (select unnest(?::varchar[]))", [shard, gone])
+        if out.lines:  # documents walked again: their rows of every task are the new walk's
+            con.execute("delete from matches where shard = ? and line in (select unnest(?::integer[]))", [shard, out.lines])
         _insert_matches(con, out)
         if records is not None:
             _rekey(con, shard, records)

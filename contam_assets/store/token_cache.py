@@ -46,6 +46,28 @@ CACHE_VERSION = 2
 REJECTS = "rejects.jsonl"
 
 
+OFF = ("off", "none", "0", "false")
+ON = ("on",)
+
+
+def cache_root(setting: str, out_path: Path, remote_pool: bool = False) -> Path | None:
+    """Where a run keeps its token streams (the ``token_cache`` setting, contam_assets/settings.py), None for none.
+
+    '' (the default): ``<out>/token_cache`` for a local pool, none for a pool read from a store (``remote_pool``).
+    A remote pool's streams would sit on the run's local disk (its work folder) and grow with the pool, about
+    1.4 × its stored bytes, where everything else a run keeps stays near a few shards' worth (docs/pools.md); an
+    added task then rescans from the text (with ``--prefilter``, only what the prefilter passes and the task can change).
+    'on': ``<out>/token_cache`` whatever the pool; 'off': none; anything else: that folder."""
+    value = (setting or "").strip()
+    if value.lower() in OFF:
+        return None
+    if not value and remote_pool:
+        return None
+    if not value or value.lower() in ON:
+        return Path(out_path) / "token_cache"
+    return Path(value).expanduser().resolve()
+
+
 def cache_key(shard_fingerprint: str, cfg: DetectConfig, content_key: str) -> str:
     # every cleaning option (markup too: a stream cleaned without it must not stand for one cleaned with it)
     parts = dict(version=CACHE_VERSION, shard=shard_fingerprint, tokenizer=cfg.tokenizer,

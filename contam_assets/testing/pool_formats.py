@@ -53,6 +53,13 @@ def write_parquet(path: Path, rows: list[dict], compression: str = "zstd", row_g
     pq.write_table(pa.Table.from_pylist(rows), path, compression=compression, row_group_size=row_group_size)
 
 
+def jsonl_and_parquet_pool(pool: Path, shared_data: Path) -> Path:
+    """``a.jsonl`` (2 copies, 3 clean documents) and ``web/b.parquet`` (2 copies, 4 clean): the object-store tests' pool."""
+    write_jsonl(pool / "a.jsonl", docs(shared_data, "a", 2, 3, 100))
+    write_parquet(pool / "web" / "b.parquet", docs(shared_data, "b", 2, 4, 110))
+    return pool
+
+
 def write_feather(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     feather.write_feather(pa.Table.from_pylist(rows), path)

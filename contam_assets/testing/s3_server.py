@@ -11,6 +11,7 @@ import socket
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from contam_assets.testing import dev_module
 
@@ -52,3 +53,18 @@ def s3_client(env: dict):
 
     return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+
+
+@contextmanager
+def s3_bucket(bucket: str, **server) -> Iterator[tuple[dict, object]]:
+    """A loopback server (``s3_server``'s arguments) with ``bucket`` made: (its environment, a client)."""
+    with s3_server(**server) as env:
+        client = s3_client(env)
+        client.create_bucket(Bucket=bucket)
+        yield env, client
+
+
+def upload_folder(client, folder: Path, bucket: str, prefix: str) -> None:
+    """Every file under ``folder`` to ``s3://bucket/prefix/<its path under folder>``."""
+    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        client.upload_file(str(f), bucket, f"{prefix}/{f.relative_to(folder).as_posix()}")

@@ -74,7 +74,7 @@ def test_partition_range_runs_from_the_dagster_cli(world, tmp_path):
            "CONTAM_TASKS_DIR": str(world["tasks"]), "CONTAM_BENCHMARKS": str(world["shared"]), "CONTAM_TASKS": ""}
     tags = {"dagster/asset_partition_range_start": SHARDS[1], "dagster/asset_partition_range_end": SHARDS[3]}
     dagster = shutil.which("dagster", path=os.path.dirname(sys.executable)) or "dagster"
-    run_config = tmp_path / "run.yaml"  # steps in one process (the default multiprocess executor works too, slower)
+    run_config = tmp_path / "run.yaml"  # the data jobs' default, said outright (a run may also choose multiprocess)
     run_config.write_text(json.dumps({"execution": {"config": {"in_process": {}}}}))
     proc = subprocess.run([dagster, "job", "execute", "-m", "contam_assets.definitions", "-j", "scan_shards",
                            "--tags", json.dumps(tags), "-c", str(run_config)], env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=600)

@@ -24,6 +24,10 @@ def assert_same_index(a: ix.NgramIndex, b: ix.NgramIndex) -> None:
             assert np.array_equal(x, y), f.name  # exact: float sums in the same order give the same bits
         else:
             assert x == y, f.name
+    # the scan's bounds: written by the batched build, computed from the postings on the whole one
+    for name in ("key_min_total", "record_max_idf"):
+        x, y = getattr(a, name)(), getattr(b, name)()
+        assert x.dtype == y.dtype == np.float64 and np.array_equal(x, y), name
 
 
 def planted_records(base: pl.DataFrame) -> pl.DataFrame:
@@ -56,6 +60,7 @@ def test_batched_build_equals_the_whole_build_on_real_benchmarks(real_records, m
     cfg = DetectConfig()
     whole = ixb.build_index_whole(real_records, cfg)
     monkeypatch.setattr(ixb, "SUM_STEP", 997)  # the idf totals summed in many chunks too
+    monkeypatch.setattr(ixb, "KEY_STEP", 1_009)  # and the keys' smallest record totals
     batched = ixb.build_index(real_records, cfg, batch=1_000)
     assert batched.n_records == whole.n_records > 1_000
     assert_same_index(whole, batched)
@@ -114,8 +119,11 @@ def test_index_written_into_its_folder_saves_the_same_files(real_records, tmp_pa
     cfg = DetectConfig()
     whole = ixb.build_index_whole(records, cfg)
     monkeypatch.setattr(ixb, "SUM_STEP", 211)
+    monkeypatch.setattr(ixb, "KEY_STEP", 97)
     built = ixb.build_index(records, cfg, batch=400, spill_dir=tmp_path / "out" / "index")
     assert isinstance(built.q_keys.base, np.memmap)  # mapped, not read into memory
+    for name in ix.NgramIndex.SAVED_EXTRAS[1:]:  # the scan's bounds, written by the build and mapped
+        assert isinstance(built.__dict__[name].base, np.memmap), name
     assert_same_index(whole, built)
     built.save(tmp_path / "out" / "index" / "built")
     whole.save(tmp_path / "whole")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 from dataclasses import fields
 
@@ -34,7 +35,8 @@ def test_saved_index_is_mapped_and_equal(tmp_path):
     records, _ = build_reference_set([decon_spec(str(evals))], None, cfg)
     built = build_index(records, cfg)
     folder = artifacts.save_index(tmp_path / "out", "d1", records, built)
-    assert sorted(p.name for p in (folder / "index").iterdir() if p.suffix == ".npy")[:3] == ["_slots.npy", "a_idf_total.npy", "a_len.npy"]
+    assert sorted(p.name for p in (folder / "index").iterdir() if p.suffix == ".npy")[:5] == [
+        "_key_min_total.npy", "_record_max_idf.npy", "_slots.npy", "a_idf_total.npy", "a_len.npy"]
     assert artifacts.has_index(tmp_path / "out", "d1")
     loaded, recs, digest = artifacts.load_index(tmp_path / "out")
     assert digest == "d1" and recs.equals(records)
@@ -47,6 +49,10 @@ def test_saved_index_is_mapped_and_equal(tmp_path):
             assert a == b, f.name
     if key_table.AVAILABLE:
         assert np.array_equal(loaded.__dict__["_slots"], key_table.slots_for(built.q_keys)) and _mapped(loaded.__dict__["_slots"])
+    for name in ("key_min_total", "record_max_idf"):  # the scan's bounds: mapped from the folder, as computed
+        got = loaded.__dict__[f"_{name}"]
+        assert got is getattr(loaded, name)() and _mapped(got), name
+        assert np.array_equal(got, getattr(dataclasses.replace(built), name)()), name
     h = built.q_keys[:5]
     assert np.array_equal(loaded.lookup(h), built.lookup(h)) and (loaded.lookup(h) >= 0).all()
     # saved again over itself: replaced whole, no temporary left

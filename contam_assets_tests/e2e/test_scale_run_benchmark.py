@@ -26,13 +26,15 @@ def test_readme_and_scale_doc_show_the_same_command():
 
 @pytest.fixture(scope="module")
 def tiny_bench(tmp_path_factory, shared_data):
-    """The benchmark folder with GSM8K's train split cut to its first 300 items (every other file as it is): the
-    planted items are GSM8K test, MBPP and HumanEval ones, and each of the runs builds its reference set from
-    this folder, without indexing 7,473 train items that nothing in the tiny pool holds."""
+    """The benchmark folder with GSM8K's train split cut to its first 300 items and its test split and MBPP to their
+    first 200 (every other file as it is): the planted items are drawn from this folder's GSM8K test, MBPP and
+    HumanEval items, and each of the runs builds its reference set from it, without indexing thousands of items
+    that nothing in the tiny pool holds."""
     bench = tmp_path_factory.mktemp("bench")
+    cut = {"gsm8k_train.jsonl": 300, "gsm8k_test.jsonl": 200, "mbpp.jsonl": 200}
     for src in shared_data.iterdir():
-        if src.name == "gsm8k_train.jsonl":
-            (bench / src.name).write_text("".join(src.read_text().splitlines(keepends=True)[:300]))
+        if src.name in cut:
+            (bench / src.name).write_text("".join(src.read_text().splitlines(keepends=True)[:cut[src.name]]))
         else:
             (bench / src.name).symlink_to(src)
     return bench
@@ -40,15 +42,16 @@ def tiny_bench(tmp_path_factory, shared_data):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, tiny_bench):
-    """The documented line at 2 MB, run once for the file: its six runs (compiled steps on, the default) are what
-    the figures test reads and what the compiled-off test compares its tables with.  `--dequeue-s 1`: the daemon
+    """The documented line at 1 MB with 2 % of the documents planted (9 copies in its ~400 documents, in every
+    shard), run once for the file: its six runs (compiled steps on, the default) are what the figures test reads
+    and what the compiled-off test compares its tables with.  `--dequeue-s 1`: the daemon
     looks at the run queue every second (Dagster's 5 s tick would be a third of a tiny backfill's wall time)."""
     tmp_path = tmp_path_factory.mktemp("scale_run")
     cmd = command("docs/scale.md", START)
-    cmd = re.sub(r"--size \S+", "--size 2MB", cmd)
+    cmd = re.sub(r"--size \S+", "--size 1MB", cmd)
     cmd = re.sub(r"--work \S+", f"--work {tmp_path / 'work'}", cmd)
     cmd = re.sub(r"--json \S+", f"--json {tmp_path / 'scale.json'}", cmd)
-    cmd += (f" --tasks gsm8k,humaneval,mbpp --workers 2 --tiktoken-mb 1 --ceiling-mb 1 --dequeue-s 1"
+    cmd += (f" --plant-rate 0.02 --tasks gsm8k,humaneval,mbpp --workers 2 --tiktoken-mb 0.5 --ceiling-mb 0.5 --dequeue-s 1"
             f" --benchmarks {tiny_bench}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
     env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "WANDB_MODE": "offline",
@@ -85,12 +88,12 @@ def test_scale_run_at_a_tiny_size_reports_every_figure(tiny_run):
     assert pinned["worker_peak_rss_mb"] > 0  # two scan processes, on one core
     assert {"listing", "reference", "scan", "report", "mix"} <= set(one["stages_s"]) <= set(ranged["stages_s"])
     assert two["worker_peak_rss_mb"] > 0  # the scan workers were seen
-    assert dag["multiprocess_executor"] and {"shard_matches", "removal_report", "decontaminated_mix"} <= set(dag["stages_s"])
+    assert dag["executor"] == "in_process" and {"shard_matches", "removal_report", "decontaminated_mix"} <= set(dag["stages_s"])
     assert "| detect-1 |" in res["markdown"]
     # the daemon's backfills: a run per shard partition for the scan and the mix, one for the reference and the report
     assert res["tables_identical_backfill"]
     assert backfill["dagster_runs"] == 1 + 3 + 1 + 3 and backfill["runs_failed"] == 0 and backfill["dequeue_s"] == 1, backfill
-    assert backfill["multiprocess_executor"] and set(backfill["commands_s"]) == {"build_reference", "scan_shards",
+    assert backfill["executor"] == "in_process" and set(backfill["commands_s"]) == {"build_reference", "scan_shards",
                                                                                   "apply_reviews", "write_mix"}
     assert {"shard_matches", "decontaminated_mix", "decontaminated_mix_mix_conservation"} <= set(backfill["stages_s"])
 
@@ -110,9 +113,9 @@ def test_scale_run_with_the_compiled_steps_off_gives_the_same_tables(tmp_path, t
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
     env |= {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     work = Path(tiny_run["pool"]["path"]).parent  # the documented run's folder: its pool, runs in folders of their own
-    cmd = [sys.executable, "benchmarks/scale_run.py", "--size", "2MB", "--work", str(work),
+    cmd = [sys.executable, "benchmarks/scale_run.py", "--size", "1MB", "--plant-rate", "0.02", "--work", str(work),
            "--skip", "detect-1,detect-1-ranged,dagster,dagster-backfill", "--tasks", "gsm8k,humaneval,mbpp",
-           "--workers", "2", "--tiktoken-mb", "1", "--ceiling-mb", "1", "--benchmarks", str(tiny_bench),
+           "--workers", "2", "--tiktoken-mb", "0.5", "--ceiling-mb", "0.5", "--benchmarks", str(tiny_bench),
            "--compiled", "off", "--json", str(tmp_path / "off.json")]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -3,8 +3,8 @@ with known answers for the pieces that make them selective."""
 
 from __future__ import annotations
 
+from contam_assets.paraphrase.gates import min_span, weight_span
 from contam_assets.paraphrase.quantities import number_positions, signatures
-from contam_assets.paraphrase.search import min_span, weight_span
 
 PROBLEM = "Tom has 12 apples and buys 7 more. Later he eats 3 of them. How many apples are left?"
 
@@ -50,10 +50,11 @@ def _word(k: int) -> str:
     return "".join("bcdfghjklmnpqrstvwxz"[(k // 20 ** p) % 20] for p in range(5)) + "o"
 
 
-def test_a_multiple_choice_item_passes_the_word_gate_only_with_one_of_its_rare_words():
+def mc_gate():
+    """A multiple-choice word gate over 40 items: (the gate, 5 words items 0 and 1 share, 4 words of item 0 alone)."""
     import numpy as np
 
-    from contam_assets.paraphrase.search import WordGate, stem_offsets
+    from contam_assets.paraphrase.gates import WordGate
     from contam_assets.paraphrase.verify import MC, ItemFacts
 
     shared = [_word(k) for k in range(5)]  # each held by items 0 and 1: keys, not rare (weight log 20 = 3.0)
@@ -63,10 +64,16 @@ def test_a_multiple_choice_item_passes_the_word_gate_only_with_one_of_its_rare_w
     items = [ItemFacts.of("multiple-choice", q, "", ["none"]) for q in questions]
     assert {it.kind for it in items} == {MC}
     vec = np.zeros((len(items), 4), dtype=np.float32)
-    gate = WordGate(items, MC, vec, vec, np.full(len(items), 400))
+    return WordGate(items, MC, vec, vec, np.full(len(items), 400)), shared, rare
+
+
+def test_a_multiple_choice_item_passes_the_word_gate_only_with_one_of_its_rare_words():
+    from contam_assets.paraphrase.gates import DocStems
+
+    gate, shared, rare = mc_gate()
 
     def through(text: str) -> list[int]:
-        return gate.candidates(text, stem_offsets(text.lower()), [])[0].tolist()
+        return gate.candidates([text], DocStems.of([text.lower()]), [[]])[0][0].tolist()
 
     # the shared words weigh 15 together, over the 14 an item needs, but none of them is rare
     assert through("Notes. " + " ".join(shared) + ". More notes.") == []

@@ -12,7 +12,8 @@
 - the lead gate finds what hashing every position finds, and is not made when a key is not accounted for;
 - a cached stream whose line (in place, renumbered) or ids changed is stale, and the rescan renews it; so is
   one whose compressed shard breaks where the stream read it whole (the text scan then reports the break);
-- a row's window holds every span its segments read.
+- a row's window holds every span its segments read;
+- the opt-in parts' code is part of the scan config of the shards they ran on (an upgraded verifier rescans them).
 """
 
 from __future__ import annotations
@@ -462,3 +463,21 @@ def test_a_compressed_shard_that_breaks_after_its_matched_line_is_rescanned_from
     skip = {"seconds", "worker", "node", "fingerprint", "shard_fingerprint"}
     assert {k: v for k, v in out.stats.items() if k not in skip} == {k: v for k, v in direct.stats.items() if k not in skip}
     assert out.stats["read"] == out.stats["error_line"] and token_cache.load(cache, "z.jsonl.gz", key) is None
+
+
+def test_the_opt_in_parts_code_is_part_of_the_scan_config_of_the_shards_it_ran_on(monkeypatch):
+    """An upgraded verifier rescans the shards its part ran on, and no others: with the paraphrase or the
+    crosslingual part on, the scan config digest changes with the paraphrase package's source; with both off
+    it does not."""
+    from contam_assets.detector.config import DetectConfig
+    from contam_assets.rescan import plan
+
+    off, para, cross = DetectConfig(), DetectConfig(paraphrase=True), DetectConfig(crosslingual=True)
+    before = {name: plan.scan_config_digest(cfg, "text") for name, cfg in
+              (("off", off), ("paraphrase", para), ("crosslingual", cross))}
+    assert len(set(before.values())) == 3
+    monkeypatch.setattr(plan, "source_digest", lambda *packages: "0" * 12)  # the same settings, other code
+    after = {name: plan.scan_config_digest(cfg, "text") for name, cfg in
+             (("off", off), ("paraphrase", para), ("crosslingual", cross))}
+    assert after["off"] == before["off"]
+    assert after["paraphrase"] != before["paraphrase"] and after["crosslingual"] != before["crosslingual"]

@@ -18,7 +18,7 @@ import zstandard
 
 from contam_assets.executor.progress import RunProgress
 from contam_assets.testing.pool_formats import contam, docs, tasks_dir, write_jsonl, write_parquet
-from contam_assets.testing.s3_server import s3_client, s3_server
+from contam_assets.testing.s3_server import s3_bucket
 
 BUCKET = "out-bucket"
 LINES = 5000  # a JSONL shard's kept lines: the mix_write point is passed once per shard (every 4096 lines)
@@ -31,9 +31,7 @@ def _keys(client, prefix: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory, shared_data):
-    with s3_server() as env:
-        client = s3_client(env)
-        client.create_bucket(Bucket=BUCKET)
+    with s3_bucket(BUCKET) as (env, client):
         tmp = tmp_path_factory.mktemp("out-streamed")
         pool = tmp / "pool"
         write_jsonl(pool / "a.jsonl", docs(shared_data, "a", 2, LINES, 100))
@@ -165,7 +163,7 @@ def test_progress_is_at_most_one_line_per_interval():
 def test_the_streamed_output_benchmark_runs_as_documented():
     """docs/pools.md's command, as written (a tiny pool): the run to the store removes what the local run removes,
     leaves one mix object per shard and no mix file in its work folder (the script checks), and says when the first
-    mix object and run.json reached the store."""
+    mix object and run.json reached the store; the token cache study runs each value three times."""
     import shutil
 
     from contam_assets_tests.support.doc_commands import ROOT, command
@@ -180,6 +178,15 @@ def test_the_streamed_output_benchmark_runs_as_documented():
     assert res["shards"] == 3 and res["removed"] > 0
     assert res["first_mix_object_s"] is not None and res["run_json_s"] is not None
     assert res["first_mix_object_s"] <= res["run_json_s"]
+    # where a remote pool's token streams live: nowhere by default (an added task rescans every shard from its text),
+    # in the work folder with CONTAM_TOKEN_CACHE=on (an added task is scanned from the streams)
+    study = res["token_cache"]
+    assert sorted(study) == ["default", "on"]
+    assert [study["default"][step]["cache_mb"] for step in ("first", "unchanged", "task_added")] == [0.0, 0.0, 0.0]
+    assert study["default"]["task_added"]["modes"] == {"full": 3}
+    assert all(study["on"][step]["cache_mb"] > 0 for step in ("first", "unchanged", "task_added"))
+    assert study["on"]["task_added"]["modes"] == {"incremental": 3}
+    assert study["on"]["cache_files"] == 12  # docs.bin, meta.json, rejects.jsonl and tokens.bin of each shard
 
 
 def test_an_upload_retries_a_transient_error_and_names_the_object_of_a_refused_one(tmp_path, monkeypatch):

@@ -15,8 +15,8 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from contam_assets.testing.pool_formats import contam, docs, tasks_dir, write_jsonl, write_parquet
-from contam_assets.testing.s3_server import s3_client, s3_server
+from contam_assets.testing.pool_formats import contam, docs, jsonl_and_parquet_pool, tasks_dir
+from contam_assets.testing.s3_server import s3_bucket, s3_client, s3_server, upload_folder
 
 SECRET = "s3cr3t-never-written-7f3a9c"
 BUCKET = "contam-bucket"
@@ -24,15 +24,10 @@ BUCKET = "contam-bucket"
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory, shared_data):
-    with s3_server(secret=SECRET) as env:
-        client = s3_client(env)
-        client.create_bucket(Bucket=BUCKET)
+    with s3_bucket(BUCKET, secret=SECRET) as (env, client):
         tmp = tmp_path_factory.mktemp("s3")
-        pool = tmp / "pool"
-        write_jsonl(pool / "a.jsonl", docs(shared_data, "a", 2, 3, 100))
-        write_parquet(pool / "web" / "b.parquet", docs(shared_data, "b", 2, 4, 110))
-        for f in sorted(p for p in pool.rglob("*") if p.is_file()):
-            client.upload_file(str(f), BUCKET, f"pool/{f.relative_to(pool).as_posix()}")
+        pool = jsonl_and_parquet_pool(tmp / "pool", shared_data)
+        upload_folder(client, pool, BUCKET, "pool")
         tasks = tasks_dir(tmp / "tasks")
         run = {}
         for name, spec, out in (("local", pool, tmp / "out-local"), ("s3", f"s3://{BUCKET}/pool", tmp / "out-s3"),

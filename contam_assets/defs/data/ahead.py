@@ -64,7 +64,7 @@ def tokenize_ahead(settings: ContamSettings, shards: list[str], log: Callable[[s
     if mode == "off":
         return None
     engine = engine if engine is not None else engine_from_env()
-    cache_root = engine.cache_root(settings.out_path)
+    cache_root = engine.cache_root(settings.out_path, not settings.pool_location.is_local)
     cfg = settings.detect_config()[0]
     if isinstance(engine, RayScanEngine) or cache_root is None or cfg.prefilter or engine.processes(len(shards)) < 2:
         return None  # Ray workers tokenize on their nodes; the prefilter tokenizes only what it must

@@ -380,7 +380,7 @@ def _scan_partitions(context: dg.AssetExecutionContext, config: ShardScanConfig,
         raise dg.Failure(f"--paraphrase-remove names {', '.join(unknown)}, which the reference set does not hold "
                          f"(it holds {', '.join(sorted(tasks_now)) or 'no task'})")
     scan_cfg = scan_config_digest(cfg, contam_settings.content_key)
-    cache_root = contam_scan_engine.cache_root(contam_settings.out_path)
+    cache_root = contam_scan_engine.cache_root(contam_settings.out_path, not contam_settings.pool_location.is_local)
     unit_files = partition_files(contam_settings, list(context.partition_keys))
     shards = [f for files in unit_files.values() for f in files]
     with contam_db.connect(read_only=True) as con:

@@ -30,15 +30,17 @@ class ScanEngine(dg.ConfigurableResource):
     step's own process (one worker, or a run of one shard).  Either way the outcomes come back in the
     jobs' order, so the tables are the same (executor/engines.py does the work)."""
 
-    token_cache_dir: str = Field("", description="token stream cache; '' = <out>/token_cache, 'off' = no cache")
+    token_cache_dir: str = Field("", description="token stream cache; '' = <out>/token_cache (none for a remote "
+                                 "pool), 'on' = <out>/token_cache, 'off' = no cache, else that folder")
     workers: int = Field(0, description="scan processes per run; 0 = every core this process may use, 1 = in-process")
 
     def processes(self, n_jobs: int) -> int:
         """Worker processes a run of ``n_jobs`` shards uses (1: the step's own process)."""
         return engines.local_processes(self.workers, n_jobs)
 
-    def cache_root(self, out_path: Path) -> Path | None:
-        return engines.token_cache_root(self.token_cache_dir, out_path)
+    def cache_root(self, out_path: Path, remote_pool: bool = False) -> Path | None:
+        """The token cache's folder (None: none); ``remote_pool``: the pool is read from a store."""
+        return engines.token_cache_root(self.token_cache_dir, out_path, remote_pool)
 
     def describe(self, n_jobs: int = 1) -> str:
         n = self.processes(n_jobs)

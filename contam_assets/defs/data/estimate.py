@@ -10,7 +10,7 @@ from pydantic import Field
 from contam_assets import settings
 from contam_assets.defs.data.assets import _DATA, ngram_index
 from contam_assets.defs.data.engine import ScanEngine
-from contam_assets.defs.data.jobs import RUN_CONFIG
+from contam_assets.defs.data.jobs import DATA_EXECUTOR
 from contam_assets.defs.data.scan_plan import plan_work
 from contam_assets.defs.meta import SCAN_VERSION
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, sensor_default_status
@@ -54,7 +54,7 @@ def scan_sample(log, settings: ContamSettings, db: ContamDB, engine: ScanEngine,
     if cfg.prefilter:
         ensure_prefilter(index, records, cfg, folder=folder)
     tasks_now = load_task_hashes(folder, records, cfg)
-    cache_root = None if index_out else engine.cache_root(settings.out_path)
+    cache_root = None if index_out else engine.cache_root(settings.out_path, not settings.pool_location.is_local)
     with db.connect(read_only=True) as con:
         states = scan_state.load_states(con, shards)
     jobs, sigs, failed = plan_work(settings, shards, cfg, digest, tasks_now, cache_root, "auto", states)
@@ -170,7 +170,7 @@ def pool_estimate(context: dg.AssetExecutionContext, config: EstimateConfig, con
 estimate_job = dg.define_asset_job(
     "estimate_pool", selection=dg.AssetSelection.assets("pool_estimate"),
     description="Estimate the pool's contamination from a sample of its shards (`contam estimate`, "
-    "pool_estimate_sensor).", tags={"contam/side": "data"}, config=RUN_CONFIG)
+    "pool_estimate_sensor).", tags={"contam/side": "data"}, executor_def=DATA_EXECUTOR)
 
 
 def sensor_config(env=os.environ) -> dict:

@@ -1,59 +1,58 @@
 """Jobs of the data side: what sensors, the schedule, automation and the CLI (runner.py, through defs/data/runs.py)
 launch by name."""
 
-from pathlib import Path
-
 import dagster as dg
 
 _TAGS = {"contam/side": "data"}
 
 
-def defs_modules() -> list[str]:
-    """Every module under contam_assets/defs/, the ones `load_from_defs_folder` imports when a step loads the location."""
-    root = Path(__file__).resolve().parents[1]
-    names = []
-    for f in sorted(root.rglob("*.py")):
-        parts = f.relative_to(root.parent.parent).with_suffix("").parts
-        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return names
-
-
-# The multiprocess executor starts each step from a forkserver that has imported the code location once per run,
-# its definitions' modules included (importing `contam_assets.definitions` alone imports dagster; the modules under
-# defs/ and what they import, ~2 s, would otherwise be imported again by every step): a run per shard otherwise spent
-# ~3.4 s of CPU starting each of its step processes (the scan and its two checks, docs/scale.md).  Defaults: a run's
-# config can set another start method, or `execution: config: in_process: {}`.
-RUN_CONFIG = {"execution": {"config": {"multiprocess": {"start_method": {
-    "forkserver": {"preload_modules": ["contam_assets.definitions", *defs_modules()]}}}}}}
+# Every step of a data run runs in the run's own process (in-process), one step after another.  The multiprocess
+# executor would start a process per step (each scan partition, each asset check) that loads the code location
+# again, seconds of CPU a step, for nothing these jobs use it for: their steps nearly form a chain (an asset, its
+# checks, the next asset), the parallel work of a step has its own pool (executor/processes.py: scan and mix
+# workers, each shard failing alone), and no asset has a step retry policy (the scan engine retries shards itself;
+# the instance's run retries redo a failed run).  A run worker killed outright (out of memory) fails its run through
+# run monitoring (deploy/dagster.yaml), as a killed step process failed its step.  The executor, not the jobs'
+# default run config, says so: a run request with run config of its own (the sensors' scan mode, a partition range,
+# the estimate's sample) replaces that default whole.  A run can still choose `execution: config: multiprocess: {}`
+# (docs/automation.md, Executor).
+DATA_EXECUTOR = dg.ExecutorDefinition(
+    name="in_process_or_multiprocess",
+    config_schema=dg.Field(dg.multi_or_in_process_executor.config_schema.as_field().config_type,
+                           default_value={"in_process": {}}),
+    executor_creation_fn=dg.multi_or_in_process_executor.executor_creation_fn,
+    requirements=dg.multi_or_in_process_executor.get_requirements,
+    description="Dagster's multi_or_in_process executor with in_process the default: every step in the run's process.",
+)
 
 reference_job = dg.define_asset_job(
     "build_reference", selection=dg.AssetSelection.assets("task_registry", "reference_set", "ngram_index"),
     description="Registry -> reference set -> n-gram index (launched by new_tasks_sensor, `contam detect`, the demo).",
     tags=_TAGS,
-    config=RUN_CONFIG,
+    executor_def=DATA_EXECUTOR,
 )
 scan_shards_job = dg.define_asset_job(
     "scan_shards", selection=dg.AssetSelection.assets("pool_listing", "shard_matches"),
     description="List the pool (sweep, door check, pool skips, retirement, run.json), then scan shards (one partition "
     "per shard, or a range of them) into the match tables; with shard_conservation.",
     tags=_TAGS,
-    config=RUN_CONFIG,
+    executor_def=DATA_EXECUTOR,
 )
 report_job = dg.define_asset_job(
     "apply_reviews", selection=dg.AssetSelection.assets("removals", "removal_report"),
     description="Apply review decisions and render the removal report (`contam apply`, the review page's Apply).",
     tags=_TAGS,
-    config=RUN_CONFIG,
+    executor_def=DATA_EXECUTOR,
 )
 mix_job = dg.define_asset_job(
     "write_mix", selection=dg.AssetSelection.assets("decontaminated_mix"),
     description="Write the decontaminated mix, shard by shard.",
     tags=_TAGS,
-    config=RUN_CONFIG,
+    executor_def=DATA_EXECUTOR,
 )
 publish_outputs = dg.define_asset_job(
     "publish_outputs", selection=dg.AssetSelection.assets("decon_reports", "pool_tables"),
     description="decon's report files (when a decon report folder is set) and the Parquet export of the tables.",
     tags=_TAGS,
-    config=RUN_CONFIG,
+    executor_def=DATA_EXECUTOR,
 )

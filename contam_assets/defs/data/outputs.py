@@ -59,7 +59,7 @@ def write_report(contam_settings: ContamSettings, contam_db: ContamDB) -> dict |
     estimate made): nothing to report.  removal_report's body, and pool_tables' when a later step (the mix) changed
     what the report's shards-that-need-attention section says."""
     settings = {"pool": str(contam_settings.pool_path), "benchmarks": str(contam_settings.benchmarks_path or "embedded default"),
-                "preset": contam_settings.preset, "parts": contam_settings.parts or "(preset's)",
+                "preset": contam_settings.preset, "parts": ",".join(contam_settings.part_list) or "(preset's)",
                 "removal": contam_settings.removal}
     if contam_settings.evals_path:
         settings["decon reference folder"] = str(contam_settings.evals_path)

@@ -40,7 +40,7 @@ from contam_assets.store.location import LocationError, check_remote
 from contam_assets.store.pool import list_pool, unit_stat
 from contam_assets.store.readers import FORMATS
 
-RECORDED = ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset", "parts", "removal", "unescape", "tokenizer",
+RECORDED = ("out_dir", "pool_dir", "benchmarks_dir", "tasks_dir", "tasks", "preset", "parts", "crosslingual", "removal", "unescape", "tokenizer",
             "content_key", "evals_dir", "decon_config", "decon_report_dir", "decon_cleaned_dir", "purify", "allow_missing",
             "follow_symlinks", "lm_eval_tasks", "lm_eval_include")
 DOOR_TABLE = "door_checks"
