@@ -12,13 +12,9 @@ from contam_assets.defs.data import outputs as O
 from contam_assets.defs.resources import ContamDB
 from contam_assets.store.pool import shard_path
 from contam_assets_tests.support.automation import (
-    build_reference,
-    instance,
-    make_tasks_dir,
+    referenced_pool,
     resources,
     scan,
-    settings,
-    write_pool,
 )
 
 SHARDS = ["part-000.jsonl", "part-001.jsonl", "part-002.jsonl"]
@@ -35,12 +31,7 @@ def _mix(s, inst, **kw):
 
 
 def test_mix_conservation_checks_its_runs_shards(tmp_path, shared_data, monkeypatch):
-    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "1")
-    pool = tmp_path / "pool"
-    write_pool(pool, shared_data, n_shards=3, docs=18)
-    s = settings(tmp_path / "out", pool, make_tasks_dir(tmp_path / "tasks"), shared_data)
-    inst = instance(tmp_path / "home")
-    build_reference(s, inst)
+    s, inst = referenced_pool(tmp_path, shared_data, monkeypatch, docs=18)
     scan(s, inst, SHARDS)
     assert dg.materialize([A.removals], instance=inst, resources=resources(s)).success
 

@@ -15,10 +15,10 @@ from contam_assets.defs.launch import StepFailed, data_definitions, execute
 from contam_assets.store.pool import shard_path
 from contam_assets_tests.support.automation import (
     TEMP_NAME,
-    build_reference,
     contam_detect,
     instance,
     make_tasks_dir,
+    referenced_pool,
     scan,
     settings,
     table,
@@ -37,12 +37,7 @@ def _block(s) -> None:
 @pytest.fixture
 def scanned(tmp_path, shared_data, monkeypatch):
     """Three partitions scanned and their removals applied; part-001.jsonl's mix path blocked."""
-    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "1")
-    pool = tmp_path / "pool"
-    write_pool(pool, shared_data, n_shards=3, docs=12)
-    s = settings(tmp_path / "out", pool, make_tasks_dir(tmp_path / "tasks"), shared_data)
-    inst = instance(tmp_path / "home")
-    build_reference(s, inst)
+    s, inst = referenced_pool(tmp_path, shared_data, monkeypatch)
     scan(s, inst, SHARDS)
     execute(data_definitions(s), runs.job_request("apply_reviews"), inst, log=lambda _: None)
     _block(s)

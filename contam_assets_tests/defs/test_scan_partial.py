@@ -11,12 +11,8 @@ from contam_assets.defs.data import runs
 from contam_assets.defs.launch import StepFailed, data_definitions, data_side, execute
 from contam_assets.store.artifacts import rejected_path
 from contam_assets_tests.support.automation import (
-    build_reference,
-    instance,
-    make_tasks_dir,
-    settings,
+    referenced_pool,
     table,
-    write_pool,
 )
 
 SHARDS = ["part-000.jsonl", "part-001.jsonl", "part-002.jsonl"]
@@ -27,14 +23,9 @@ KEY = dg.AssetKey("shard_matches")
 def broken(tmp_path, shared_data, monkeypatch):
     """part-001.jsonl has a line that is no JSON, and its rejected-lines file is taken by a folder: writing its rows
     raises, for this shard only."""
-    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "1")
-    pool = tmp_path / "pool"
-    write_pool(pool, shared_data, n_shards=3, docs=12)
-    with open(pool / SHARDS[1], "ab") as fh:
+    s, inst = referenced_pool(tmp_path, shared_data, monkeypatch)
+    with open(s.pool_path / SHARDS[1], "ab") as fh:
         fh.write(b"{not json\n")
-    s = settings(tmp_path / "out", pool, make_tasks_dir(tmp_path / "tasks"), shared_data)
-    inst = instance(tmp_path / "home")
-    build_reference(s, inst)
     inst.add_dynamic_partitions("shards", SHARDS)
     (rejected_path(s.out_path, SHARDS[1]) / "taken").mkdir(parents=True)
     return s, inst

@@ -4,14 +4,11 @@ every ratio the page quotes."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from contam_assets_tests.support.doc_commands import ROOT, commands
+from contam_assets_tests.support.doc_commands import ROOT, clean_env, commands
 
 
 @pytest.mark.parametrize("line", ["python benchmarks/incremental_rescan.py --mb 8",
@@ -19,8 +16,7 @@ from contam_assets_tests.support.doc_commands import ROOT, commands
 def test_the_documented_rescan_benchmark_runs_and_its_rows_agree(line):
     assert line in commands("docs/scale.md")  # the page still shows it, as written here
     cmd = line
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
-    env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "WANDB_MODE": "offline"}
+    env = clean_env(WANDB_MODE="offline")
     r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "equal to the full rescan: True" in r.stdout

@@ -5,13 +5,11 @@ them, and the unchanged rerun scans nothing."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-from contam_assets_tests.support.doc_commands import ROOT, command
+from contam_assets_tests.support.doc_commands import ROOT, clean_env, command
 
 START = "python benchmarks/small_shards.py"
 
@@ -24,8 +22,7 @@ def _run(tmp_path, shared_data, files: int, shards: int, plant_every: int, extra
     cmd = re.sub(r"--rounds \S+", "--rounds 1", cmd) + f" --plant-every {plant_every}{extra}"
     cmd = re.sub(r"--work \S+", f"--work {tmp_path / 'work'}", cmd)
     cmd = re.sub(r"--json \S+", f"--json {tmp_path / 'small.json'}", cmd)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
-    env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "CONTAM_SHARED_DATA": str(shared_data)}
+    env = clean_env(CONTAM_SHARED_DATA=str(shared_data))
     return subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900), env
 
 

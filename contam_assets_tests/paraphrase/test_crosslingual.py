@@ -23,7 +23,7 @@ from contam_assets.paraphrase.crosslingual import blocks, crosslingual_rows
 from contam_assets.sources.reference import build_reference_set
 from contam_assets.sources.registry import load_registry
 from contam_assets.store.pool import Document
-from contam_assets_tests.support.doc_commands import command
+from contam_assets_tests.support.doc_commands import clean_env, command
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path("/work/shared/data")
@@ -87,8 +87,7 @@ def test_the_part_is_off_by_default_and_in_its_preset():
 
 
 def _env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
-    return env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+    return clean_env()
 
 
 @pytest.mark.slow  # one detect run with the encoder (about 10 s of CPU, most of it the run's fixed stages)

@@ -4,10 +4,8 @@ look-alikes (fresh problems, number-changed copies) are not, and default/thoroug
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -24,7 +22,7 @@ from contam_assets.paraphrase.stage import paraphrase_rows
 from contam_assets.sources.reference import build_reference_set
 from contam_assets.sources.registry import load_registry
 from contam_assets.store.pool import Document
-from contam_assets_tests.support.doc_commands import command
+from contam_assets_tests.support.doc_commands import clean_env, command
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path("/work/shared/data")
@@ -151,8 +149,7 @@ def test_a_model2vec_folder_by_path_and_a_bad_one(tmp_path):
 
 
 def _env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
-    return env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+    return clean_env()
 
 
 def test_the_documented_detect_command_end_to_end_on_a_tiny_pool(tmp_path):

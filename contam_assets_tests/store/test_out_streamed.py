@@ -166,12 +166,11 @@ def test_the_streamed_output_benchmark_runs_as_documented():
     mix object and run.json reached the store; the token cache study runs each value three times."""
     import shutil
 
-    from contam_assets_tests.support.doc_commands import ROOT, command
+    from contam_assets_tests.support.doc_commands import ROOT, clean_env, command
 
     cmd = command("docs/pools.md", "python benchmarks/store_streamed.py")
     shutil.rmtree("/tmp/contam-streamed", ignore_errors=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
-    env |= {"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"}
+    env = clean_env()
     r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(r.stdout[r.stdout.index("{"):])

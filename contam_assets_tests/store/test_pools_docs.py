@@ -51,14 +51,12 @@ def test_the_pools_page_commands_run_as_written(tmp_path):
 
 def test_the_parquet_benchmark_runs_as_documented(tmp_path):
     import shutil
-    import sys
 
-    from contam_assets_tests.support.doc_commands import ROOT
+    from contam_assets_tests.support.doc_commands import ROOT, clean_env
 
     cmd = command("docs/pools.md", "python benchmarks/parquet_vs_jsonl.py")
     shutil.rmtree("/tmp/contam-pvj", ignore_errors=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
-    env |= {"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"}
+    env = clean_env()
     r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert '"parquet_speed_vs_jsonl"' in r.stdout and '"planted_removed"' in r.stdout and '"s3_speed_vs_local"' in r.stdout

@@ -133,6 +133,16 @@ def instance(home: Path) -> dg.DagsterInstance:
 TEMP_NAME = r"\.tmp-\d+-[0-9a-f]+"
 
 
+def referenced_pool(tmp_path: Path, shared: Path, monkeypatch, docs: int = 12) -> tuple[ContamSettings, dg.DagsterInstance]:
+    """A 3-shard pool (``write_pool``), its settings, an instance and the built reference set; scans in one process."""
+    monkeypatch.setenv("CONTAM_SCAN_WORKERS", "1")
+    write_pool(tmp_path / "pool", shared, n_shards=3, docs=docs)
+    s = settings(tmp_path / "out", tmp_path / "pool", make_tasks_dir(tmp_path / "tasks"), shared)
+    inst = instance(tmp_path / "home")
+    build_reference(s, inst)
+    return s, inst
+
+
 def contam_detect(s, home: Path) -> tuple[int, str]:
     """`contam detect` as a person runs it, with the flags that give the settings ``s`` and the Dagster home ``home``
     (the command's entry in this process; DAGSTER_HOME, which the command points at its home, restored after): its

@@ -8,7 +8,9 @@ runs the new text, or fails if the command is gone.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,3 +44,10 @@ def command(doc: str, start: str) -> str:
     assert found, f"{doc} shows no command starting with {start!r}"
     assert len(found) == 1, f"{doc} shows several commands starting with {start!r}: {found}"
     return found[0]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment a user's shell gives a documented command: no CONTAM_ or DAGSTER_ variable of the test run,
+    this venv's tools (contam, dagster, python) first on PATH, then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
+    return env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"} | extra
