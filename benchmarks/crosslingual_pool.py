@@ -25,8 +25,9 @@ The pool is scanned twice, ``--preset default`` with and without ``--crosslingua
 its seconds (shard_stats: a shard is one worker's, so per core), and the stage's share the difference (which holds
 its one-time costs: the index over the reference set and the encoder's load).  Then, in this process, the stage alone: the
 index's build, the encoder's load, and the English and foreign pools searched with both done, in CPU seconds (per core
-whatever the machine's load); the foreign pool twice, the second time with the reference units it met already embedded
-(each unit is embedded once per worker process: a pool of gigabytes pays that once), with the encoder's share.
+whatever the machine's load); the foreign pool twice, the second time with the reference units and pieces it met
+already known (their vectors, first looks and static rows are made once per worker process: a pool of gigabytes pays
+that once), with the encoder's share and what the first look passed on to it.
 """
 
 from __future__ import annotations
@@ -186,7 +187,9 @@ def stage_alone(ix, texts: list[str]) -> dict:
     stats = {k: v - before.get(k, 0) for k, v in ix.stats.items()}
     return {"documents": len(texts), "cpu_seconds": round(cpu, 2), "encoder_share": round(spent[0] / max(cpu, 1e-6), 3), "documents_held": held,
             "blocks": stats.get("blocks", 0), "gated_blocks": stats.get("gated_blocks", 0),
-            "window_chars": stats.get("window_chars", 0), "units_embedded": len(ix._vec) - units}
+            "first_look_windows": stats.get("first_look_windows", 0), "first_look_pairs": stats.get("first_look_pairs", 0),
+            "windows": stats.get("windows", 0), "window_chars": stats.get("window_chars", 0),
+            "units_embedded": len(ix._vec) - units}
 
 
 def main() -> None:
@@ -250,7 +253,7 @@ def main() -> None:
         result["cost"]["index_seconds"] = round(time.perf_counter() - t0, 2)
         result["cost"]["units"] = len(ix.texts)
         t0 = time.perf_counter()
-        encoder().encode(["warm"])  # loaded once per worker process, on its first gated block
+        encoder().embed(["warm"])  # loaded once per worker process, on its first gated block
         result["cost"]["encoder_load_seconds"] = round(time.perf_counter() - t0, 2)
         for pool, passes in (("english", 1), ("foreign_text", 2), ("foreign_items", 2)):
             texts = [json.loads(line)["text"] for line in open(root / "pool" / pool / "part-0.jsonl", encoding="utf-8")]

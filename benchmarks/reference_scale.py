@@ -13,8 +13,11 @@ its progress lines name (``phases``: reading the files, the decon filters, the i
     python benchmarks/reference_scale.py --instances 600000 --tasks 226 --work /tmp/contam-refscale --json ref.json
 
 (`--instances` takes a comma-separated list: one run per size; `--pool-mb` (2), `--workers` (1), `--seed` (17);
-`--generate-only` writes the folders and stops.)  `contam_assets_tests/sources/test_reference_scale_benchmark.py` runs
-it at 3,000 instances.
+`--generate-only` writes the folders and stops; `--reruns N` runs the same command again N times on the same output;
+`--grow N` then adds a task of N instances and, after it, runs the registry without it and its first task, on the same
+output, the index grown each time; `--grow-check` builds each from scratch too and compares the index files.)
+`contam_assets_tests/sources/test_reference_scale_benchmark.py` runs it at 3,000 instances, `test_reference_scale_grow.py`
+with `--reruns 1 --grow 400 --grow-check`.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from proc_tree import TreeMemory, TreeSampler, _descendants, _proc_table  # noqa: E402
+from proc_tree import TreeMemory, TreeSampler, _descendants, _proc_table, load  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 WORD = re.compile(r"\S+")
@@ -154,22 +157,71 @@ def generate(work: Path, instances: int, tasks: int, seed: int, data: Path, pool
     return ref, pool
 
 
+def changed_registry(work: Path, ref: Path, add: int, seed: int, data: Path) -> tuple[Path, Path]:
+    """Two folders beside ``ref`` (links to its files): one with a task of ``add`` instances more (named to sort
+    in the middle of the others: the records after it move), one without ``ref``'s first task."""
+    files = sorted(ref.glob("*.jsonl"))
+    name = f"{files[len(files) // 2].stem}-added"
+    plus, minus = work / f"{ref.name}+{name}-{add}", work / f"{ref.name}-{files[0].stem}"
+    for folder, keep in ((plus, files), (minus, files[1:])):
+        if not (folder / ".done").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            for f in keep:
+                (folder / f.name).symlink_to(f.resolve())
+            if folder == plus:
+                chain, rng = Chain(data), np.random.default_rng(seed + 1)
+                qs, ans = chain.texts(rng, add, 51), chain.texts(rng, add, 41)
+                with (folder / f"{name}.jsonl").open("w", encoding="utf-8") as fh:
+                    for i in range(add):
+                        fh.write(json.dumps({"eval_key": name, "eval_instance_index": i, "split": "test",
+                                             "question": f"{qs[i]} ({name} item {i})", "answer": ans[i], "doc_id": i,
+                                             "fingerprint": hashlib.sha256(f"{name}/{i}".encode()).hexdigest()[:16]}) + "\n")
+            (folder / ".done").write_text("{}")
+    return plus, minus
+
+
+def _index_meta(home: Path) -> dict:
+    """The last ngram_index materialization's metadata (how the index came: kept, reused, grown or built; seconds)."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        ev = instance.get_latest_materialization_event(dg.AssetKey("ngram_index"))
+        meta = {k: v.value for k, v in ev.asset_materialization.metadata.items()}
+    return {k: meta.get(k) for k in ("how", "build_seconds", "records_indexed", "digest")}
+
+
+def _files_digest(out: Path) -> str:
+    """sha256 over the current index folder's files (names and bytes)."""
+    digest = json.loads((out / "index" / "current.json").read_text())["digest"]
+    h = hashlib.sha256()
+    for p in sorted((out / "index" / digest / "index").iterdir()):
+        h.update(p.name.encode())
+        with p.open("rb") as fh:
+            while block := fh.read(1 << 24):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
 # -- the run --------------------------------------------------------------------------
 
-def run(work: Path, ref: Path, pool: Path, workers: int, name: str) -> dict:
-    """`contam detect --evals-dir <ref> --pool <pool>` from scratch, measured."""
+def run(work: Path, ref: Path, pool: Path, workers: int, name: str, fresh: bool = True) -> dict:
+    """`contam detect --evals-dir <ref> --pool <pool>` from scratch (``fresh``; else again on the run's own output
+    folder and Dagster home), measured."""
     out = work / name
-    shutil.rmtree(out, ignore_errors=True)
     home = out / ".dagster_home"
-    home.mkdir(parents=True)
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    if fresh or not home.is_dir():
+        shutil.rmtree(out, ignore_errors=True)
+        home.mkdir(parents=True)
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTAM_", "DAGSTER_"))}
     env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""), DAGSTER_HOME=str(home),
                CONTAM_SCAN_WORKERS=str(workers), WANDB_MODE="offline", HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "contam_assets.cli", "detect", "--evals-dir", str(ref), "--pool", str(pool),
            "--out", str(out)]
-    log = work / f"{name}.log"
+    log = work / f"{name}{'' if fresh else '-again'}.log"
+    load_start = load()  # the machine's load (1, 5, 15 minutes) at the start and the end: other work shares it
     t0 = time.perf_counter()
     with log.open("w", encoding="utf-8") as fh:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True,
@@ -195,9 +247,11 @@ def run(work: Path, ref: Path, pool: Path, workers: int, name: str) -> dict:
     digest = json.loads((index / "current.json").read_text())["digest"]
     folder_bytes = sum(p.stat().st_size for p in (index / digest).rglob("*") if p.is_file())
     return {"wall_s": round(wall, 2), "cpu_s": round(sum(rss.cpu.values()), 1), "stages_s": stages, "peak_pss_gb": round(pss.pss / 2**30, 3),
-            "phases": {k: {"peak_pss_gb": round(v[0] / 2**30, 3), "wall_s": round(v[2] - v[1], 1)} for k, v in pss.phases.items()},
+            "phases": {k: {"peak_pss_gb": round(v[0] / 2**30, 3), "wall_s": round(v[2] - v[1], 1), "processes_gb": v[3]}
+                       for k, v in pss.phases.items()},
             "peak_rss_gb_largest": round(max(rss.hwm.values(), default=0) / 2**30, 3),
-            "index_folder_mb": round(folder_bytes / 1e6, 1), "removed": _removed(out), "out": str(out)}
+            "index_folder_mb": round(folder_bytes / 1e6, 1), "removed": _removed(out), "out": str(out),
+            "load": [load_start, load()]}
 
 
 # the phase a progress line of `contam detect` starts (reference_set's reading and filters, ngram_index's build)
@@ -215,7 +269,8 @@ def _phase(line: str, current: str) -> str:
 
 class PhaseMemory(TreeMemory):
     """``TreeMemory`` with the peak summed PSS and the span of wall time of each phase (``phase``, set by the
-    reader of the run's output): ``phases``, phase -> [peak bytes, first seen, last seen]."""
+    reader of the run's output): ``phases``, phase -> [peak bytes, first seen, last seen, the PSS of each process at
+    that peak (`_split`)]."""
 
     def __init__(self, root: int, every: float = 0.5):
         super().__init__(root, every)
@@ -224,13 +279,27 @@ class PhaseMemory(TreeMemory):
     def run(self):
         while not self.stop.is_set():
             table = _proc_table(memory=True)
-            tree = _descendants(self.root, {p: row[0] for p, row in table.items()})
+            parents = {p: row[0] for p, row in table.items()}
+            tree = _descendants(self.root, parents)
             total = sum(table[p][3] for p in tree if p in table)
             self.pss = max(self.pss, total)
             now = time.perf_counter()
-            seen = self.phases.setdefault(self.phase, [0, now, now])
-            seen[0], seen[2] = max(seen[0], total), now
+            seen = self.phases.setdefault(self.phase, [0, now, now, {}])
+            if total > seen[0]:
+                seen[0], seen[3] = total, _split(self.root, tree, parents, table)
+            seen[2] = now
             self.stop.wait(self.every)
+
+
+def _split(root: int, tree: set[int], parents: dict[int, int], table: dict) -> dict[str, list[float]]:
+    """The PSS (GB) of each process of the tree by its place: ``driver`` (the command's own process: Dagster's steps,
+    the scan with one worker), ``children`` (the forkserver, Dagster's helpers) and ``workers`` (processes forked by
+    a child: the scan and mix workers), each list largest first."""
+    out: dict[str, list[float]] = {"driver": [], "children": [], "workers": []}
+    for p in tree & table.keys():
+        place = "driver" if p == root else "children" if parents.get(p) == root else "workers"
+        out[place].append(round(table[p][3] / 2**30, 3))
+    return {k: sorted(v, reverse=True) for k, v in out.items()}
 
 
 def _removed(out: Path) -> int:
@@ -250,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--generate-only", action="store_true")
+    ap.add_argument("--reruns", type=int, default=0, help="runs of the same command again on the same output, unchanged")
+    ap.add_argument("--grow", type=int, default=0, help="instances of a task added (then it and the first task removed)")
+    ap.add_argument("--grow-check", action="store_true", help="build each changed registry from scratch too")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     results = []
@@ -261,6 +333,19 @@ def main(argv: list[str] | None = None) -> int:
             p.stat().st_size for p in ref.glob("*.jsonl")) / 1e6, 1), "planted": json.loads((pool / ".done").read_text())["planted"]}
         if not a.generate_only:
             row |= run(a.work, ref, pool, a.workers, f"detect-{n}")
+            for i in range(a.reruns):  # the same command again, nothing changed: what a rerun still does
+                row[f"rerun{i + 1}"] = run(a.work, ref, pool, a.workers, f"detect-{n}", fresh=False)
+                row[f"rerun{i + 1}"]["index"] = _index_meta(a.work / f"detect-{n}" / ".dagster_home")
+            if a.grow:  # a task added, then it and the first task removed, on the same output: the index grown each time
+                plus, minus = changed_registry(a.work, ref, a.grow, a.seed, a.data)
+                for key, folder in (("add_task", plus), ("remove_task", minus)):
+                    row[key] = run(a.work, folder, pool, a.workers, f"detect-{n}", fresh=False)
+                    row[key]["index"] = _index_meta(a.work / f"detect-{n}" / ".dagster_home")
+                    row[key]["index_files"] = _files_digest(a.work / f"detect-{n}")
+                    if a.grow_check:  # the same registry from scratch: the same index files
+                        full = run(a.work, folder, pool, a.workers, f"detect-{n}-{key}-fresh")
+                        row[key]["fresh_index_files"] = _files_digest(Path(full["out"]))
+                        row[key]["fresh_wall_s"] = full["wall_s"]
         print(json.dumps(row), flush=True)
         results.append(row)
     if a.json:

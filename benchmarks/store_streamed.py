@@ -13,6 +13,10 @@ the bytes of the run's work folder (CONTAM_WORK_DIR), its Dagster home and its t
 the store's ``out/mix/``.  Each run starts from scratch (no state, no cache).  The remote run must remove the same
 documents as the local one and leave one mix object per shard, and no mix or rejected file in its work folder.
 
+``--kill-at-half`` then runs the pool to ``s3://contam-bench/killed`` from scratch, kills it (SIGKILL) at half the
+remote run's wall time and runs it again, and fails unless the two outputs are the same: every mix and rejected
+object's bytes, every per-shard table's rows (timings and the output's URL left out).
+
 ``--cache-study default,on`` then measures where a remote pool's token cache lives (the ``token_cache`` setting,
 store/token_cache.cache_root): for each value (``default`` is the setting left empty: no cache for a pool read from
 a store; ``on`` keeps the streams in the work folder; ``prefilter`` is the default with the prefilter on), three runs
@@ -31,6 +35,7 @@ import logging
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -99,6 +104,57 @@ def detect(pool: str, out: str, shared: Path, tasks: str, env_extra: dict) -> tu
     if r.returncode != 0:
         raise SystemExit(f"contam detect --out {out} failed: {r.stderr[-2000:]}")
     return wall, r.stdout
+
+
+VOLATILE = {"seconds", "recorded_at", "path"}  # a run's timings and its output's own URL
+
+
+def store_outputs(client, prefix: str) -> dict[str, object]:
+    """What a run left under ``prefix``: each mix and rejected object's ETag (its bytes' MD5 here) and each per-shard
+    table's rows from its Parquet parts (store/table_parts.py), timings and the output's URL left out."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    got: dict[str, object] = {}
+    keys = [o for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+            for o in page.get("Contents", [])]
+    rows: dict[str, list] = {}
+    for o in keys:
+        rel = o["Key"][len(prefix):]
+        if rel.startswith(("mix/", "rejected/")):
+            got[rel] = o["ETag"]
+        elif rel.startswith("tables/") and "/shards/" in rel:
+            body = client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+            t = pq.read_table(io.BytesIO(body))
+            t = t.select([c for c in t.column_names if c not in VOLATILE])
+            rows.setdefault(rel.split("/")[1], []).extend(json.dumps(r, sort_keys=True, default=str) for r in t.to_pylist())
+    got.update({f"table {t}": sorted(r) for t, r in rows.items()})
+    return got
+
+
+def killed_and_rerun(pool: str, shared: Path, tasks: str, env: dict, work: Path, at_s: float) -> dict:
+    """The remote run from scratch to ``s3://BUCKET/killed``, killed (SIGKILL, the whole process group) ``at_s``
+    seconds in, then run again to the end: the two walls."""
+    names = {"DAGSTER_HOME": work / "home-killed", "CONTAM_WORK_DIR": work / "work-killed", "TMPDIR": work / "tmp-killed"}
+    for f in names.values():
+        shutil.rmtree(f, ignore_errors=True)
+        f.mkdir(parents=True)
+    run_env = {**os.environ, "PYTHONPATH": str(ROOT), **env, **{k: str(v) for k, v in names.items()}}
+    cmd = [sys.executable, "-m", "contam_assets.cli", "detect", "--pool", pool, "--out", f"s3://{BUCKET}/killed",
+           "--benchmarks", str(shared), "--tasks", tasks]
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        proc.wait(timeout=at_s)
+        raise SystemExit(f"the run to be killed ended before {at_s:.0f} s")
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed = time.perf_counter() - t
+    rerun, _ = detect(pool, f"s3://{BUCKET}/killed", shared, tasks, {**env, **{k: str(v) for k, v in names.items()}})
+    return dict(killed_at_s=round(killed, 1), rerun_s=round(rerun, 2), total_s=round(killed + rerun, 2))
 
 
 def sampled_run(pool: str, out: str, shared: Path, tasks: str, env: dict, folders: list[Path], client, prefix: str,
@@ -197,6 +253,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--cache-study", default="", help="token cache values to compare (default,on,prefilter); '' = none")
+    ap.add_argument("--kill-at-half", action="store_true",
+                    help="also run to s3://BUCKET/killed, kill it at half the remote run's wall time, rerun it, and "
+                         "fail unless its outputs equal the uninterrupted run's")
     a = ap.parse_args(argv)
     modes = [m for m in a.cache_study.split(",") if m]
     unknown = sorted(set(modes) - set(STUDY_ENV))
@@ -229,6 +288,15 @@ def main(argv: list[str] | None = None) -> dict:
         sampler.stop.set()
         sampler.join()
         mix = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="out/mix/").get("Contents", [])]
+        resume = {}
+        if a.kill_at_half:
+            resume = killed_and_rerun(f"s3://{BUCKET}/pool" if a.pool_from == "store" else str(pool), a.shared,
+                                      a.tasks, env, a.work, remote_wall / 2)
+            whole, again = store_outputs(client, "out/"), store_outputs(client, "killed/")
+            differ = sorted(k for k in set(whole) | set(again) if whole.get(k) != again.get(k))
+            if differ:
+                raise SystemExit(f"the killed and rerun output differs from the uninterrupted one: {differ[:5]}")
+            resume["identical_objects_and_tables"] = len(whole)
         study = cache_study(modes, a, client, env, removed(next((a.work / "work-remote").rglob("contam.duckdb")))) \
             if modes else {}
     if len(mix) != len(files):
@@ -248,9 +316,10 @@ def main(argv: list[str] | None = None) -> dict:
                first_mix_object_s=None if sampler.first_mix is None else round(sampler.first_mix, 1),
                run_json_s=None if sampler.commit is None else round(sampler.commit, 1),
                machine=f"{platform.machine()} {os.cpu_count()} cores", date=time.strftime("%Y-%m-%d"),
+               load_at_end=[round(x, 1) for x in os.getloadavg()],
                local_cache_mb=round(folder_bytes([a.work / "out-local" / "token_cache"])[0] / 1e6, 1),
                remote_cache_mb=round(folder_bytes([p for p in (a.work / "work-remote").rglob("token_cache")])[0] / 1e6, 1),
-               token_cache=study)
+               kill_at_half=resume, token_cache=study)
     print(json.dumps(res, indent=2))
     if a.json:
         a.json.write_text(json.dumps(res, indent=2))

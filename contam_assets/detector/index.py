@@ -73,8 +73,11 @@ class NgramIndex:
     config_json: str = "{}"
     # tables computed on the index that save() keeps beside its arrays, mapped by every process that loads it: the
     # lookup table, and the scan's per-key and per-record bounds (key_min_total, record_max_idf), which the batched
-    # build writes as it goes; an index saved without them computes them when first asked
-    SAVED_EXTRAS = ("_slots", "_key_min_total", "_record_max_idf")
+    # build writes as it goes; an index saved without them computes them when first asked.  The build also keeps
+    # the document frequency of every token (_tok_vocab, _tok_df: what an answer's idf sum depends on), which
+    # growing the index by a task needs (detector/index_grow.py); an index without them is built again instead
+    SAVED_EXTRAS = ("_slots", "_key_min_total", "_record_max_idf", "_tok_vocab", "_tok_df")
+    GROW_EXTRAS = ("_tok_vocab", "_tok_df")
 
     @property
     def n_records(self) -> int:
@@ -177,6 +180,7 @@ class NgramIndex:
             table = self.__dict__.get("_slots")
             arrays["_slots"] = table if isinstance(table, np.ndarray) else key_table.slots_for(self.q_keys)
         arrays["_key_min_total"], arrays["_record_max_idf"] = self.key_min_total(), self.record_max_idf()
+        arrays |= {name: self.__dict__[name] for name in self.GROW_EXTRAS if isinstance(self.__dict__.get(name), np.ndarray)}
         meta = dict(version=FORMAT_VERSION, bloom_bits=self.bloom_bits, hot_threshold=self.hot_threshold,
                     config_json=self.config_json, arrays=sorted(arrays))
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")

@@ -43,8 +43,7 @@ def build_index_whole(records: pl.DataFrame, cfg: DetectConfig, progress=None) -
     a_tokens = encode_texts([a or "" for a in answers], cfg)
     p_tokens = encode_texts([p or "" for p in passages], cfg)
 
-    step("question n-grams", 0.5)
-    # -- question postings: unique n-grams per record --------------------------
+    step("question n-grams", 0.5)  # -- question postings: unique n-grams per record
     q_len = np.array([len(t) for t in q_tokens], dtype=np.int32)
     h, seg = segment_ngram_hashes(q_tokens, n)
     # decon rule: a question shorter than n tokens is one n-gram of all its tokens
@@ -113,6 +112,7 @@ def build_index_whole(records: pl.DataFrame, cfg: DetectConfig, progress=None) -
         p_idf_total=p_idf_total, hot_threshold=hot_threshold,
         config_json=json.dumps(cfg.reference_key(), sort_keys=True),
     )
+    index.__dict__.update(_tok_vocab=vocab, _tok_df=tok_df)  # the token document frequencies, kept to grow it
     return index
 
 
@@ -492,7 +492,7 @@ def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spil
         totals[name] = sums.sums()
     small |= dict(q_len=q_len, q_unique=q_unique, q_idf_sum=q_idf_sum, bloom=bloom, a_len=a_len, a_unique=a_unique,
                   a_tok_off=a_tok_off, a_short_ok=a_short_ok, a_ng_off=a_ng_off, a_idf_total=totals["a"], p_len=p_len,
-                  p_ng_off=p_ng_off, p_idf_total=totals["p"])
+                  p_ng_off=p_ng_off, p_idf_total=totals["p"], _tok_vocab=vocab, _tok_df=tok_df)
     for name, arr in small.items():
         np.save(folder / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
     del small, q_len, q_unique, q_idf_sum, bloom, a_len, a_unique, a_tok_off, a_short_ok, a_ng_off, p_len, p_ng_off, totals

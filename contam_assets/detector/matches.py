@@ -41,7 +41,9 @@ class DocumentLike(Protocol):
 
 @dataclass
 class Reference:
-    """Reference records by record_id (what a match row says about the eval instance)."""
+    """Reference records by record_id (what a match row says about the eval instance).  ``records`` as read from an
+    index folder is mapped (store/artifacts.read_records): a row is read from the file's pages when a match asks
+    for it, so a scanning process holds the rows of its matches, not the table."""
 
     records: pl.DataFrame
 

@@ -24,7 +24,7 @@ from contam_assets.executor.shard_work import (
     run_shard_work_shared,
 )
 from contam_assets.rescan.shard import ShardOutcome
-from contam_assets.store import token_cache
+from contam_assets.store import artifacts, token_cache
 
 Scanned = Iterator[tuple[ShardWork, ShardOutcome | Exception]]
 
@@ -74,6 +74,13 @@ def scan_local(jobs: list[ShardWork], index: NgramIndex, ref: Reference, workers
         yield (job, current_outcome(job)) if job.plan.mode == "current" else next(scanned)
 
 
+def ray_records(ref: Reference):
+    """The reference records as Ray's object store keeps them: the bytes of an Arrow IPC file (texts as string views,
+    as polars holds them) in one numpy array, which pickles out of band, so a task on a node reads them from that
+    node's one copy instead of unpickling a copy of every text (run_shard_work_shared takes the table over them)."""
+    return artifacts.records_to_ipc(ref.records)
+
+
 def scan_on_ray(jobs: list[ShardWork], index: NgramIndex, ref: Reference, *, cpus_per_shard: float = 1.0,
                 shard_retries: int = 2, scheduling: str = "SPREAD", shared_folder: bool = True,
                 idle: Callable[[], None] | None = None, warn: Callable[[str], None] = print) -> Scanned:
@@ -97,7 +104,7 @@ def scan_on_ray(jobs: list[ShardWork], index: NgramIndex, ref: Reference, *, cpu
             raise ScanSetupError(f"{settings.var('ray_shared_folder')}=0: the nodes share no folder with the driver, so the pool "
                                  f"must be a URL they can read (s3://, gs://, ...), not a local folder ({local[0].shard})")
         entry = run_shard_work_detached
-    index_ref, records_ref = ray.put(index), ray.put(ref.records)
+    index_ref, records_ref = ray.put(index), ray.put(ray_records(ref))
     # Ray's own retries are off: a lost shard is resubmitted here, where it is counted and said
     task = ray.remote(num_cpus=cpus_per_shard, max_retries=0, scheduling_strategy=scheduling)(entry)
     pending = {task.remote(job, index_ref, records_ref): (job, 1) for job in jobs}

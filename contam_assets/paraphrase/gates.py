@@ -4,8 +4,8 @@ for code, its example values) close together, before anything is embedded.
 ``DocStems`` finds a batch's content words in one numpy pass (a word is its first ``STEM`` letters, packed
 into an integer key); ``WordGate`` holds the items' gate keys as a sparse matrix and does one sparse product
 per batch; ``weight_span`` and ``min_span`` find the shortest stretch of a document that holds enough of an
-item's weight or every one of its numbers (``_NumberRuns`` rules out, in numpy, the math items whose numbers
-cannot lie together in a document with many numbers).  Each document gets what it would get alone.
+item's weight or every one of its numbers (``NumberIndex`` gives ``min_span`` from the offsets of the item's own
+numbers alone).  Each document gets what it would get alone.
 """
 
 from __future__ import annotations
@@ -17,14 +17,27 @@ import numpy as np
 from scipy import sparse
 
 from contam_assets.paraphrase.quantities import STEM, STEM_WORD, string_positions
-from contam_assets.paraphrase.verify import CODE, CODE_LITERALS, CODE_MIN_LITERALS, MC, MC_COVER, MC_STEM_WEIGHT
+from contam_assets.paraphrase.verify import (
+    CODE,
+    CODE_LITERALS,
+    CODE_MIN_LITERALS,
+    MC,
+    MC_COVER,
+    MC_RARE_KEYS,
+    MC_STEM_COVER,
+    MC_STEM_WEIGHT,
+)
 
 LENGTH_LOW, LENGTH_HIGH = 0.5, 2.0  # a window's length, in times the item's (question, or question and answer)
 MC_GATE_SHARE = 0.05  # a multiple-choice item's words held by at most this share of those items are its gate keys
 MC_RARE_SHARE = 0.01  # ... and one of them held by at most this share
-MC_GATE_WEIGHT = 14.0  # the least weight of them a document must hold (and MC_COVER of the item's)
+MC_GATE_WEIGHT = 12.0  # the least weight of them a document must hold (and MC_COVER of the item's) ...
+MC_GATE_MIN = 8.0  # ... or, less, what its stem's MC_RARE_KEYS rarest keys weigh, not under this
+CODE_GATE_WEIGHT = 14.0  # a code item's least weight of words and values (and MC_COVER of the item's)
 MC_STEP, CODE_STEP = 250, 500  # ... within a stretch of one to two steps (characters)
 GATE_SPAN = 0.5  # ... and the words reaching that weight within this share of the item's length
+MC_SPAN_MIN = 100  # ... or, for a multiple-choice item, within this many characters (a rewording lengthens a short stem)
+NEED_SLACK = 1e-6  # a stretch's weight, summed in floating point, may fall this short of the item's need
 RARE_MARK = 1e4  # more than any item's keys weigh together
 STEM_CHUNK = 1 << 22  # DocStems reads a batch this many characters at a time
 
@@ -34,12 +47,13 @@ class WordGate:
     its examples), each word weighted by its rarity among them (log of items over items holding it).
 
     The gate, in three steps, each cheaper than the next is selective: (1) a stretch of the document (``step``
-    to twice that in characters) holds at least ``MC_GATE_WEIGHT`` and ``MC_COVER`` of the weight of an item's
+    to twice that in characters) holds at least ``MC_GATE_WEIGHT`` (or what its stem's ``MC_RARE_KEYS`` rarest
+    keys weigh, not under ``MC_GATE_MIN``; code: ``CODE_GATE_WEIGHT``) and ``MC_COVER`` of the weight of an item's
     less common words (held by at most ``MC_GATE_SHARE`` of the items), one of them rare (at most
     ``MC_RARE_SHARE``): one sparse product per document; (2) a code item (renamed rule) needs ``CODE_LITERALS``
     of its examples' values and every number of its prompt in the document: an item with fewer than
     ``CODE_MIN_LITERALS`` values is found by its signature only; (3) the words that reach that weight lie within
-    ``GATE_SPAN`` of the item's length (question and answer): a rewording restates the item in about its
+    ``GATE_SPAN`` of the item's length (question and answer; multiple choice: or ``MC_SPAN_MIN`` characters): a rewording restates the item in about its
     own length, a document about the subject spreads the same words over paragraphs.  The stretch of
     characters handed to the embedder is the one around those words.  The margin: a window's similarity to
     the item less its best similarity to any other item of the kind."""
@@ -68,7 +82,12 @@ class WordGate:
             for w in keys:
                 by_word[w].append(i)
             self.keys[i] = frozenset(keys)
-            self.need[i] = max(MC_GATE_WEIGHT, MC_COVER * sum(self.weights[w] for w in keys))
+            floor, share = CODE_GATE_WEIGHT, MC_COVER * sum(self.weights[w] for w in keys)
+            if kind == MC:  # a short stem has little weight to give: its rarest words, as the verifier asks
+                own = sorted((self.weights[w] for w in keys if w in items[i].question_stems), reverse=True)
+                floor = min(MC_GATE_WEIGHT, max(MC_GATE_MIN, sum(own[:MC_RARE_KEYS])))
+                share = min(share, MC_STEM_COVER * sum(own))
+            self.need[i] = max(floor, share)
         # the keys as a sparse (word x item) matrix of weights, and one of rare keys
         self.words = list(by_word)
         self.word_id = {w: k for k, w in enumerate(self.words)}
@@ -87,6 +106,12 @@ class WordGate:
         self.stem_keys = np.array([x for x, _ in stem_of], dtype=np.int64)
         self.stem_ids = np.array([k for _, k in stem_of], dtype=np.int64)
         self.key_ids = {i: np.array(sorted(self.word_id[w] for w in ks), dtype=np.int64) for i, ks in self.keys.items()}
+        # (item, key) pairs as sorted codes item * len(words) + word: all of them, and those of the question's own words
+        n_w = len(self.words)
+        self.item_word = np.array(sorted(i * n_w + self.word_id[w] for i, ks in self.keys.items() for w in ks), dtype=np.int64)
+        self.item_qword = np.array(sorted(i * n_w + self.word_id[w] for i, ks in self.keys.items()
+                                          for w in ks & items[i].question_stems), dtype=np.int64)
+        self.word_weight = np.array([self.weights[w] for w in self.words], dtype=np.float64)
 
     def candidates(self, texts: list[str], stems: "DocStems", occs: list[list]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per document of a batch, (items, lo, hi): the items whose less common words lie close together in the
@@ -110,9 +135,9 @@ class WordGate:
                 doc, at, word = np.concatenate([doc, d_]), np.concatenate([at, a_]), np.concatenate([word, k_])
         if len(doc) == 0:
             return out
-        # in each document's order (offset, then word), as weight_span reads them
-        order = np.lexsort((word, at, doc))
-        doc, at, word = doc[order], at[order], word[order]
+        if self.kind == CODE and extra:  # in each document's order (offset, then word), as weight_span reads them
+            order = np.lexsort((word, at, doc))  # (DocStems gives the stems in that order, one at an offset)
+            doc, at, word = doc[order], at[order], word[order]
         # a document needs one of an item's rare keys (in the stretch, below)
         rare_doc = np.zeros(len(texts), dtype=bool)
         rare_doc[doc[self.rare_word[word]]] = True
@@ -128,47 +153,69 @@ class WordGate:
         ok = stretch >= 0
         pairs = np.unique((d2[ok] * per_doc + stretch[ok]) * n_words + w2[ok])
         row_of, word_of = pairs // n_words, pairs % n_words
-        # only a stretch holding a rare key can let an item through
-        ok = np.isin(row_of, row_of[self.rare_word[word_of]])
-        row_of, word_of = row_of[ok], word_of[ok]
-        rows, row = np.unique(row_of, return_inverse=True)
-        # pairs are sorted by row, then word: the rows of a CSR matrix as they are
-        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(row, minlength=len(rows)), out=indptr[1:])
-        pick = sparse.csr_matrix((np.ones(len(row)), word_of, indptr), shape=(len(rows), n_words))
-        got = (pick @ self.matrix).tocoo()
-        hit = (got.data >= RARE_MARK) & (np.mod(got.data, RARE_MARK) >= self.need[got.col])
-        found = np.unique(rows[got.row[hit]] // per_doc * self.n + got.col[hit])  # (document, item), in order
+        # pairs are sorted by row, then word: each row's run of pairs is a row of a CSR matrix as it is; only a
+        # stretch holding a rare key can let an item through
+        start = np.flatnonzero(np.concatenate(([True], row_of[1:] != row_of[:-1])))
+        rare_row = np.logical_or.reduceat(self.rare_word[word_of], start)
+        size = np.diff(np.append(start, len(pairs)))
+        rows, word_of = row_of[start[rare_row]], word_of[np.repeat(rare_row, size)]
+        indptr = np.concatenate(([0], np.cumsum(size[rare_row])))
+        pick = sparse.csr_matrix((np.ones(len(word_of)), word_of, indptr), shape=(len(rows), n_words))
+        got = pick @ self.matrix
+        # the entries with a rare key first (a compare), then their weight (read in place: no COO copy)
+        at_rare = np.flatnonzero(got.data >= RARE_MARK)
+        col = got.indices[at_rare]
+        hit = at_rare[np.mod(got.data[at_rare], RARE_MARK) >= self.need[col] - NEED_SLACK]
+        row_hit = np.searchsorted(got.indptr, hit, side="right") - 1
+        found = np.unique(rows[row_hit] // per_doc * self.n + got.indices[hit])  # (document, item), in order
         if len(found) == 0:
             return out
-        first = np.searchsorted(doc, np.arange(len(texts) + 1))  # each document's words: first[d]:first[d + 1]
-        for d in np.unique(found // self.n).tolist():
-            cand = found[(found >= d * self.n) & (found < (d + 1) * self.n)] - d * self.n
-            at_d, word_d = at[first[d]:first[d + 1]], word[first[d]:first[d + 1]]
-            out[d] = self._near(cand, texts[d], at_d, word_d, {w for _, w in lits[d]})
+        for d, cand, lo, hi in self._near(found // self.n, found % self.n, texts, doc, at, word, lits):
+            out[d] = (cand, lo, hi)
         return out
 
-    def _near(self, cand: np.ndarray, text: str, at: np.ndarray, word: np.ndarray, nums: set) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Of the items ``cand`` through the sparse step in a document (its keys: ``at``, ``word``, in order; ``nums``:
-        its literals), those whose words reaching the weight lie close together: within GATE_SPAN of the
-        item's length; and the stretch of characters around them."""
-        keep, lo, hi = [], [], []
-        for c in cand.tolist():
+    def _near(self, docs: np.ndarray, items: np.ndarray, texts: list[str], doc: np.ndarray, at: np.ndarray,
+              word: np.ndarray, lits: list[list]) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """Of the (document, item) pairs through the sparse step (``docs``, ``items``, sorted; the batch's keys:
+        ``doc``, ``at``, ``word``, in each document's order; ``lits``: each document's literals), those whose words
+        reaching the weight lie close together: within GATE_SPAN of the item's length; per document, (document, items,
+        lo, hi): the items and the stretch of characters around their words."""
+        first = np.searchsorted(doc, np.arange(len(texts) + 1))  # each document's keys: first[d]:first[d + 1]
+        # every pair with every key of its document, and which of those keys are the item's (all pairs at once)
+        count = first[docs + 1] - first[docs]
+        end = np.cumsum(count)
+        pair = np.repeat(np.arange(len(docs)), count)
+        take = np.repeat(first[docs] - (end - count), count) + np.arange(int(end[-1]) if len(end) else 0)
+        code = items[pair] * len(self.words) + word[take]
+        mine = _member(self.item_word, code)
+        pair, take, code = pair[mine], take[mine], code[mine]
+        ok = np.ones(len(docs), dtype=bool)
+        if self.kind == MC:  # the verifier needs MC_STEM_WEIGHT of the question's own words
+            q = _member(self.item_qword, code)
+            own = np.unique(pair[q] * len(self.words) + word[take[q]])  # each pair's distinct words of its question
+            got = np.bincount(own // len(self.words), weights=self.word_weight[own % len(self.words)], minlength=len(docs))
+            ok = got >= MC_STEM_WEIGHT
+        bounds = np.searchsorted(pair, np.arange(len(docs) + 1))
+        at_l, word_l = at[take].tolist(), word[take].tolist()
+        weights, out, d_prev = self.word_weight.tolist(), [], -1
+        for k, (d, c) in enumerate(zip(docs.tolist(), items.tolist())):
+            if d != d_prev:
+                out.append((d, [], [], []))
+                d_prev, nums = d, {w for _, w in lits[d]}
+            if not ok[k]:
+                continue
             it = self.items[c]
             if self.kind == CODE and (len(it.option_stems & nums) < CODE_LITERALS * len(it.option_stems)
                                       or any(_num_key(v) not in nums for v in it.numbers)):
                 continue  # the examples' values are not in the document
-            mine = np.isin(word, self.key_ids[c])
-            pts = list(zip(at[mine].tolist(), [self.words[k] for k in word[mine].tolist()]))
-            if self.kind == MC and sum(self.weights[w] for w in {w for _, w in pts} & it.question_stems) < MC_STEM_WEIGHT:
-                continue  # the verifier needs that much of the question's own words
-            span, a, b = weight_span(pts, self.weights, self.need[c])
+            pts = list(zip(at_l[bounds[k]:bounds[k + 1]], word_l[bounds[k]:bounds[k + 1]]))
+            span, a, b = weight_span(pts, weights, self.need[c] - NEED_SLACK)
             reach = LENGTH_HIGH * self.qa_len[c]
-            if span <= GATE_SPAN * self.qa_len[c]:
-                keep.append(c)
-                lo.append(max(0, int(b - reach)))
-                hi.append(min(len(text), int(a + reach)))
-        return np.array(keep, dtype=np.int64), np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
+            if span <= max(GATE_SPAN * self.qa_len[c], MC_SPAN_MIN if self.kind == MC else 0):
+                out[-1][1].append(c)
+                out[-1][2].append(max(0, int(b - reach)))
+                out[-1][3].append(min(len(texts[d]), int(a + reach)))
+        return [(d, *(np.array(x, dtype=np.int64) for x in rest)) for d, *rest in out]
 
     def margin(self, item: int, vec: np.ndarray, similarity: float) -> float:
         """``similarity`` less the window's best similarity to any other item of the kind (its question, or
@@ -180,6 +227,14 @@ class WordGate:
         sims[own] = -1.0
         sims[own + len(self.members)] = -1.0
         return similarity - float(sims.max())
+
+
+def _member(sorted_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Whether each of ``codes`` is in ``sorted_codes`` (one searchsorted)."""
+    if len(sorted_codes) == 0:
+        return np.zeros(len(codes), dtype=bool)
+    j = np.minimum(np.searchsorted(sorted_codes, codes), len(sorted_codes) - 1)
+    return sorted_codes[j] == codes
 
 
 def stem_offsets(low: str) -> dict[str, list[int]]:
@@ -282,29 +337,42 @@ def weight_span(pts: list[tuple[int, str]], weights: dict, need: float) -> tuple
     return best
 
 
-class _NumberRuns:
-    """A document's numbers (``min_span``'s seq) as arrays, to tell in numpy whether a math item's numbers all lie in
-    one stretch free of numbers outside ``allowed``: where none does, ``min_span`` is inf and need not run (code
-    is full of numbers, most of them another problem's)."""
+class NumberIndex:
+    """A document's numbers (``min_span``'s seq) by value, so that ``span`` reads only the offsets of an item's own
+    numbers and of those it allows: any other number between two of them ends a stretch, as it does in ``min_span``,
+    whose answer ``span`` gives (code is full of numbers, most of them another problem's)."""
 
     def __init__(self, seq: list[tuple[float, int]]):
-        self.ids: dict[float, int] = {}
-        for v, _ in seq:
-            self.ids.setdefault(v, len(self.ids))
-        self.inv = np.array([self.ids[v] for v, _ in seq], dtype=np.int64)
+        self.seq = seq
+        self.where: dict[float, list[int]] = {}
+        for k, (v, _) in enumerate(seq):
+            self.where.setdefault(v, []).append(k)
 
-    def any_holds(self, values: set, allowed: frozenset) -> bool:
-        ids = self.ids
-        if any(v not in ids for v in values):
-            return False
-        state = np.zeros(len(ids), dtype=np.int64)  # 0: another problem's number, 1: allowed, 2 + k: the k-th value
-        state[[ids[v] for v in allowed if v in ids]] = 1
-        state[[ids[v] for v in values]] = 2 + np.arange(len(values))
-        st = state[self.inv]
-        inside = st >= 2
-        run = np.cumsum(st == 0)[inside]  # the stretch between two of another problem's numbers
-        found = np.unique(run * len(values) + st[inside] - 2) // len(values)
-        return bool(len(found)) and int(np.bincount(found).max()) >= len(values)
+    def span(self, values: frozenset, allowed: frozenset) -> tuple[float, int, int]:
+        """``min_span(seq, values, allowed)``."""
+        where, seq = self.where, self.seq
+        if not values or any(v not in where for v in values):
+            return float("inf"), 0, 0
+        need, have, best, lo, prev = len(values), {}, (float("inf"), 0, 0), 0, -1
+        pts: list[tuple[float, int]] = []
+        for k in sorted(k for v in values | allowed if v in where for k in where[v]):
+            if k != prev + 1:  # a number neither the item's nor allowed lies between: a new stretch
+                have, pts, lo = {}, [], 0
+            prev = k
+            v, at = seq[k]
+            if v not in values:
+                continue
+            pts.append((v, at))
+            have[v] = have.get(v, 0) + 1
+            while len(have) == need:
+                if at - pts[lo][1] < best[0]:
+                    best = (at - pts[lo][1], pts[lo][1], at)
+                u = pts[lo][0]
+                have[u] -= 1
+                if not have[u]:
+                    del have[u]
+                lo += 1
+        return best
 
 
 def min_span(seq: list[tuple[float, int]], values: set, allowed: frozenset | None = None) -> tuple[float, int, int]:

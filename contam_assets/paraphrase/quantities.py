@@ -278,3 +278,14 @@ def stem_parts(question: str) -> list[str]:
         return [question[a:b] for a, b in zip(cuts, cuts[1:] + [len(question)])]
     lines = [x for x in question.splitlines() if x.strip()]
     return [lines[-1]] if len(lines) >= 2 else []
+
+
+# an option's label: "A. ", "(b) ", "C) " at a line's start or after a space, not an initial ("W. E. B. Du Bois")
+_OPTION = re.compile(r"(?:^|(?<=\s))(?<![A-Z]\.\s)(?:\(?[A-D][.)]|\(?[a-d]\))\s+(?![A-Z]\.\s)", re.M)
+
+
+def before_options(window: str) -> str:
+    """The text of ``window`` before its first option label: what it says of a multiple-choice stem (a window
+    made of options, "A. transnational corporations B. ...", says nothing of it)."""
+    m = _OPTION.search(window)
+    return window if m is None else window[:m.start()]

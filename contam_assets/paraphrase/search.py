@@ -39,9 +39,8 @@ from contam_assets.paraphrase.gates import (
     LENGTH_HIGH,
     LENGTH_LOW,
     DocStems,
+    NumberIndex,
     WordGate,
-    _NumberRuns,
-    min_span,
 )
 from contam_assets.paraphrase.quantities import SOFT, number_positions, signatures
 from contam_assets.paraphrase.verify import (
@@ -58,10 +57,12 @@ RARE_SHARE = 0.002
 TOPIC_SHARE = 0.03  # a math item's words held by at most this share of the items: one must be in the document
 FEW_NUMBERS = 2  # an item with this few distinct numbers needs two such words (web documents through the gate: 42 % -> 19 %)
 MIN_RARE = 3
-MANY_NUMBERS = 16  # a document with more numbers than this tells in numpy which math items' numbers lie together
 SIM_SLACK = 1e-3  # a window's similarity from the sums at the bounds (float64) and the verifier's (float32) differ by less
+LOSSY = 1e7  # a window's squared norm this many times under its bounds' (float64 keeps about 16 digits): from its own vector
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z][a-z']{3,}")
+_DEF_NAME = re.compile(r"\bdef\s+(?=([A-Za-z_]\w*))")  # the name after every "def" (quantities.signatures: the rest)
+FEW_CANDIDATES = 64  # a document with this few items through the gates counts their shared words item by item
 
 
 @dataclass
@@ -120,6 +121,7 @@ class ParaphraseIndex:
         self.need_topic = np.zeros(len(self.items), dtype=np.int64)
         # a math item's window holds no number outside its question's and its solution's (verify.check)
         self.allowed: list[frozenset | None] = [None] * len(self.items)
+        self.number_set = [frozenset(it.numbers) for it in self.items]  # a math item's distinct numbers
         words = [set(_WORD.findall(q.lower())) for q in qs]
         df: dict[str, int] = defaultdict(int)
         for ws in words:
@@ -151,6 +153,11 @@ class ParaphraseIndex:
                     self.need[i] = max(MIN_RARE, (len(rare) + 1) // 2)
                 else:
                     self.need[i] = 0  # too little to gate on: never a candidate
+        self.topic_words = [frozenset() for _ in self.items]
+        for w, its in self.by_topic.items():
+            for i in its:
+                self.topic_words[i] |= {w}
+        self.call_names = frozenset(name for name, _ in self.by_call)
         self.by_number = {k: np.array(v, dtype=np.int64) for k, v in self.by_number.items()}
         self.by_word = {k: np.array(v, dtype=np.int64) for k, v in self.by_word.items()}
         self.by_call = {k: np.array(v, dtype=np.int64) for k, v in self.by_call.items()}
@@ -184,7 +191,8 @@ class ParaphraseIndex:
         posts = [self.by_number[v] for v in values if v in self.by_number]
         words = set(_WORD.findall(low))
         posts += [self.by_word[w] for w in words if w in self.by_word]
-        if "def" in text:  # the signature rule needs the item's own signature in the window
+        if "def" in text and not self.call_names.isdisjoint(_DEF_NAME.findall(text)):
+            # the signature rule needs the item's own signature in the window (read where one of the names is)
             posts += [self.by_call[s] for s in signatures(text) if s in self.by_call]
         bagged = np.array(sorted(spans), dtype=np.int64)
         if not posts:
@@ -197,14 +205,18 @@ class ParaphraseIndex:
         ok[bagged] = True
         if not ok.any():
             return np.zeros(0, dtype=np.int64), 0, 0
-        topic = [self.by_topic[w] for w in words if w in self.by_topic]
-        shared = np.bincount(np.concatenate(topic), minlength=len(self.items)) if topic else np.zeros_like(counts)
-        cand = np.flatnonzero(ok & (shared >= self.need_topic))
+        cand = np.flatnonzero(ok)
+        if len(cand) <= FEW_CANDIDATES:  # the less common words each shares with the document, item by item
+            shared = np.array([len(self.topic_words[c] & words) for c in cand.tolist()], dtype=np.int64)
+            cand = cand[shared >= self.need_topic[cand]]
+        else:
+            topic = [self.by_topic[w] for w in words if w in self.by_topic]
+            shared = np.bincount(np.concatenate(topic), minlength=len(self.items)) if topic else np.zeros_like(counts)
+            cand = np.flatnonzero(ok & (shared >= self.need_topic))
         if len(cand) == 0:
             return cand, 0, 0
         # a math item's numbers must lie close together: within the longest window it could be in
-        seq = [(round(v, 4), at) for v, at in occ]
-        runs = _NumberRuns(seq) if len(seq) > MANY_NUMBERS else None
+        numbers = NumberIndex([(round(v, 4), at) for v, at in occ])
         keep, lo, hi = [], len(text), 0
         for c in cand.tolist():
             if self.items[c].kind != MATH:
@@ -212,10 +224,7 @@ class ParaphraseIndex:
                 a, z = spans[c] if c in spans and not keyed[c] else (0, len(text))
                 lo, hi = min(lo, a), max(hi, z)
                 continue
-            values = set(self.items[c].numbers)
-            if runs is not None and not runs.any_holds(values, self.allowed[c]):
-                continue  # no stretch free of another problem's numbers holds all of them (min_span: inf)
-            span, a, b = min_span(seq, values, self.allowed[c])
+            span, a, b = numbers.span(self.number_set[c], self.allowed[c])  # min_span
             reach = LENGTH_HIGH * self.qa_len[c]
             if span <= reach:
                 keep.append(c)
@@ -253,12 +262,12 @@ class ParaphraseIndex:
         i, j, w_start, w_end, count = i[keep], j[keep], w_start[keep], w_end[keep], count[keep]
         if len(i) == 0:
             return []
-        raw = sums[j] - sums[i]
         vec = None  # the windows' unit vectors: made only where some item comes close (below)
         # every window's similarity to every candidate, first from the products of the sums at the sentence
         # bounds with the items' vectors (bounds x items, not windows x items x dimensions); in float64, within
         # SIM_SLACK of the float32 figure the verifier is given
-        size = np.sqrt(np.einsum("wd,wd->w", raw, raw, dtype=np.float64))
+        s64 = sums.astype(np.float64)
+        size = window_norms(sums, s64, i, j)
         size[size == 0] = np.inf
         length = (w_end - w_start)[:, None]
         hits: dict[int, Hit] = {}
@@ -270,12 +279,13 @@ class ParaphraseIndex:
             off = (ratio < LENGTH_LOW) | (ratio > LENGTH_HIGH)
             # einsum, not BLAS: OpenBLAS wakes its threads for these small products, and their spinning costs
             # more CPU than the products (twice the stage's time on code-heavy text)
-            dots = np.einsum("bd,cd->bc", sums, vecs[todo], dtype=np.float64)
+            dots = np.einsum("bd,cd->bc", s64, vecs[todo], dtype=np.float64)
             near = (dots[j] - dots[i]) / size[:, None]
             near[off] = -1.0
             if near.max() < self.min_similarity - SIM_SLACK:
                 continue  # no window comes close to any of them (most documents stop here)
             if vec is None:
+                raw = sums[j] - sums[i]
                 vec = normalize(raw / (count[:, None].astype(np.float32) if self.bags else count[:, None]))
             sim = np.einsum("wd,cd->wc", vec, vecs[todo])
             sim[off] = -1.0
@@ -296,6 +306,23 @@ class ParaphraseIndex:
                         hits[item] = Hit(item, int(w_start[w]), int(w_end[w]), ev)
                         break
         return sorted(hits.values(), key=lambda h: (h.start, h.item))
+
+
+def window_norms(sums: np.ndarray, s64: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """The norm of each window's sum ``sums[j] - sums[i]`` (float64; ``s64``: ``sums`` as float64), from products of
+    the sums at its bounds (|s_j - s_i|^2 = |s_j|^2 + |s_i|^2 - 2 s_i.s_j; bounds at most MAX_SENTENCES apart), not
+    from the windows' own vectors; where that difference would lose digits (a short window far into a long text),
+    from its own vector."""
+    sq = np.einsum("bd,bd->b", s64, s64)
+    cross = np.zeros((MAX_SENTENCES + 1, len(sums)))
+    for k in range(1, min(MAX_SENTENCES, len(sums) - 1) + 1):
+        cross[k, :-k] = np.einsum("bd,bd->b", s64[:-k], s64[k:])
+    size2 = sq[j] + sq[i] - 2 * cross[j - i, i]
+    lossy = sq[i] + sq[j] > LOSSY * size2
+    if lossy.any():
+        own = sums[j[lossy]] - sums[i[lossy]]
+        size2[lossy] = np.einsum("wd,wd->w", own, own, dtype=np.float64)
+    return np.sqrt(size2)
 
 
 def sentence_bounds(text: str) -> np.ndarray:

@@ -27,12 +27,16 @@ apart is what a rewording must keep.
   its options: every number of the stem; a
   similarity of ``MC_SIMILARITY``; a margin of ``MC_MARGIN`` over every other multiple-choice item of
   the reference set (a same-subject question sits close to many items, a rewording clearly closer to one);
-  at least ``MC_COVER`` of the weight of the less common content words of the stem and its gold
-  answer found in the window (a word weighs the log of the items over those holding it; a template's
-  words, held by many items, do not count), ``MC_STEM_WEIGHT`` of them from the stem itself, at least
-  ``MC_WEIGHT`` in all (options included), and at least ``MC_PRECISION`` of the window's own
-  content-word weight explained by the item (stem and options): a window about something else is not
-  the item.  A stem whose own words weigh under ``MC_WEIGHT`` needs its gold answer in the window.  A stem
+  one of the stem's ``MC_RAREST`` rarest less common content words in the window (what the item is about:
+  a rewording keeps it and changes the rest); at least ``MC_COVER`` of the weight of the less common content
+  words of the stem and its gold answer found in the window, or ``MC_STEM_COVER`` of the stem's own (a word
+  weighs the log of the items over those holding it; a template's words, held by many items, do not count),
+  ``MC_STEM_WEIGHT`` of them from the stem itself and before any option label (a window of options says
+  nothing of a stem), at least ``MC_WEIGHT`` in all (options included), or, less, what the stem's
+  ``MC_RARE_KEYS`` rarest words weigh (not under ``MC_WEIGHT_MIN``: a short stem has little to give), and at
+  least ``MC_PRECISION`` of the window's own content-word weight explained by the item (stem and options): a
+  window about something else is not the item.  A stem whose own words weigh under ``MC_SHORT_STEM`` needs
+  its gold answer in the window.  A stem
   made of parts other items share (``quantities.stem_parts``: "Scenario 1 | ... Scenario 2 | ...", or a passage
   or instruction followed by the question on its last line) needs ``MC_PART_COVER`` of each part's weight: the
   part that is its own (the other scenario, the question asked of the passage) must be there.
@@ -51,6 +55,7 @@ from dataclasses import dataclass, field
 
 from contam_assets.paraphrase.quantities import (
     asks,
+    before_options,
     example_text,
     examples,
     examples_kept,
@@ -65,11 +70,15 @@ from contam_assets.paraphrase.quantities import (
 )
 
 MATH, CODE, MC, OTHER = "math", "code", "mc", "other"
-MC_SIMILARITY, MC_MARGIN = 0.70, 0.15
+MC_SIMILARITY, MC_MARGIN = 0.67, 0.15
 MC_PART_COVER = 0.3  # the weight of each part of a stem (quantities.stem_parts) the window must hold
-MC_COVER, MC_PRECISION, MC_WEIGHT = 0.2, 0.4, 14.0
+MC_COVER, MC_PRECISION, MC_WEIGHT = 0.2, 0.35, 12.0
 MC_KEY_WEIGHT = 3.0  # a word held by more than e**-3 (5 %) of the items weighs less: a template's, not the item's
 MC_STEM_WEIGHT = 6.0  # the weight of the question's own less common words a window must hold
+MC_RARE_KEYS, MC_WEIGHT_MIN = 2, 8.0  # or, less than MC_WEIGHT, what the stem's 2 rarest keys weigh (not under this)
+MC_RAREST = 2  # the window holds one of the stem's this many rarest keys: what the item is about
+MC_STEM_COVER = 0.35  # or, less than MC_COVER of the item's, this share of its stem's own keys' weight
+MC_SHORT_STEM = 9.0  # a stem whose own less common words weigh less than this needs its gold answer in the window
 CODE_SIMILARITY, CODE_COVER, CODE_LITERALS, CODE_MIN_LITERALS = 0.7, 0.3, 0.8, 3
 CODE_NEW_LITERALS = 0.1  # values in the window that neither the prompt nor the solution holds, as a share of the prompt's
 OTHER_SIMILARITY = 0.85  # the bar for items with neither numbers nor a signature to check
@@ -199,17 +208,23 @@ def _check_mc(item: ItemFacts, window: str, w_nums: Counter, similarity: float, 
     ws = stems(window)
     found = ws & key
     cover, matched = wt(found) / max(wt(key), 1e-9), wt(ws & (item.stems | item.option_stems))
-    if cover < MC_COVER or matched < MC_WEIGHT or matched < MC_PRECISION * wt(ws):
-        return None  # too little of the item, or a window mostly about something else
     stem_key = key & item.question_stems
-    if wt(found & stem_key) < MC_STEM_WEIGHT:
-        return None  # the window holds the options' words, not what the question asks
+    rarest = sorted(stem_key, key=lambda w: (-weights.get(w, top), w))
+    own = [weights.get(w, top) for w in rarest]
+    if not ws & set(rarest[:MC_RAREST]):
+        return None  # none of the stem's rarest words: the window is about something else
+    if cover < MC_COVER and wt(found & stem_key) < MC_STEM_COVER * sum(own):
+        return None  # too little of the item (of its stem, or of its stem and gold answer)
+    if matched < min(MC_WEIGHT, max(MC_WEIGHT_MIN, sum(own[:MC_RARE_KEYS]))) or matched < MC_PRECISION * wt(ws):
+        return None  # too little of the item, or a window mostly about something else
+    if wt(stems(before_options(window)) & stem_key) < MC_STEM_WEIGHT:
+        return None  # the window holds the options' words (or is options), not what the question asks
     for part in item.parts:
         if wt(ws & part) < MC_PART_COVER * wt(part):
             return None  # a passage or a scenario other items share, without the part that is this item's own
     gold = stems(item.gold)
     answered = bool(gold) and 2 * len(gold & ws) >= len(gold)
-    if wt(stem_key) < MC_WEIGHT and not answered:
+    if sum(own) < MC_SHORT_STEM and not answered:
         return None  # a stem that says this little is the item only with its answer
     words = sorted(found | (ws & item.option_stems), key=lambda w: -weights.get(w, top))[:10]
     return Evidence(MC, similarity, sorted(item.numbers), sorted(item.names & names(window)),

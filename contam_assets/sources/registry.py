@@ -239,10 +239,14 @@ def spec_digest(spec: TaskSpec) -> str:
     return hashlib.sha256(repr(spec).encode()).hexdigest()[:16]
 
 
-def inputs_digest(specs: list[TaskSpec], benchmarks_dir: Path | None, reference_key: dict, version: str) -> str:
+def inputs_digest(specs: list[TaskSpec], benchmarks_dir: Path | None, reference_key: dict, version: str,
+                  file_hashes: dict | None = None) -> str:
     """What a reference set is built from: the code's version, the knobs that shape it (``reference_key``),
     every spec, and the name and bytes (xxh3-128) of every source file each split reads, in order.
-    Two builds with the same digest make the same records, so a run may keep the set it has."""
+    Two builds with the same digest make the same records, so a run may keep the set it has.
+    ``file_hashes`` (path -> [size, mtime_ns, ctime_ns, inode, xxh3-128]), kept by the caller between runs: a file
+    whose size, times and inode are those recorded is not read again (a write changes its ctime, whatever the
+    mtime is set to afterwards); the dict is updated with every file hashed."""
     import xxhash
 
     h = xxhash.xxh3_128(json.dumps([version, reference_key], sort_keys=True, default=str).encode())
@@ -253,12 +257,27 @@ def inputs_digest(specs: list[TaskSpec], benchmarks_dir: Path | None, reference_
             h.update(f"\x1d{split.name}\x1f{avail.origin}".encode())
             for f in avail.files:
                 try:
-                    h.update(f"\x1c{Path(f).name}\x1f{os.path.getsize(f)}\x1f".encode())
-                    with open(f, "rb") as fh:
-                        while block := fh.read(1 << 20):
-                            h.update(block)
+                    st = os.stat(f)
+                    h.update(f"\x1c{Path(f).name}\x1f{st.st_size}\x1f{file_digest(f, st, file_hashes)}".encode())
                 except OSError as exc:  # the build reports it as bad rows; the digest records that it failed
                     h.update(f"\x1c{Path(f).name}\x1f!{type(exc).__name__}".encode())
+    return h.hexdigest()
+
+
+def file_digest(path, st: os.stat_result, file_hashes: dict | None = None) -> str:
+    """xxh3-128 of the file's bytes, taken from ``file_hashes`` where its size, times and inode are those recorded."""
+    import xxhash
+
+    key, stamp = os.path.abspath(path), [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    known = (file_hashes or {}).get(key)
+    if isinstance(known, list) and len(known) == 5 and known[:4] == stamp:
+        return known[4]
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    if file_hashes is not None:
+        file_hashes[key] = [*stamp, h.hexdigest()]
     return h.hexdigest()
 
 

@@ -1,6 +1,7 @@
 """Files the data side keeps beside the DuckDB database.
 
 <out>/index/<digest>/records.parquet   reference records (what a match says about the instance)
+<out>/index/<digest>/records.arrow     the same records as one uncompressed Arrow IPC file, mapped by each reader
 <out>/index/<digest>/index/             the n-gram index: one .npy per array and meta.json, mapped by each reader
 <out>/index/current.json               digest of the index the last `ngram_index` run built
 <out>/mix/<shard>                      decontaminated mix (same relative paths as the pool)
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.ipc as pa_ipc
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
@@ -57,12 +59,7 @@ def save_index(out_dir: Path, digest: str, records: pl.DataFrame, index: NgramIn
     """Records and index under <out>/index/<digest>/, each written whole under a temporary name, then current.json."""
     d = index_dir(out_dir, digest)
     d.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(d / "records.parquet")
-    try:
-        records.write_parquet(tmp)
-        os.replace(tmp, d / "records.parquet")
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_records(d, records)
     fault_point("index_save")
     index.save(d / "index")
     (d / "index.npz").unlink(missing_ok=True)  # an index of the earlier format (one .npz), built again
@@ -70,9 +67,13 @@ def save_index(out_dir: Path, digest: str, records: pl.DataFrame, index: NgramIn
     return d
 
 
+RECORDS_FILE = "records.parquet"  # the records, compressed (what the tables and an older folder hold)
+RECORDS_MAPPED = "records.arrow"  # the same, uncompressed Arrow IPC: mapped by every process that reads the folder
+
+
 def has_index(out_dir: Path, digest: str) -> bool:
     d = index_dir(out_dir, digest)
-    return (d / "index" / "meta.json").exists() and (d / "records.parquet").exists()
+    return (d / "index" / "meta.json").exists() and (d / RECORDS_FILE).exists()
 
 
 def current_digest(out_dir: Path) -> str:
@@ -82,6 +83,26 @@ def current_digest(out_dir: Path) -> str:
     return json.loads(p.read_text())["digest"]
 
 
+def mark_current(out_dir: Path, digest: str, inputs: str | None) -> None:
+    """current.json: the index ``digest`` is the current one, built from the reference set of ``inputs`` (the
+    digest of what that set was built from, `registry.inputs_digest`; None: not known)."""
+    atomic_write_text(Path(out_dir) / "index" / "current.json", json.dumps({"digest": digest, "inputs": inputs}))
+
+
+def digest_for_inputs(out_dir: Path, inputs: str | None) -> str | None:
+    """The current index's digest where it was built from the reference set of ``inputs`` and is saved whole (its
+    task hashes too): a rerun with unchanged inputs takes it without reading the records; else None."""
+    p = Path(out_dir) / "index" / "current.json"
+    try:
+        current = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    digest = current.get("digest") if isinstance(current, dict) else None
+    if not inputs or current.get("inputs") != inputs or not isinstance(digest, str) or not has_index(out_dir, digest):
+        return None
+    return digest if (index_dir(out_dir, digest) / "task_hashes.json").is_file() else None
+
+
 def load_index(out_dir: Path, digest: str | None = None) -> tuple[NgramIndex, pl.DataFrame, str]:
     digest = digest or current_digest(out_dir)
     return *read_index_dir(index_dir(out_dir, digest)), digest
@@ -89,7 +110,57 @@ def load_index(out_dir: Path, digest: str | None = None) -> tuple[NgramIndex, pl
 
 def read_index_dir(d: Path) -> tuple[NgramIndex, pl.DataFrame]:
     """The index and reference records kept in one index folder (`save_index`)."""
-    return NgramIndex.load(Path(d) / "index"), pl.read_parquet(Path(d) / "records.parquet")
+    return NgramIndex.load(Path(d) / "index"), read_records(d)
+
+
+def write_records(d: Path, records: pl.DataFrame) -> None:
+    """``records.parquet`` and ``records.arrow`` (uncompressed Arrow IPC, texts as string views: `map_records`) in
+    folder ``d``, each written under a temporary name and renamed into place."""
+    for name, write in ((RECORDS_FILE, records.write_parquet),
+                        (RECORDS_MAPPED, lambda p: records.write_ipc(p, compression="uncompressed",
+                                                                     compat_level=pl.CompatLevel.newest()))):
+        tmp = temp_path(Path(d) / name)
+        try:
+            write(tmp)
+            os.replace(tmp, Path(d) / name)  # a process that maps the earlier file keeps its pages (another inode)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def read_records(d: Path) -> pl.DataFrame:
+    """The reference records of an index folder, over the pages of its ``records.arrow`` (`map_records`); a folder
+    saved without that file (or with one this version cannot map) is read from ``records.parquet``, whole."""
+    mapped = Path(d) / RECORDS_MAPPED
+    if mapped.is_file():
+        try:
+            return map_records(mapped)
+        except (OSError, pa.ArrowException):
+            pass
+    return pl.read_parquet(Path(d) / RECORDS_FILE)
+
+
+def records_to_ipc(records: pl.DataFrame):
+    """The records as the bytes of one Arrow IPC file (a numpy uint8 array: Ray's object store keeps it as it is and
+    hands each task a view of it, which `records_from_ipc` takes without a copy)."""
+    import numpy as np
+
+    sink = pa.BufferOutputStream()
+    records.write_ipc(sink, compression="uncompressed", compat_level=pl.CompatLevel.newest())
+    return np.frombuffer(sink.getvalue(), dtype=np.uint8)
+
+
+def records_from_ipc(data) -> pl.DataFrame:
+    """The table of `records_to_ipc`'s bytes, over those bytes (nothing copied, as `map_records`)."""
+    return pl.from_arrow(pa_ipc.open_file(pa.py_buffer(data)).read_all(), rechunk=False)
+
+
+def map_records(path: Path) -> pl.DataFrame:
+    """A table over a mapped uncompressed Arrow IPC file, nothing copied: polars takes the file's buffers as they are
+    (texts as string views, as polars writes them), so a process reads only the pages of the rows and columns it
+    touches, and every process that maps the file shares those pages in the page cache.  Its record batches stay
+    chunks of the table (a rechunk would copy every text)."""
+    table = pa_ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+    return pl.from_arrow(table, rechunk=False)
 
 
 def rejected_path(out_dir: Path, shard: str) -> Path:

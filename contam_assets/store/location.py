@@ -26,6 +26,7 @@ import io
 import os
 import re
 import stat
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,13 +193,32 @@ def version_ns(version: str) -> int:
     return int(hashlib.blake2b(version.encode(), digest_size=7).hexdigest(), 16)
 
 
+_LISTED: dict[str, tuple[int, int, float]] = {}  # URL -> (size, version_ns, when listed), the pool's latest listing
+_LISTED_LOCK = threading.Lock()
+LISTING_TTL = 300.0  # seconds a listing answers for its objects; older, unit_info asks the store (a long-lived process)
+
+
+def remember_listing(root: str, objects: dict[str, tuple[int, int]]) -> None:
+    """A pool's listing (URL -> size and version_ns), what ``unit_info`` answers from in this process: planning asks
+    the store nothing per unit.  Each listing of the root replaces the last (an object gone since is forgotten)."""
+    top = str(root).rstrip("/")
+    with _LISTED_LOCK:
+        for url in [u for u in _LISTED if u == top or u.startswith(top + "/")]:
+            del _LISTED[url]
+        now = time.monotonic()
+        _LISTED.update({url: (size, version, now) for url, (size, version) in objects.items()})
+
+
 def unit_info(path) -> tuple[int, int]:
-    """(size, mtime_ns) of a unit: a local file's stat, or a store object's size and version_ns (one request).
-    FileNotFoundError when it is not there."""
+    """(size, mtime_ns) of a unit: a local file's stat, or a store object's size and version_ns: as the pool's listing
+    in this process gave them (``remember_listing``), else one request.  FileNotFoundError when it is not there."""
     if not is_url(path):
         st = os.stat(path)
         return st.st_size, st.st_mtime_ns
     url = str(path)
+    listed = _LISTED.get(url)
+    if listed is not None and time.monotonic() - listed[2] < LISTING_TTL:
+        return listed[0], listed[1]
     info = retrying(filesystem(scheme_of(url)).info, url)
     if info.get("type") == "directory":
         raise IsADirectoryError(url)

@@ -4,8 +4,8 @@ A run with a remote output works in a local folder (``location.work_folder``: it
 cache stay there).  Each shard's mix file and rejected lines are streamed to the store as soon as that shard's mix
 is written (fsspec's ``open(url, "wb")``: a multipart upload on S3, in the pool's own format and codec, the bytes
 the local write made) and the local copies are removed, so the run's disk holds about one mix file per worker.
-The Parquet tables and the report follow when the publish step makes them; ``run.json`` goes last, as the commit
-marker: until it is replaced, the store's ``run.json`` is the previous run's.  Objects under ``mix/``,
+Each shard's table rows follow as Parquet parts when its mix is recorded (store/table_parts.py); the whole tables
+and the report when the publish step makes them; ``run.json`` goes last, as the commit marker: until it is replaced, the store's ``run.json`` is the previous run's.  Objects under ``mix/``,
 ``rejected/`` and ``tables/`` that the committed run does not have are deleted just before ``run.json``.
 
 A failing upload (after the retries with back-off that ``location.retrying`` gives transient errors) raises
@@ -74,18 +74,21 @@ def sizes(loc: Location, folder: str) -> dict[str, int]:
         return {}
 
 
-def commit(loc: Location, folder: Path, keep: set[str], files: list[str], log=print) -> int:
+def commit(loc: Location, folder: Path, keep: set[str], files: list[str], log=print,
+           keep_under: tuple[str, ...] = ()) -> int:
     """The end of a run with a remote output: ``files`` (paths relative to ``folder``: tables, report) uploaded, the
-    objects under mix/, rejected/ and tables/ that are not in ``keep`` (nor among ``files``) deleted, then
-    ``run.json`` uploaded last.  The number of objects uploaded; UploadError (one line) on the first failure, with
-    the store's ``run.json`` left as it was."""
+    objects under mix/, rejected/ and tables/ that are not in ``keep`` (nor among ``files``, nor under a folder of
+    ``keep_under``, whose owner deletes what it no longer needs) deleted, then ``run.json`` uploaded last.  The
+    number of objects uploaded; UploadError (one line) on the first failure, with the store's ``run.json`` left as
+    it was."""
     folder = Path(folder)
     for rel in files:
         upload(loc, folder / rel, rel)
     fs = loc.filesystem()
     stale = []
     for name in OWNED:
-        stale += sorted(r for r in sizes(loc, name) if r not in keep and r not in files)
+        stale += sorted(r for r in sizes(loc, name)
+                        if r not in keep and r not in files and not r.startswith(keep_under))
     for rel in stale:
         try:
             retrying(fs.rm_file, loc.url(rel))

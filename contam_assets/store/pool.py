@@ -51,6 +51,7 @@ from contam_assets.store.location import (
     hf_blobs,
     is_url,
     matches,
+    remember_listing,
     remote_files,
     resolve,
     unit_info,
@@ -240,6 +241,7 @@ def list_remote(loc: Location, pattern: str = "") -> PoolListing:
             listing.shards.append(rel)
             listing.paths[rel] = shard_path(root, rel)
             listing.listed[rel] = (int(info.get("size") or 0), version_ns(info.get("etag") or ""))
+    remember_listing(root, {str(listing.paths[k]): v for k, v in listing.listed.items()})  # no request per unit later
     return listing
 
 

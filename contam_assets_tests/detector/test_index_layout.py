@@ -35,8 +35,9 @@ def test_saved_index_is_mapped_and_equal(tmp_path):
     records, _ = build_reference_set([decon_spec(str(evals))], None, cfg)
     built = build_index(records, cfg)
     folder = artifacts.save_index(tmp_path / "out", "d1", records, built)
-    assert sorted(p.name for p in (folder / "index").iterdir() if p.suffix == ".npy")[:5] == [
-        "_key_min_total.npy", "_record_max_idf.npy", "_slots.npy", "a_idf_total.npy", "a_len.npy"]
+    assert sorted(p.name for p in (folder / "index").iterdir() if p.suffix == ".npy")[:7] == [
+        "_key_min_total.npy", "_record_max_idf.npy", "_slots.npy", "_tok_df.npy", "_tok_vocab.npy", "a_idf_total.npy",
+        "a_len.npy"]
     assert artifacts.has_index(tmp_path / "out", "d1")
     loaded, recs, digest = artifacts.load_index(tmp_path / "out")
     assert digest == "d1" and recs.equals(records)

@@ -5,7 +5,8 @@ same output files.
 Normalized before the files are compared, and nothing else:
 - the output folder's own path (run.json and mix_stats.path record it): replaced by ``OUT`` in text files and in
   the string columns of the tables;
-- contam.duckdb is compared table by table, and tables/*/part-0.parquet as rows, without the columns holding times
+- contam.duckdb is compared table by table, and Parquet files and the index's records.arrow (its string-view
+  buffers are laid out as the table was built) as rows, without the columns holding times
   (timestamp columns, ``seconds``, ``scanned_at``-like fields: every datetime column and the ``seconds`` column);
 - report.html without its lines that carry a time;
 - a temporary file's name in an error message (``.tmp-<pid>-<random>``: store/files.temp_path): ``.tmp-X``;
@@ -121,6 +122,8 @@ def outputs(out: Path) -> dict[str, object]:
             found[rel] = _tables(out)
         elif p.suffix == ".parquet":
             found[rel] = _frame(pl.read_parquet(p), out)
+        elif p.suffix == ".arrow":  # the records as the scan maps them: the same rows, buffers laid out as built
+            found[rel] = _frame(pl.read_ipc(p), out)
         elif p.suffix in (".json", ".jsonl", ".html", ".txt", ".md") and p.stat().st_size < 50 << 20:
             found[rel] = _text(p, out)
         else:

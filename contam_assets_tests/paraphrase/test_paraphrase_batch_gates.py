@@ -98,10 +98,10 @@ def test_the_similarity_from_the_sums_at_the_bounds_is_the_verifiers_within_the_
     assert exact.max() > 0.5 and np.abs(near - exact).max() < SIM_SLACK / 10
 
 
-def test_the_numpy_check_of_a_math_items_numbers_agrees_with_min_span():
+def test_the_indexed_span_of_a_math_items_numbers_is_min_span():
     import random
 
-    from contam_assets.paraphrase.gates import _NumberRuns, min_span
+    from contam_assets.paraphrase.gates import NumberIndex, min_span
 
     rng = random.Random(1)
     pool = [2.0, 3.0, 5.0, 7.0, 11.0, 13.0, 17.0]
@@ -110,7 +110,7 @@ def test_the_numpy_check_of_a_math_items_numbers_agrees_with_min_span():
         seq = [(rng.choice(pool), 10 * i) for i in range(rng.randint(17, 40))]
         values = set(rng.sample(pool, rng.randint(1, 3)))
         allowed = frozenset(values | set(rng.sample(pool, rng.randint(0, 3))))
-        held = min_span(seq, values, allowed)[0] < float("inf")
-        finite += held
-        assert _NumberRuns(seq).any_holds(values, allowed) == held, (seq, values, allowed)
+        want = min_span(seq, values, allowed)
+        finite += want[0] < float("inf")
+        assert NumberIndex(seq).span(frozenset(values), allowed) == want, (seq, values, allowed)
     assert 300 < finite < 2700  # both answers are met often

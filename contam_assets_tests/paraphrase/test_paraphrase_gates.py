@@ -75,7 +75,7 @@ def test_a_multiple_choice_item_passes_the_word_gate_only_with_one_of_its_rare_w
     def through(text: str) -> list[int]:
         return gate.candidates([text], DocStems.of([text.lower()]), [[]])[0][0].tolist()
 
-    # the shared words weigh 15 together, over the 14 an item needs, but none of them is rare
+    # the shared words weigh 15 together, over what item 0 needs (its two rarest words' 7.4, at least 8), but none is rare
     assert through("Notes. " + " ".join(shared) + ". More notes.") == []
     assert through("Notes. " + " ".join(shared + rare[:1]) + ". More notes.") == [0]
     # the same words spread over paragraphs: not a restatement of the item

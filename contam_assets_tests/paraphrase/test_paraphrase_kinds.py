@@ -14,6 +14,7 @@ from contam_assets.detector.config import PRESETS
 from contam_assets.detector.matches import Reference
 from contam_assets.paraphrase.quantities import literals, stems
 from contam_assets.paraphrase.stage import paraphrase_rows
+from contam_assets.paraphrase.verify import MC_MARGIN, MC_SIMILARITY
 from contam_assets.sources.reference import build_reference_set
 from contam_assets.sources.registry import load_registry
 from contam_assets.store.pool import Document
@@ -91,7 +92,7 @@ def test_a_reworded_stem_is_held_with_its_gold_answer_as_evidence(mc_code):
         ev = json.loads(r["evidence"])
         assert r["reason"] == "paraphrase" and r["needs_review"] and ev["rule"] == "mc"
         assert ev["gold_answer"] == sociology(1)[1] and ev["answer_in_window"] is (r["line"] == 1)
-        assert ev["margin"] >= 0.05 and ev["similarity"] >= 0.7 and "ecolog" in ev["words"]
+        assert ev["margin"] >= MC_MARGIN and ev["similarity"] >= MC_SIMILARITY and "ecolog" in ev["words"]
         assert HOST not in r["training_text"]
 
 

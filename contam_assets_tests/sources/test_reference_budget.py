@@ -80,7 +80,8 @@ def test_detect_refuses_a_registry_over_the_memory_limit_before_building(tmp_pat
     line = r.stderr.strip().splitlines()[-1]
     assert "needs about" in line and "0.1 GiB is available" in line and "CONTAM_MEMORY_CHECK=off" in line
     assert "Traceback" not in r.stderr
-    assert not (tmp_path / "o" / "index").exists()  # nothing built
+    index = tmp_path / "o" / "index"  # nothing built: at most the benchmark files' hash cache
+    assert {p.name for p in index.iterdir()} <= {"source_hashes.json"} if index.exists() else True
 
 
 def test_available_memory_leaves_the_cgroups_page_cache_out(tmp_path):

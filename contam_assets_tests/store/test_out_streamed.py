@@ -5,6 +5,7 @@ previous run.json, and progress lines come at a bounded rate (executor/progress.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 import zstandard
@@ -69,6 +71,10 @@ def test_each_mix_object_is_on_the_store_before_the_next_shard_is_mixed_and_a_re
         keys = _keys(s3["client"], prefix)
         assert "mix/a.jsonl" in keys and "rejected/a.jsonl.jsonl" in keys, keys
         assert not any(k.startswith("mix/b") or k.startswith("mix/c") for k in keys), keys
+        # its table rows went with it, as Parquet parts (store/table_parts.py); none of a later shard's
+        for t in ("removals", "shard_stats", "mix_stats", "matches"):
+            assert f"tables/{t}/shards/a.jsonl.parquet" in keys, (t, keys)
+        assert not any(k.startswith("tables/") and "/shards/b" in k for k in keys), keys
         assert "run.json" not in keys and "contam.duckdb" not in keys, keys
         work = s3["tmp"] / "work-run1"
         assert not list(work.rglob("mix/a.jsonl")) and not list(work.rglob("rejected/a.jsonl.jsonl"))
@@ -79,10 +85,21 @@ def test_each_mix_object_is_on_the_store_before_the_next_shard_is_mixed_and_a_re
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     keys = _keys(s3["client"], prefix)
     for k in ("mix/a.jsonl", "mix/b.jsonl.zst", "mix/c.parquet", "rejected/a.jsonl.jsonl", "report.html", "run.json",
-              "tables/removals/part-0.parquet", "tables/mix_stats/part-0.parquet"):
+              "tables/removals/shards/b.jsonl.zst.parquet", "tables/mix_stats/shards/c.parquet.parquet",
+              "tables/instances/part-0.parquet"):
         assert k in keys, k
     assert "contam.duckdb" not in keys  # the database stays on the run's host
+    assert not any(k.startswith("tables/") and k.endswith("/part-0.parquet") and k.split("/")[1] in (
+        "matches", "removals", "shard_stats", "shard_errors", "mix_stats", "cuts") for k in keys), keys
     work = s3["tmp"] / "work-run1"
+    # the parts, read as one dataset per table, are the tables of the run's database, row for row
+    db = next(work.rglob("contam.duckdb"))
+    with duckdb.connect(str(db), read_only=True) as con:
+        for t in ("matches", "removals", "shard_stats", "mix_stats"):
+            parts = [pq.read_table(io.BytesIO(s3["client"].get_object(Bucket=BUCKET, Key=f"{prefix}{k}")["Body"].read()))
+                     for k in sorted(keys) if k.startswith(f"tables/{t}/shards/")]
+            got = sorted((tuple(r.values()) for p in parts for r in p.to_pylist()), key=repr)
+            assert got == sorted(con.execute(f"select * from {t}").fetchall(), key=repr), t
     assert not [p for p in work.rglob("*") if p.is_file() and p.parent.name in ("mix", "rejected")]
     got = {o["Key"]: o["LastModified"] for o in s3["client"].list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]}
     assert got[f"{prefix}run.json"] == max(got.values())  # the commit marker went last
@@ -163,7 +180,8 @@ def test_progress_is_at_most_one_line_per_interval():
 def test_the_streamed_output_benchmark_runs_as_documented():
     """docs/pools.md's command, as written (a tiny pool): the run to the store removes what the local run removes,
     leaves one mix object per shard and no mix file in its work folder (the script checks), and says when the first
-    mix object and run.json reached the store; the token cache study runs each value three times."""
+    mix object and run.json reached the store, and that a run killed at half and rerun leaves the same outputs; the
+    token cache study runs each value three times."""
     import shutil
 
     from contam_assets_tests.support.doc_commands import ROOT, clean_env, command
@@ -177,6 +195,10 @@ def test_the_streamed_output_benchmark_runs_as_documented():
     assert res["shards"] == 3 and res["removed"] > 0
     assert res["first_mix_object_s"] is not None and res["run_json_s"] is not None
     assert res["first_mix_object_s"] <= res["run_json_s"]
+    # killed at half and rerun: the same mix and rejected objects and table rows as the uninterrupted run (the script
+    # fails otherwise)
+    kill = res["kill_at_half"]
+    assert kill["identical_objects_and_tables"] >= 3 + 4 and kill["killed_at_s"] < kill["total_s"]
     # where a remote pool's token streams live: nowhere by default (an added task rescans every shard from its text),
     # in the work folder with CONTAM_TOKEN_CACHE=on (an added task is scanned from the streams)
     study = res["token_cache"]

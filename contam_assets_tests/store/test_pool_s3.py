@@ -131,12 +131,18 @@ def test_a_remote_out_receives_the_tables_the_mix_and_the_report(s3):
     assert "removed 4" in r.stdout and f"(and as Parquet: s3://{BUCKET}/results/run1/tables/)" in r.stdout
     keys = {o["Key"] for o in s3["client"].list_objects_v2(Bucket=BUCKET, Prefix="results/run1/")["Contents"]}
     for k in ("report.html", "run.json", "mix/a.jsonl", "mix/web/b.parquet",
-              "tables/removals/part-0.parquet", "tables/matches/part-0.parquet"):
+              "tables/removals/shards/a.jsonl.parquet", "tables/matches/shards/a.jsonl.parquet",
+              "tables/instances/part-0.parquet"):
         assert f"results/run1/{k}" in keys, k
     assert "results/run1/contam.duckdb" not in keys  # the database stays on the run's host
-    got = s3["tmp"] / "removals.parquet"
-    s3["client"].download_file(BUCKET, "results/run1/tables/removals/part-0.parquet", str(got))
-    remote = sorted(pq.read_table(got).select(["shard", "line", "doc_id"]).to_pylist(), key=lambda d: (d["shard"], d["line"]))
+    # a reader takes tables/<table>/**/*.parquet: the per-shard parts hold the table's rows
+    got = s3["tmp"] / "removals"
+    for k in sorted(k for k in keys if k.startswith("results/run1/tables/removals/")):
+        (got / k).parent.mkdir(parents=True, exist_ok=True)
+        s3["client"].download_file(BUCKET, k, str(got / k))
+    parts = [pq.read_table(f) for f in sorted(got.rglob("*.parquet"))]
+    remote = sorted((r for t in parts for r in t.select(["shard", "line", "doc_id"]).to_pylist()),
+                    key=lambda d: (d["shard"], d["line"]))
     local = [dict(shard=a, line=b, doc_id=c) for a, b, c in rows(s3["tmp"] / "out-local",
                                                                   "select shard, line, doc_id from removals order by shard, line")]
     assert remote == local

@@ -46,7 +46,7 @@ def test_the_pools_page_commands_run_as_written(tmp_path):
         assert "removed 3" in r.stdout
         keys = {o["Key"] for o in client.list_objects_v2(Bucket="my-bucket", Prefix="contam/run1/")["Contents"]}
         assert "contam/run1/mix/CC-MAIN-2024-10/000_00000.parquet" in keys
-        assert "contam/run1/tables/removals/part-0.parquet" in keys
+        assert "contam/run1/tables/removals/shards/CC-MAIN-2024-10/000_00000.parquet.parquet" in keys
 
 
 def test_the_parquet_benchmark_runs_as_documented(tmp_path):

@@ -14,6 +14,7 @@ from contam_assets.defs.automation import (
     on_new_scans,
 )
 from contam_assets.defs.data.engine import ScanEngine
+from contam_assets.defs.data.index_step import index_step, reference_inputs
 from contam_assets.defs.data.scan_metadata import (
     LOG_EACH_SHARD,
     SHARD_FIGURES,
@@ -31,19 +32,17 @@ from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config, lm_eval_specs, load_task_specs
 from contam_assets.detector import build_budget
 from contam_assets.detector.config import paraphrase_removes, settings_rows
-from contam_assets.detector.index_build import build_index
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.skips import instance_summary
-from contam_assets.executor.progress import RunProgress, file_size
+from contam_assets.executor.progress import file_size, for_step
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan.outcomes import OutcomeWriter
-from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, scan_config_digest, task_hashes
+from contam_assets.rescan.plan import load_task_hashes, scan_config_digest
 from contam_assets.sources.reference import build_reference_set
 from contam_assets.sources.registry import (
     TaskSpecError,
-    inputs_digest,
     locate,
     looks_like_decon_references,
     spec_digest,
@@ -52,7 +51,6 @@ from contam_assets.sources.translation_links import links as translation_links
 from contam_assets.store import artifacts, tables
 from contam_assets.store import shards as shards_db
 from contam_assets.store.faults import fault_point
-from contam_assets.store.files import atomic_write_text
 
 GROUP = "decontamination"
 # What every asset of the data side declares (owners, group, tags); kinds and descriptions are per asset.
@@ -143,7 +141,7 @@ def reference_set(context: dg.AssetExecutionContext, contam_settings: ContamSett
     cfg = detect_config(contam_settings)
     t0 = time.perf_counter()
     specs = load_task_specs(contam_settings)
-    inputs = inputs_digest(specs, contam_settings.benchmarks_path, cfg.reference_key(), DETECTOR_VERSION)
+    inputs = reference_inputs(contam_settings.out_path, specs, contam_settings.benchmarks_path, cfg, DETECTOR_VERSION)
     cfg_rows = pl.DataFrame(settings_rows(cfg, contam_settings.detect_config()[1]),
                             schema={"name": pl.Utf8, "value": pl.Utf8, "decon_name": pl.Utf8, "origin": pl.Utf8})
     with contam_db.connect() as con:
@@ -271,31 +269,18 @@ def _reference_kept(context: dg.AssetExecutionContext, con, state: dict, seconds
 
 @dg.asset(**_DATA, deps=[reference_set], kinds={"python", "numpy"}, code_version=DETECTOR_VERSION)
 def ngram_index(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB) -> dg.MaterializeResult:
-    """IDF n-gram index of the reference set, saved under <out>/index/<digest>/ (reused when unchanged)."""
-    cfg = detect_config(contam_settings)
-    with contam_db.connect(read_only=True) as con:
-        records = store.query_df(con, "select * from instances order by record_id")
-    digest = artifacts.reference_digest(records, cfg)
-    out = contam_settings.out_path
-    t0 = time.perf_counter()
-    reused = artifacts.has_index(out, digest)
-    if reused:
-        index, _, _ = artifacts.load_index(out, digest)
-        atomic_write_text(out / "index" / "current.json", json.dumps({"digest": digest}))
-    else:
-        text_bytes = sum(int(records[c].str.len_bytes().sum() or 0) for c in ("question", "answer", "passage"))
-        # the spill files under the output folder, in a temporary folder the temp-file sweep recognises
-        index = build_index(records, cfg, progress=build_budget.BuildProgress(_say(context), text_bytes, phases=("index",)),
-                            spill_dir=out / "index")
-        artifacts.save_index(out, digest, records, index)
-    hashes = task_hashes(records, cfg)
-    atomic_write_text(artifacts.index_dir(out, digest) / TASK_HASHES_FILE, json.dumps(hashes, indent=1))
+    """IDF n-gram index of the reference set, saved under <out>/index/<digest>/: kept when its inputs or records are
+    unchanged, grown by the changed tasks where it can be, else built (defs/data/index_step.py)."""
+    cfg, out, t0 = detect_config(contam_settings), contam_settings.out_path, time.perf_counter()
+    done = index_step(out, cfg, contam_db, _say(context))
+    index, digest, hashes, reused = done.index, done.digest, done.hashes, done.reused
     if cfg.prefilter:  # built once here and saved beside the index, so no scan run builds the anchors again
+        records = done.records if done.records is not None else artifacts.read_index_dir(artifacts.index_dir(out, digest))[1]
         ensure_prefilter(index, records, cfg, folder=artifacts.index_dir(out, digest))
     seconds = time.perf_counter() - t0
-    context.log.info(f"index {digest}: {index.n_records} records, {len(index.q_keys)} question n-grams ({'reused' if reused else 'built'} in {seconds:.1f}s)")
+    context.log.info(f"index {digest}: {index.n_records} records, {len(index.q_keys)} question n-grams ({done.how} in {seconds:.1f}s)")
     return dg.MaterializeResult(metadata={
-        "digest": digest, "reused": reused, "build_seconds": round(seconds, 2), "records_indexed": index.n_records,
+        "digest": digest, "reused": reused, "how": done.how, "build_seconds": round(seconds, 2), "records_indexed": index.n_records,
         "tasks": len(hashes), "question_ngrams": len(index.q_keys), "hot_ngrams": int(index.hot.sum()), "hot_threshold": index.hot_threshold,
         "bytes_per_instance": round(index.nbytes() / max(1, index.n_records), 1),
         "path": dg.MetadataValue.path(str(artifacts.index_dir(out, digest))),
@@ -397,7 +382,7 @@ def _scan_partitions(context: dg.AssetExecutionContext, config: ShardScanConfig,
     scan_seconds = 0.0
     per_shard: dict[str, dict] = {}  # each partition's own figures (its shard_stats row), never the run's
     # shards done of the total, bytes read, MB/s and the time left, at most a line every progress_s seconds
-    progress = RunProgress("scan", {j.shard: file_size(j.path, j.size) for j in jobs}, _say(context))
+    progress = for_step("scan", {j.shard: file_size(j.path, j.size) for j in jobs}, context.log.info)
 
     def finish(job, out, stats: list[dict]) -> None:
         """One outcome, once its rows are committed (OutcomeWriter, in the jobs' order)."""
@@ -430,15 +415,17 @@ def _scan_partitions(context: dg.AssetExecutionContext, config: ShardScanConfig,
     writer = OutcomeWriter(contam_db.connect, sigs, finish, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
                            records=records)
     source = artifacts.index_dir(contam_settings.out_path, digest)  # local workers read the index from there
-    for job, out in contam_scan_engine.run(jobs, index, ref, idle=writer.idle, source=source):
-        if not isinstance(out, Exception) and out.rejects is not None:
-            try:
-                artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
-            except Exception as exc:  # noqa: BLE001 - one shard's write failing must not lose the others
-                out = RuntimeError(f"writing its rows: {type(exc).__name__}: {exc}")
-        writer.add(job, out)
-    writer.flush()
-    progress.close()
+    try:
+        for job, out in contam_scan_engine.run(jobs, index, ref, idle=writer.idle, source=source):
+            if not isinstance(out, Exception) and out.rejects is not None:
+                try:
+                    artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
+                except Exception as exc:  # noqa: BLE001 - one shard's write failing must not lose the others
+                    out = RuntimeError(f"writing its rows: {type(exc).__name__}: {exc}")
+            writer.add(job, out)
+        writer.flush()
+    finally:  # the terminal's bar stops with the step, failed or not
+        progress.close()
     write_seconds = writer.write_seconds
     if failed:  # each gets its shard_stats row (status failed), so every listed file has one
         with contam_db.connect() as con:

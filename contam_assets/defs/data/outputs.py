@@ -10,7 +10,6 @@ from contam_assets import store
 from contam_assets.defs.automation import MIX_REFRESH_CRON, REPORT_REFRESH_CRON, on_new_removals
 from contam_assets.defs.data.assets import (
     _DATA,
-    _say,
     _scanned_shards,
     record_run_failure,
     removals,
@@ -25,7 +24,7 @@ from contam_assets.defs.partitions import shards_partitions
 from contam_assets.defs.resources import ContamDB, ContamSettings, detect_config
 from contam_assets.executor.mix import write_mix
 from contam_assets.executor.processes import workers_from_env
-from contam_assets.executor.progress import RunProgress
+from contam_assets.executor.progress import for_step
 from contam_assets.report.html import histogram_png, render_report
 from contam_assets.report.render import md_table, png_markdown_bytes
 from contam_assets.store import artifacts, mix_state, outbox
@@ -120,11 +119,13 @@ def _write_partitions(context: dg.AssetExecutionContext, contam_settings: Contam
         sizes = dict(con.execute("select shard, coalesce(bytes, 0) from shard_stats where shard in "
                                  "(select unnest(?::varchar[]))", [shards]).fetchall()) \
             if store.table_exists(con, "shard_stats") else {}
-    progress = RunProgress("mix", {f: int(sizes.get(f) or 0) for f in shards}, _say(context))
-    run = write_mix(contam_db.connect, out, contam_settings.pool_path, shards, contam_settings.removal,
-                    detect_config(contam_settings), contam_settings.content_key, workers_from_env(len(shards)),
-                    warn=context.log.warning, store=remote, progress=progress)
-    progress.close()
+    progress = for_step("mix", {f: int(sizes.get(f) or 0) for f in shards}, context.log.info)
+    try:
+        run = write_mix(contam_db.connect, out, contam_settings.pool_path, shards, contam_settings.removal,
+                        detect_config(contam_settings), contam_settings.content_key, workers_from_env(len(shards)),
+                        warn=context.log.warning, store=remote, progress=progress)
+    finally:  # the terminal's bar stops with the step, failed or not
+        progress.close()
     totals, unchanged, failed = run.totals, run.unchanged, run.failed
     if failed:  # the store refused an object (one line: the object and the store's error), or shards not written
         why = run.upload_error or (f"mix of {len(failed)} shard(s) not written: "

@@ -11,6 +11,7 @@ Both move by automation after a new report or mix (``on_new_outputs``), and `con
 """
 
 
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -21,9 +22,9 @@ from contam_assets.defs.data.outputs import decontaminated_mix, removal_report, 
 from contam_assets.defs.resources import ContamDB, ContamSettings
 from contam_assets.executor.mix import rejected_rel
 from contam_assets.report.html import shard_health_html
-from contam_assets.store import artifacts, outbox, table_exists
+from contam_assets.store import artifacts, outbox, table_exists, table_parts
 from contam_assets.store import shards as shards_db
-from contam_assets.store.export import export_tables
+from contam_assets.store.export import USER_TABLES, export_tables
 
 DECON_KEYS = ("decon_reports", "decon_report_files", "decon_report_entries", "decon_cleaned", "decon_cleaned_files")
 
@@ -53,8 +54,11 @@ def pool_tables(context: dg.AssetExecutionContext, contam_settings: ContamSettin
     pool file's class counted into run.json (store/shards.file_counts), and report.html rendered again when a step
     after it (the mix) changed the shards that need attention."""
     out = contam_settings.out_path
+    remote = contam_settings.out_location
+    # a remote output's per-shard tables are Parquet parts per shard (store/table_parts.py), not one part-0
+    whole = USER_TABLES if remote is None else tuple(t for t in USER_TABLES if t not in table_parts.PER_SHARD)
     with contam_db.connect(read_only=True) as con:
-        rows = export_tables(con, out)
+        rows = export_tables(con, out, whole)
         files = shards_db.file_counts(con) if table_exists(con, "shard_stats") else {}
         stale = report_behind(out / "report.html", con)
     if files:
@@ -62,7 +66,6 @@ def pool_tables(context: dg.AssetExecutionContext, contam_settings: ContamSettin
     if stale:
         context.log.info("report.html rendered again: a step after it changed the shards that need attention")
         write_report(contam_settings, contam_db)
-    remote = contam_settings.out_location
     if remote is not None:
         publish_remote(context, contam_settings, contam_db)
     return dg.MaterializeResult(metadata={
@@ -103,11 +106,16 @@ def publish_remote(context, contam_settings: ContamSettings, contam_db: ContamDB
     # not on the store yet (written before this run, say); a file no mix_stats row names yet is a concurrent mix
     # run's, which uploads it itself
     pending = [rel for rel in outbox.local_files(out, ("mix", "rejected")) if rel in recorded]
+    for t in table_parts.PER_SHARD:  # a whole-table copy an earlier version exported here
+        shutil.rmtree(out / "tables" / t, ignore_errors=True)
     try:
         for rel in pending:
             outbox.upload(remote, out / rel, rel, remove=True)
-        outbox.commit(remote, out, keep | set(pending), outbox.local_files(out, ("report.html", "tables")),
-                      log=context.log.info)
+        parts = table_parts.sync(contam_db.connect, remote, out)  # every shard's rows: the parts agree with the tables
+        # the parts are table_parts' own (it deletes a shard's part when its rows are gone): a concurrent mix run's
+        # part uploaded after the sync above stays
+        outbox.commit(remote, out, keep | set(pending) | parts.kept, outbox.local_files(out, ("report.html", "tables")),
+                      log=context.log.info, keep_under=table_parts.PART_FOLDERS)
     except outbox.UploadError as exc:
         raise dg.Failure(description=str(exc)) from None
 

@@ -1,0 +1,87 @@
+"""The crosslingual encoder's word-cached tokenizer and its first look (paraphrase/crosslingual_encoder.py): the same
+pieces and vectors as the package, and a first look that lets the held translations through and nothing else
+changes what is held."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from contam_assets.detector.config import PRESETS
+from contam_assets.paraphrase import crosslingual
+from contam_assets.paraphrase.crosslingual import CrosslingualIndex, encoder
+from contam_assets.paraphrase.crosslingual_encoder import BOS, EOS
+from contam_assets.sources.reference import build_reference_set
+from contam_assets.sources.registry import load_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path("/work/shared/data")
+CROSS = DATA / "crosslingual"
+pytestmark = pytest.mark.skipif(not (CROSS / "mgsm_es.tsv").is_file(), reason="shared data not present")
+
+
+def lines(name: str, n: int) -> list[str]:
+    return [line.split("\t")[0] for line in (CROSS / name).read_text(encoding="utf-8").splitlines()[:n]]
+
+
+def gsm(n: int) -> list[str]:
+    return [json.loads(line)["question"] for line in (DATA / "gsm8k_test.jsonl").read_text().splitlines()[:n]]
+
+
+def test_word_by_word_pieces_and_vectors_are_the_packages():
+    enc = encoder()
+    texts = lines("mgsm_es.tsv", 20) + lines("mgsm_fr.tsv", 20) + gsm(10) + [
+        "Der Preis   stieg\tum 80.000 Euro.\u00a0Danach fiel er.", "東京は日本の首都です。人口は約1400万人です。", ""]
+    for t in texts:
+        assert [BOS, *enc.tokens(t), EOS] == enc.sp.encode(t) or not t.strip()
+    ours, theirs = enc.embed(texts[:12]), np.asarray(enc.use.encode(texts[:12]), dtype=np.float32)
+    assert np.allclose(np.einsum("ij,ij->i", ours, theirs), 1.0, atol=1e-5)
+
+
+def test_a_pieces_static_row_is_the_encoder_on_that_piece_alone():
+    enc = encoder()
+    ids = np.array([enc.tokens("huevos")[-1], enc.tokens("Janet")[-1], 5000])
+    look = enc.first_look(enc.static(ids), np.ones(len(ids)))
+    full = np.empty((len(ids), 512), dtype=np.float32)
+    enc.model._encode_batch([[int(i)] for i in ids], len(ids), full)  # one piece, no marks: its neighbours zero
+    assert np.allclose(np.einsum("ij,ij->i", look, full), 1.0, atol=1e-4)
+
+
+def test_the_first_look_keeps_a_translation_near_its_source_and_apart_from_others():
+    enc = encoder()
+    es, fr, en = lines("mgsm_es.tsv", 40), lines("mgsm_fr.tsv", 40), gsm(40)
+    e = enc.first_look_texts(en)
+    bar = crosslingual.FIRST_LOOK["question"][0]
+    for foreign in (es, fr):
+        sims = enc.first_look_texts(foreign) @ e.T
+        assert (np.diag(sims) >= bar).mean() >= 0.95  # a problem and its translation
+        off = sims[~np.eye(len(en), dtype=bool)]
+        assert (off >= bar).mean() <= 0.25 and np.median(off) < bar - 0.1  # other problems mostly fall apart
+
+
+@pytest.fixture(scope="module")
+def index():
+    records, _ = build_reference_set(load_registry(ROOT / "data" / "tasks", ["gsm8k"]), DATA, PRESETS["default"])
+    return records.filter((pl.col("split") == "test") & (pl.col("instance_index") < 300))
+
+
+def test_the_first_look_changes_no_held_pair_and_spares_the_encoder(index, monkeypatch):
+    # translated problems inside and outside the reference (items 0-299 of the test split), and foreign text that is
+    # no item: the same hits with and without the first look, and fewer windows embedded with it
+    docs = ["\n\n".join(lines("mgsm_es.tsv", 250)[k:k + 2]) for k in range(0, 24, 2)]
+    docs += ["\n\n".join(lines("mgsm_fr.tsv", 250)[k:k + 2]) for k in range(200, 250, 5)]
+
+    def run(first_look):
+        monkeypatch.setattr(crosslingual, "FIRST_LOOK", first_look)
+        ix = CrosslingualIndex(index)
+        hits = [sorted((h.unit, h.start, h.end, round(h.similarity, 4)) for h in ix.search(d)) for d in docs]
+        return hits, ix.stats
+
+    with_look, stats = run(crosslingual.FIRST_LOOK)
+    without, plain = run({k: (-1.0, -1.0) for k in crosslingual.FIRST_LOOK})
+    assert with_look == without and sum(map(len, with_look)) >= 12
+    assert stats["first_look_pairs"] == plain["first_look_pairs"] and stats["windows"] < plain["windows"] / 2
