@@ -81,7 +81,7 @@ def lead_values(tokens: np.ndarray, n: int) -> np.ndarray:
         return t[:m] * _L1 + t[1 : m + 1] * _L2 + t[2 : m + 2] * _L3
 
 
-def _docs_with_key(tokens, offsets, n, min_tokens, keys, slots, bloom, shift, out):
+def _docs_with_key(tokens, offsets, n, min_tokens, keys, slots, bloom, shift, skip, out):
     nk = len(keys)
     longest = 0
     for d in range(len(offsets) - 1):
@@ -102,14 +102,15 @@ def _docs_with_key(tokens, offsets, n, min_tokens, keys, slots, bloom, shift, ou
             h = _mix(h ^ np.uint64(n))
             bit = h >> shift
             if (bloom[np.int64(bit >> np.uint64(6))] >> (bit & np.uint64(63))) & np.uint64(1):
-                if _probe(keys, slots, h, 0, nk) >= 0:
+                k = _probe(keys, slots, h, 0, nk)
+                if k >= 0 and (len(skip) == 0 or not skip[k]):
                     out[found] = d
                     found += 1
                     break
     return found
 
 
-def _docs_with_key_gated(tokens, offsets, n, min_tokens, keys, slots, bloom, shift, lead, lead_shift, out):
+def _docs_with_key_gated(tokens, offsets, n, min_tokens, keys, slots, bloom, shift, skip, lead, lead_shift, out):
     nk = len(keys)
     found = 0
     for d in range(len(offsets) - 1):
@@ -126,7 +127,8 @@ def _docs_with_key_gated(tokens, offsets, n, min_tokens, keys, slots, bloom, shi
             h = _mix(h ^ np.uint64(n))
             bit = h >> shift
             if (bloom[np.int64(bit >> np.uint64(6))] >> (bit & np.uint64(63))) & np.uint64(1):
-                if _probe(keys, slots, h, 0, nk) >= 0:
+                k = _probe(keys, slots, h, 0, nk)
+                if k >= 0 and (len(skip) == 0 or not skip[k]):
                     out[found] = d
                     found += 1
                     break
@@ -169,13 +171,15 @@ def positions(hashes: np.ndarray, keys: np.ndarray, slots: np.ndarray, bloom: np
 
 
 def docs_with_key(tokens: np.ndarray, offsets: np.ndarray, n: int, min_tokens: int, keys: np.ndarray, slots: np.ndarray,
-                  bloom: np.ndarray, bloom_bits: int, lead: tuple[np.ndarray, int] | None = None) -> np.ndarray:
+                  bloom: np.ndarray, bloom_bits: int, lead: tuple[np.ndarray, int] | None = None,
+                  skip: np.ndarray | None = None) -> np.ndarray:
     """Documents (``tokens[offsets[d]:offsets[d+1]]``, at least ``min_tokens`` long) holding an n-gram whose hash is
     in ``keys`` (int64, ascending); n-grams never span two documents.  ``lead``: (bit filter, its bits) of the
-    ``lead_values`` of every key's n-gram (n >= 3), or None.  Needs numba."""
+    ``lead_values`` of every key's n-gram (n >= 3), or None; ``skip``: a bool per key, True for one that is not
+    looked for (an index's hot keys), or None.  Needs numba."""
     out = np.empty(max(0, len(offsets) - 1), dtype=np.int64)
     args = (np.asarray(tokens), np.ascontiguousarray(offsets, dtype=np.int64), np.int64(n), np.int64(min_tokens), keys,
-            slots, bloom, np.uint64(64 - bloom_bits))
+            slots, bloom, np.uint64(64 - bloom_bits), np.zeros(0, dtype=np.bool_) if skip is None else skip)
     if lead is not None and n >= 3:
         found = _docs_with_key_gated(*args, lead[0], np.uint64(64 - lead[1]), out)
     else:

@@ -89,6 +89,22 @@ class KeySet:
         self.bits = _filter_bits(len(keys))
         self.filter = key_table.bit_filter(keys, self.bits)
         self.lead: tuple[np.ndarray, int] | None = None
+        self.skip: np.ndarray | None = None  # a bool per key: True where the key is not in the set (of_index)
+
+    @classmethod
+    def of_index(cls, index: NgramIndex) -> "KeySet":
+        """Every usable question key (``start_keys(index, None)``) over the index's own arrays: its q_keys with its
+        hot mask as ``skip``, its Bloom filter and its lookup table, mapped from the index folder and shared by every
+        process that loads it (a scan worker adds no copy of them; the table is built here, once, where the index
+        has none and its keys are few enough)."""
+        keys = cls.__new__(cls)
+        keys.keys, keys.filter, keys.bits, keys.lead = index.q_keys, index.bloom, index.bloom_bits, None
+        keys.skip = index.hot if index.hot.any() else None
+        table = index.__dict__.get("_slots")
+        if table is None and key_table.AVAILABLE and len(index.q_keys) <= TABLE_MAX_KEYS:
+            table = index.__dict__["_slots"] = key_table.slots_for(index.q_keys)  # what index.lookup builds
+        keys.slots = table if isinstance(table, np.ndarray) else None
+        return keys
 
     def contains(self, h: np.ndarray) -> np.ndarray:
         out = np.zeros(len(h), dtype=bool)
@@ -99,7 +115,10 @@ class KeySet:
         if len(maybe):
             hm = h[maybe]
             pos = np.minimum(np.searchsorted(self.keys, hm), len(self.keys) - 1)
-            out[maybe[self.keys[pos] == hm]] = True
+            hit = self.keys[pos] == hm
+            if self.skip is not None:
+                hit &= ~self.skip[pos]
+            out[maybe[hit]] = True
         return out
 
 
@@ -147,7 +166,8 @@ def selection(index: NgramIndex, records: pl.DataFrame, tasks: list[str] | None,
               cfg: DetectConfig | None = None) -> tuple[np.ndarray | None, KeySet]:
     """(locals of `tasks`' records or None for all, the start keys that can reach them), memoized per index.
 
-    With `tasks` and `cfg` (and numba), the keys carry a lead gate (`lead_gate`)."""
+    With `tasks` and `cfg` (and numba), the keys carry a lead gate (`lead_gate`); for all tasks they are the index's
+    own arrays (`KeySet.of_index`)."""
     gate = tasks is not None and cfg is not None and key_table.AVAILABLE
     key = (id(index), id(records), tuple(tasks) if tasks is not None else None,
            json.dumps(cfg.reference_key(), sort_keys=True) if gate else None)
@@ -155,7 +175,7 @@ def selection(index: NgramIndex, records: pl.DataFrame, tasks: list[str] | None,
     if hit is not None and hit[0] is index and hit[1] is records:
         return hit[2], hit[3]
     locals_ = None if tasks is None else task_locals(index, records, tasks)
-    keys = KeySet(start_keys(index, locals_))
+    keys = KeySet.of_index(index) if tasks is None else KeySet(start_keys(index, locals_))
     if gate and keys.slots is not None:
         keys.lead = lead_gate(records, tasks, cfg, keys)
     if len(_SELECTIONS) > 8:
@@ -170,7 +190,7 @@ def docs_containing(stream: token_cache.TokenStream, keys: KeySet, n: int, min_t
         return np.zeros(0, dtype=np.int64)
     if keys.slots is not None and compiled.enabled():
         return key_table.docs_with_key(stream.tokens, stream.offsets, n, min_tokens, keys.keys, keys.slots,
-                                       keys.filter, keys.bits, keys.lead)
+                                       keys.filter, keys.bits, keys.lead, keys.skip)
     off = stream.offsets
     found = []
     i = 0
