@@ -16,7 +16,7 @@ its progress lines name (``phases``: reading the files, the decon filters, the i
 `--generate-only` writes the folders and stops; `--reruns N` runs the same command again N times on the same output;
 `--grow N` then adds a task of N instances and, after it, runs the registry without it and its first task, on the same
 output, the index grown each time; `--grow-check` builds each from scratch too and compares the index files.)
-`contam_assets_tests/sources/test_reference_scale_benchmark.py` runs it at 3,000 instances, `test_reference_scale_grow.py`
+`contam_assets_tests/sources/test_reference_scale_benchmark.py` runs it at 3,000 instances, once plain and once
 with `--reruns 1 --grow 400 --grow-check`.
 """
 

@@ -209,6 +209,16 @@ class NgramIndex:
             self.__dict__["_files"] = {name: (path / f"{name}.npy", a) for name, (_, a) in files.items()}
             shutil.rmtree(staging, ignore_errors=True)
 
+    def in_memory(self) -> "NgramIndex":
+        """A copy of this index with every array (its saved extras too) read into memory: what a build or a grow
+        without a spill folder returns once its folder of mapped arrays is removed."""
+        index = NgramIndex(**{f: np.array(v) if isinstance(v, np.ndarray) else v
+                              for f, v in self.__dict__.items() if f in NgramIndex.__dataclass_fields__})
+        for name in NgramIndex.SAVED_EXTRAS:
+            if isinstance(self.__dict__.get(name), np.ndarray):
+                index.__dict__[name] = np.array(self.__dict__[name])
+        return index
+
     @classmethod
     def mapped(cls, folder: Path, **meta) -> "NgramIndex":
         """The index whose arrays are the .npy files of ``folder`` (as ``save`` writes them, written by the build),

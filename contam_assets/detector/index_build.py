@@ -352,13 +352,7 @@ def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None, batch: 
             shutil.rmtree(folder, ignore_errors=True)
             raise
         if spill_dir is None:  # in memory, the files removed with the temporary folder
-            mapped = index
-            index = NgramIndex(**{f: np.array(v) if isinstance(v, np.ndarray) else v
-                                  for f, v in mapped.__dict__.items() if f in NgramIndex.__dataclass_fields__})
-            for name in NgramIndex.SAVED_EXTRAS:
-                if isinstance(mapped.__dict__.get(name), np.ndarray):
-                    index.__dict__[name] = np.array(mapped.__dict__[name])
-            del mapped
+            index = index.in_memory()
         else:
             index.__dict__["_staging"] = folder
     return index

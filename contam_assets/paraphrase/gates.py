@@ -337,6 +337,9 @@ def weight_span(pts: list[tuple[int, str]], weights: dict, need: float) -> tuple
     return best
 
 
+_GAP = (float("nan"), -1)  # a value no item holds or allows: min_span starts a new stretch after it
+
+
 class NumberIndex:
     """A document's numbers (``min_span``'s seq) by value, so that ``span`` reads only the offsets of an item's own
     numbers and of those it allows: any other number between two of them ends a stretch, as it does in ``min_span``,
@@ -353,26 +356,14 @@ class NumberIndex:
         where, seq = self.where, self.seq
         if not values or any(v not in where for v in values):
             return float("inf"), 0, 0
-        need, have, best, lo, prev = len(values), {}, (float("inf"), 0, 0), 0, -1
-        pts: list[tuple[float, int]] = []
+        sub: list[tuple[float, int]] = []
+        prev = -1
         for k in sorted(k for v in values | allowed if v in where for k in where[v]):
             if k != prev + 1:  # a number neither the item's nor allowed lies between: a new stretch
-                have, pts, lo = {}, [], 0
+                sub.append(_GAP)
+            sub.append(seq[k])
             prev = k
-            v, at = seq[k]
-            if v not in values:
-                continue
-            pts.append((v, at))
-            have[v] = have.get(v, 0) + 1
-            while len(have) == need:
-                if at - pts[lo][1] < best[0]:
-                    best = (at - pts[lo][1], pts[lo][1], at)
-                u = pts[lo][0]
-                have[u] -= 1
-                if not have[u]:
-                    del have[u]
-                lo += 1
-        return best
+        return min_span(sub, values, allowed)
 
 
 def min_span(seq: list[tuple[float, int]], values: set, allowed: frozenset | None = None) -> tuple[float, int, int]:
