@@ -26,8 +26,9 @@ its seconds (shard_stats: a shard is one worker's, so per core), and the stage's
 its one-time costs: the index over the reference set and the encoder's load).  Then, in this process, the stage alone: the
 index's build, the encoder's load, and the English and foreign pools searched with both done, in CPU seconds (per core
 whatever the machine's load); the foreign pool twice, the second time with the reference units and pieces it met
-already known (their vectors, first looks and static rows are made once per worker process: a pool of gigabytes pays
-that once), with the encoder's share and what the first look passed on to it.
+already known (their vectors, looks and static rows are made once per worker process: a pool of gigabytes pays
+that once), with the CPU split between its steps (``SPLIT``) and the windows per MB that reach each: formed, given
+the first look (past the sum look), given the encoder.
 """
 
 from __future__ import annotations
@@ -164,32 +165,58 @@ def scan_rate(db: Path, pool: str) -> tuple[float, float]:
 
 
 def stage_alone(ix, texts: list[str]) -> dict:
-    """The stage over ``texts`` in this process: CPU seconds, the encoder's share and what the gates passed."""
+    """The stage over ``texts`` in this process: CPU seconds, their split and what each gate passed on."""
     from contam_assets.paraphrase import crosslingual
 
-    plain, spent = crosslingual.embed, [0.0]
+    enc, spent, stack = crosslingual.encoder(), dict.fromkeys(SPLIT, 0.0), []
 
-    def timed(batch):
-        c = time.process_time()
-        try:
-            return plain(batch)
-        finally:
-            spent[0] += time.process_time() - c
+    def timed(name, f):  # CPU seconds of f less those of the timed calls inside it
+        def call(*args, **kwargs):
+            c = time.process_time()
+            stack.append(0.0)
+            try:
+                return f(*args, **kwargs)
+            finally:
+                d, inner = time.process_time() - c, stack.pop()
+                spent[name] += d - inner
+                if stack:
+                    stack[-1] += d
+        return call
 
     before, units = dict(ix.stats), len(ix._vec)
-    crosslingual.embed = timed
+    plain = {"blocks": crosslingual.blocks, "embed": crosslingual.embed}
+    crosslingual.blocks, crosslingual.embed = timed("language", plain["blocks"]), timed("encoder", plain["embed"])
+    ix.candidates = timed("anchors", ix.candidates)
+    enc.tokens = timed("tokens", enc.tokens)
+    for name in ("sums", "sum_look", "first_look"):
+        setattr(enc, name, timed("looks", getattr(enc, name)))
     try:
         c0 = time.process_time()
         held = sum(bool(ix.search(t)) for t in texts)
         cpu = time.process_time() - c0
     finally:
-        crosslingual.embed = plain
+        crosslingual.blocks, crosslingual.embed = plain["blocks"], plain["embed"]
+        for name in ("candidates",):
+            del ix.__dict__[name]
+        for name in ("tokens", "sums", "sum_look", "first_look"):
+            del enc.__dict__[name]
+    spent["windows and verifier"] = cpu - sum(spent.values())
     stats = {k: v - before.get(k, 0) for k, v in ix.stats.items()}
-    return {"documents": len(texts), "cpu_seconds": round(cpu, 2), "encoder_share": round(spent[0] / max(cpu, 1e-6), 3), "documents_held": held,
-            "blocks": stats.get("blocks", 0), "gated_blocks": stats.get("gated_blocks", 0),
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    return {"documents": len(texts), "cpu_seconds": round(cpu, 2), "encoder_share": round(spent["encoder"] / max(cpu, 1e-6), 3),
+            "cpu_seconds_per_mb": {k: round(v / max(mb, 1e-9), 2) for k, v in spent.items()},
+            "documents_held": held, "blocks": stats.get("blocks", 0), "gated_blocks": stats.get("gated_blocks", 0),
             "first_look_windows": stats.get("first_look_windows", 0), "first_look_pairs": stats.get("first_look_pairs", 0),
+            "sum_look_windows": stats.get("sum_look_windows", 0), "sum_look_pairs": stats.get("sum_look_pairs", 0),
             "windows": stats.get("windows", 0), "window_chars": stats.get("window_chars", 0),
+            "windows_per_mb": {k: round(stats.get(k, 0) / max(mb, 1e-9)) for k in ("first_look_windows", "sum_look_windows", "windows")},
             "units_embedded": len(ix._vec) - units}
+
+
+# the stage's CPU split: the language gate (blocks), the anchors and candidates, reading text into pieces, the sum and
+# first looks (static rows summed, the head), the encoder (its pieces read in "tokens"), the rest (windows, covers,
+# the verifier's similarities)
+SPLIT = ("language", "anchors", "tokens", "looks", "encoder")
 
 
 def main() -> None:

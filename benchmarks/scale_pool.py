@@ -53,8 +53,10 @@ def _writer(path: Path):
     return open(path, "wb")
 
 
-def build_pool(pool: Path, size: int, n_shards: int, seed: int, plant_rate: float, shared: Path) -> dict:
-    """Shards of about size / n_shards raw JSONL bytes each (every third .gz, every third .zst); the planted truth."""
+def build_pool(pool: Path, size: int, n_shards: int, seed: int, plant_rate: float, shared: Path,
+               codecs: tuple[str, ...] = ("", ".gz", ".zst")) -> dict:
+    """Shards of about size / n_shards raw JSONL bytes each (by default every third .gz, every third .zst: shard s
+    takes ``codecs[s % len(codecs)]``); the planted truth."""
     truth_file = pool.with_name(pool.name + ".truth.json")  # beside the pool: a .json in it would be a shard
     if truth_file.exists() and pool.is_dir():
         return json.loads(truth_file.read_text())
@@ -63,7 +65,7 @@ def build_pool(pool: Path, size: int, n_shards: int, seed: int, plant_rate: floa
     rng, src, items = random.Random(seed), Sources(seed), benchmark_items(shared)
     planted, raw_bytes, docs = [], 0, 0
     for s in range(n_shards):
-        name = f"part-{s:04d}.jsonl" + ("", ".gz", ".zst")[s % 3]
+        name = f"part-{s:04d}.jsonl" + codecs[s % len(codecs)]
         size_s, line = 0, 0
         with _writer(pool / name) as fh:
             while size_s < size / n_shards:

@@ -5,7 +5,8 @@ commit marker (run.json) reach the store.
     python benchmarks/store_streamed.py --size 150MB --shards 12 --work /tmp/contam-streamed --json streamed.json
 
 The pool is benchmarks/scale_pool.py's (real-looking text, real GSM8K/MBPP/HumanEval items planted; JSONL plain,
-.gz and .zst).  It is put on a local S3-protocol server (moto's standalone server, on loopback:
+.gz and .zst in turn, or the codecs ``--codecs`` names: ``--codecs plain`` stores the pool at its raw size).  It is
+put on a local S3-protocol server (moto's standalone server, on loopback:
 contam_assets.testing.s3_server) and read from there (``--pool-from store``) or from its local folder
 (``--pool-from local``); the remote run's output is ``s3://contam-bench/out``.  The local run reads the local
 folder and writes a local output.  While the remote run goes, a sampler thread adds up, every ``--every`` seconds,
@@ -246,6 +247,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--size", type=parse_size, default=parse_size("150MB"))
     ap.add_argument("--shards", type=int, default=12)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--codecs", default="plain,gz,zst",
+                    help="the shards' codecs in turn (plain, gz, zst): plain makes the stored pool its raw size")
     ap.add_argument("--tasks", default="gsm8k,mbpp,humaneval")
     ap.add_argument("--pool-from", choices=("store", "local"), default="store")
     ap.add_argument("--every", type=float, default=0.2, help="seconds between the sampler's looks")
@@ -263,14 +266,21 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"--cache-study: unknown value(s) {', '.join(unknown)} (takes {', '.join(STUDY_ENV)})")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's line per request
     a.work.mkdir(parents=True, exist_ok=True)
+    load_at_start = [round(x, 1) for x in os.getloadavg()]
     pool = a.work / "pool"
-    truth = build_pool(pool, a.size, a.shards, a.seed, 0.02, a.shared)
+    codecs = tuple("" if c == "plain" else f".{c}" for c in a.codecs.split(","))
+    if set(codecs) - {"", ".gz", ".zst"}:
+        raise SystemExit(f"--codecs: takes plain, gz and zst, not {a.codecs}")
+    truth = build_pool(pool, a.size, a.shards, a.seed, 0.02, a.shared, codecs)
     files = sorted(p for p in pool.iterdir() if p.is_file())
     stored, largest = sum(p.stat().st_size for p in files), max(p.stat().st_size for p in files)
     for old in ("out-local", "home-local", "work-remote", "home-remote", "tmp-remote"):
         shutil.rmtree(a.work / old, ignore_errors=True)
+    print(f"pool: {len(files)} shard(s), {stored / 1e6:.1f} MB stored, largest {largest / 1e6:.1f} MB",
+          file=sys.stderr, flush=True)
     local_wall, _ = detect(str(pool), str(a.work / "out-local"), a.shared, a.tasks,
                            {"DAGSTER_HOME": str(a.work / "home-local")})
+    print(f"local run: {local_wall:.1f} s, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     with s3_server(key="bench", secret="bench") as env:
         client = s3_client(env)
         client.create_bucket(Bucket=BUCKET)
@@ -288,6 +298,9 @@ def main(argv: list[str] | None = None) -> dict:
         sampler.stop.set()
         sampler.join()
         mix = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="out/mix/").get("Contents", [])]
+        print(f"remote run: {remote_wall:.1f} s, load {os.getloadavg()[0]:.1f}, peak local disk "
+              f"{sampler.peak / 1e6:.1f} MB, first mix object at {sampler.first_mix} s, run.json at {sampler.commit} s",
+              file=sys.stderr, flush=True)
         resume = {}
         if a.kill_at_half:
             resume = killed_and_rerun(f"s3://{BUCKET}/pool" if a.pool_from == "store" else str(pool), a.shared,
@@ -297,6 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
             if differ:
                 raise SystemExit(f"the killed and rerun output differs from the uninterrupted one: {differ[:5]}")
             resume["identical_objects_and_tables"] = len(whole)
+            print(f"killed and rerun: {json.dumps(resume)}", file=sys.stderr, flush=True)
         study = cache_study(modes, a, client, env, removed(next((a.work / "work-remote").rglob("contam.duckdb")))) \
             if modes else {}
     if len(mix) != len(files):
@@ -308,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict:
     if left:
         raise SystemExit(f"mix or rejected files left in the work folder: {left[:3]}")
     res = dict(documents=truth["documents"], raw_mb=round(truth["raw_bytes"] / 1e6, 1), shards=len(files),
-               pool_from=a.pool_from, stored_mb=round(stored / 1e6, 1), largest_shard_mb=round(largest / 1e6, 1),
+               pool_from=a.pool_from, codecs=a.codecs, stored_mb=round(stored / 1e6, 1), largest_shard_mb=round(largest / 1e6, 1),
                removed=len(removed(work_db)), local_s=round(local_wall, 2), store_out_s=round(remote_wall, 2),
                speed_vs_local=round(local_wall / remote_wall, 3), peak_local_disk_mb=round(sampler.peak / 1e6, 1),
                peak_vs_stored=round(sampler.peak / stored, 2),
@@ -316,7 +330,7 @@ def main(argv: list[str] | None = None) -> dict:
                first_mix_object_s=None if sampler.first_mix is None else round(sampler.first_mix, 1),
                run_json_s=None if sampler.commit is None else round(sampler.commit, 1),
                machine=f"{platform.machine()} {os.cpu_count()} cores", date=time.strftime("%Y-%m-%d"),
-               load_at_end=[round(x, 1) for x in os.getloadavg()],
+               load_at_start=load_at_start, load_at_end=[round(x, 1) for x in os.getloadavg()],
                local_cache_mb=round(folder_bytes([a.work / "out-local" / "token_cache"])[0] / 1e6, 1),
                remote_cache_mb=round(folder_bytes([p for p in (a.work / "work-remote").rglob("token_cache")])[0] / 1e6, 1),
                kill_at_half=resume, token_cache=study)

@@ -19,6 +19,7 @@ Compiled steps (numba; each equals a plain path kept beside it, the compiled set
 
     word_kernel.py      a batch's words looked up in the word cache in one walk (tokenize.encode_translated)
     key_table.py        the index's n-gram keys in an open-addressing table (index.lookup)
+    index_kernel.py     the index build's per-record n-gram sets, bucket split and pair sort (index_build.py)
     text_kernel.py      the non-ASCII step of the cleaning (text.translate_bytes)
     prefilter_kernel.py the prefilter's byte pass
     walk_kernel.py      the cluster walk, the question-floor bound, a long answer's window (scan.scan_many)

@@ -20,11 +20,12 @@ from typing import Callable
 from contam_assets.settings import var
 
 # peak memory of a reference set and index build, per byte of benchmark text read (JSONL, uncompressed), plus a
-# base (Python, the tokenizer, Dagster): with the records in columns and the index written straight into its files,
-# `contam detect` at 0.6 M synthetic instances peaked at 1.80 GB summed PSS from 431 MB (1.9 bytes a byte over the
-# base: the table of records while it is written to DuckDB), and reading 2 M (1,440 MB) held 1.98 GB (docs/scale.md,
-# "A large registry"); 3 leaves a margin for the lookup table, which grows by powers of two
-BYTES_PER_SOURCE_BYTE = 3.0
+# base (Python, the tokenizer, Dagster): with the records written a table at a time and the index written straight
+# into its files, `contam detect` at 0.6 M synthetic instances (431 MB) peaked at 1.19 GB summed PSS in the reference
+# step and 1.48 GB in the index build (1.1 bytes a byte over the base: the key table of the lookups, the per-record
+# arrays and the mapped records' pages; docs/scale.md, "A large registry"); 2 leaves a margin for the key table,
+# which grows by powers of two, and the duplicate check's keys (about 64 bytes an indexed record)
+BYTES_PER_SOURCE_BYTE = 2.0
 BASE_BYTES = 1.0e9
 COMPRESSED_RATIO = 4  # a .gz/.zst/.bz2/.xz benchmark file's text, against its size on disk
 # "off": build without the check; a size ("12GB", "800MiB"): the memory the build may take (else what is available)

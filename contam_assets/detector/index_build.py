@@ -2,7 +2,8 @@
 
 ``build_index`` works in bounded batches: each batch's n-grams are hashed and spilled to files split by the top bits
 of their hash, each file sorted on its own, so the build holds one batch and one bucket besides the index it
-writes.  ``build_index_whole`` is the plain one-pass definition it must equal array for array.
+writes (its per-record and per-bucket steps compiled: index_kernel.py).  ``build_index_whole`` is the plain
+one-pass definition it must equal array for array.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from contam_assets.detector import index_kernel as ik
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex, _csr, _per_record, _segment_sums, _unique_tokens, encode_texts
 from contam_assets.detector.ngrams import ngram_hash, segment_ngram_hashes, unique_per_segment
@@ -137,25 +139,30 @@ class _Spill:
             np.ascontiguousarray(values, dtype=self.dtypes[name]).tofile(fh)
         self.sizes[name] = self.sizes.get(name, 0) + len(values)
 
-    def add_buckets(self, name: str, keys: np.ndarray, *others: tuple[str, np.ndarray]) -> None:
-        """``keys`` (uint64 hashes) and arrays aligned with them, each appended to the file of its key's bucket;
+    def add_buckets(self, name: str, keys: np.ndarray, other: tuple[str, np.ndarray]) -> None:
+        """``keys`` (uint64 hashes) and an array aligned with them, each appended to the file of its key's bucket;
         the order within a bucket is the order of arrival."""
-        if len(keys):
-            self.add_groups((keys >> np.uint64(64 - BUCKET_BITS)).astype(np.int64), (name, keys), *others)
+        if not len(keys):
+            return
+        keys, values, starts = ik.by_bucket(keys, other[1], BUCKET_BITS)
+        bounds = starts.tolist()
+        for g in range(len(bounds) - 1):
+            if bounds[g + 1] > bounds[g]:
+                self.add(f"{name}.{g}", keys[bounds[g]:bounds[g + 1]])
+                self.add(f"{other[0]}.{g}", values[bounds[g]:bounds[g + 1]])
 
     def add_groups(self, group: np.ndarray, *arrays: tuple[str, np.ndarray]) -> None:
         """Arrays aligned with ``group`` (int64 >= 0), each appended to the file ``<name>.<group>``, in order of
         arrival within a group."""
         if not len(group):
             return
-        order = np.argsort(group, kind="stable")
-        g = group[order]
-        starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-        ends = np.r_[starts[1:], len(g)]
+        order, starts = ik.group_order(group, int(group.max()) + 1)
+        bounds = starts.tolist()
         for arr_name, arr in arrays:
             sorted_arr = arr[order]
-            for a, e in zip(starts.tolist(), ends.tolist()):
-                self.add(f"{arr_name}.{int(g[a])}", sorted_arr[a:e])
+            for g in range(len(bounds) - 1):
+                if bounds[g + 1] > bounds[g]:
+                    self.add(f"{arr_name}.{g}", sorted_arr[bounds[g]:bounds[g + 1]])
 
     def read(self, name: str, dtype=None) -> np.ndarray:
         dtype = self.dtypes.get(name, dtype)
@@ -274,11 +281,12 @@ def _ngram_idf(spill: _Spill, name: str, N: float, total: int, out: _NpyOut, sum
         kb, pb = spill.read(f"{name}k.{b}", np.uint64), spill.read(f"{name}p.{b}", np.int64)
         if not len(kb):
             continue
-        order = np.argsort(kb)
-        _, df = np.unique(kb[order], return_counts=True)
-        pos = pb[order]
-        spill.add_groups(pos // SUM_STEP, (f"{name}ip", pos), (f"{name}iv", np.log(N / np.repeat(df, df))))
-        del kb, pb, order, df, pos
+        kb, order = ik.sort_pairs(kb, np.arange(len(kb), dtype=np.int64), 64 - BUCKET_BITS)
+        _, df = ik.runs(kb)
+        vals = np.empty(len(kb), dtype=np.float64)
+        vals[order] = np.log(N / np.repeat(df, df))  # back in the order of arrival: positions ascending
+        spill.add_groups(pb // SUM_STEP, (f"{name}ip", pb), (f"{name}iv", vals))
+        del kb, pb, order, df, vals
     for r in range(-(-total // SUM_STEP)):
         start = r * SUM_STEP
         vals = np.zeros(min(SUM_STEP, total - start), dtype=np.float64)
@@ -293,11 +301,13 @@ def _short_ok(read, a_tok_off: np.ndarray, vocab: np.ndarray, tok_df: np.ndarray
     ``step`` at a time; ``read(a, b)``: the answer tokens a:b)."""
     n_rec = len(a_tok_off) - 1
     out = np.zeros(n_rec, dtype=bool)
+    positive = np.log(N / tok_df) > 0  # per token of the vocabulary: idf > 0
     for s in range(0, n_rec, step):
         e = min(n_rec, s + step)
-        lens = np.diff(a_tok_off[s:e + 1])
-        vals, seg = unique_per_segment(read(int(a_tok_off[s]), int(a_tok_off[e])), np.repeat(np.arange(e - s), lens))
-        out[s:e] = np.bincount(seg, weights=np.log(N / tok_df[np.searchsorted(vocab, vals)]) > 0, minlength=e - s) > 0
+        flags = ik.vocabulary_flags(vocab, positive, read(int(a_tok_off[s]), int(a_tok_off[e])))
+        seen = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])  # a record's tokens: any of them positive
+        off = a_tok_off[s:e + 1] - a_tok_off[s]
+        out[s:e] = seen[off[1:]] > seen[off[:-1]]
     return out
 
 
@@ -373,44 +383,38 @@ def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spil
         m = part.height
         step("tokenizing and hashing", 0.7 * done / n_rec)
         rid.append(part["record_id"].to_numpy().astype(np.int32))
-        q_tokens = encode_texts(part["question"].to_list(), cfg)
-        a_tokens = encode_texts([a or "" for a in part["answer"].to_list()] if cfg.index_answers else [""] * m, cfg)
-        p_tokens = encode_texts([p or "" for p in part["passage"].to_list()] if cfg.index_passages else [""] * m, cfg)
+        q_tok, q_off = ik.encode_flat(part["question"].to_list(), cfg)  # tokens back to back, and offsets
+        a_tok, a_off = ik.encode_flat(part["answer"].to_list() if cfg.index_answers else [""] * m, cfg)
+        p_tok, p_off = ik.encode_flat(part["passage"].to_list() if cfg.index_passages else [""] * m, cfg)
         del part
-        # -- question (n-gram, record) pairs, unique per record -------------
-        q_len.append(np.fromiter(map(len, q_tokens), dtype=np.int32, count=m))
-        h, seg = segment_ngram_hashes(q_tokens, n)
-        # decon rule: a question shorter than n tokens is one n-gram of all its tokens
-        short = [i for i, t in enumerate(q_tokens) if 0 < len(t) < n]
-        if short:
-            h = np.concatenate([h, np.array([ngram_hash(q_tokens[i]) for i in short], dtype=np.uint64)])
-            seg = np.concatenate([seg, np.array(short, dtype=np.int64)])
-        h, seg = unique_per_segment(h, seg)  # per record, in record order
-        q_unique.append(np.bincount(seg, minlength=m).astype(np.int32))
-        spill.add_buckets("q", h, ("qd", (seg + done).astype(np.int32)))
-        del h, seg
+        # -- question (n-gram, record) pairs, unique per record (decon rule: a question shorter than n tokens is
+        # one n-gram of all its tokens) --------------------------------------
+        q_len.append(np.diff(q_off).astype(np.int32))
+        h, cnt = ik.ngram_sets(q_tok, q_off, n, short=True)
+        q_unique.append(cnt.astype(np.int32))
+        spill.add_buckets("q", h, ("qd", np.repeat(np.arange(done, done + m, dtype=np.int32), cnt)))
+        del h, cnt
         # -- token frequencies (decon: per field, unique tokens per record) --
-        uniq = [_unique_tokens(f) for f in (q_tokens, a_tokens, p_tokens)]
-        v, c = np.unique(np.concatenate([u for u, _ in uniq]), return_counts=True)
+        uniq = [ik.ngram_sets(t, o, 1, hashed=False) for t, o in ((q_tok, q_off), (a_tok, a_off), (p_tok, p_off))]
+        v, c = ik.value_counts(np.concatenate([u for u, _ in uniq]))
         vocab, inv = np.unique(np.concatenate([vocab, v]), return_inverse=True)
         tok_df = np.bincount(inv, weights=np.concatenate([tok_df, c]), minlength=len(vocab)).astype(np.int64)
-        del q_tokens
+        del q_tok
         # -- answers ---------------------------------------------------------
-        al = np.fromiter(map(len, a_tokens), dtype=np.int32, count=m)
+        al = np.diff(a_off).astype(np.int32)
         a_len.append(al)
-        a_unique.append(np.bincount(uniq[1][1], minlength=m).astype(np.int32))
-        long_answer = al > cfg.short_answer_token_threshold
-        k, s = unique_per_segment(*segment_ngram_hashes(a_tokens, an, long_answer))
-        a_ng_n.append(np.bincount(s, minlength=m))
-        n_ng["a"] = _spill_ngrams(spill, outs["a_ng_keys"], "a", k.astype(np.uint64), n_ng["a"])
-        if al.sum():
-            outs["a_tok"].add(np.concatenate(a_tokens))
+        a_unique.append(uniq[1][1].astype(np.int32))
+        k, cnt = ik.ngram_sets(a_tok, a_off, an, use=al > cfg.short_answer_token_threshold)
+        a_ng_n.append(cnt)
+        n_ng["a"] = _spill_ngrams(spill, outs["a_ng_keys"], "a", k, n_ng["a"])
+        if len(a_tok):
+            outs["a_tok"].add(a_tok)
         # -- passages --------------------------------------------------------
-        p_len.append(np.fromiter(map(len, p_tokens), dtype=np.int32, count=m))
-        k, s = unique_per_segment(*segment_ngram_hashes(p_tokens, pn))
-        p_ng_n.append(np.bincount(s, minlength=m))
-        n_ng["p"] = _spill_ngrams(spill, outs["p_ng_keys"], "p", k.astype(np.uint64), n_ng["p"])
-        del a_tokens, p_tokens, uniq, k, s
+        p_len.append(np.diff(p_off).astype(np.int32))
+        k, cnt = ik.ngram_sets(p_tok, p_off, pn)
+        p_ng_n.append(cnt)
+        n_ng["p"] = _spill_ngrams(spill, outs["p_ng_keys"], "p", k, n_ng["p"])
+        del a_tok, p_tok, uniq, k, cnt
         done += m
     assert done == n_rec
     cat = lambda parts, dt: np.concatenate(parts).astype(dt) if parts else np.zeros(0, dtype=dt)  # noqa: E731
@@ -432,10 +436,9 @@ def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spil
         hb, db = spill.read(f"q.{b}", np.uint64), spill.read(f"qd.{b}", np.int32)
         if not len(hb):
             continue
-        order = np.argsort(hb, kind="stable")  # records ascending within a key: they arrived in record order
-        hb, db = hb[order], db[order]
-        del order
-        keys, first, df = np.unique(hb, return_index=True, return_counts=True)
+        hb, db = ik.sort_pairs(hb, db, 64 - BUCKET_BITS)  # records ascending within a key: they arrived in record order
+        first, df = ik.runs(hb)
+        keys = hb[first]
         del hb
         idf = np.log(N / df)  # decon rule: idf = ln(N / df) over indexed records
         pair_idf = np.repeat(idf, df)

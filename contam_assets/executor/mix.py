@@ -20,7 +20,9 @@ twice) is a failure of that shard only: the others are written and recorded.
 With a remote output (``outbox``, store/outbox.py) each shard's mix file and rejected lines are streamed to the store
 as its result comes back, and the local copies removed; mix_state records the size uploaded, so an unchanged shard
 is verified from its record, and its rejected lines are read back from the store when the plan needs them.  The
-first upload the store refuses stops the uploads: the shards after it are failed with that one line.
+first upload the store refuses stops the uploads: the shards after it are failed with that one line.  A remote
+output's shards are mixed already in the scan step, each as its scan rows are committed (``MixAsScanned``): the mix
+step then verifies them.
 """
 
 from __future__ import annotations
@@ -267,3 +269,36 @@ def write_mix(connect, out: Path, pool_dir: Path, shards: list[str], removal: st
             for shard, why in run.failed.items():
                 shards_db.record_error(con, shard, "mix", why)
     return run
+
+
+class MixAsScanned:
+    """A remote output's mix written during the scan step: each shard whose scan rows are committed (``ready``, from
+    the OutcomeWriter's callback) is mixed, uploaded with its rejected lines and table parts, and recorded at the
+    step's next ``drain`` (the engine's idle calls, after each outcome), in the step process, while the workers scan
+    the next shards.  A shard's mix needs only its own removals (its matches and the review decisions and translation
+    links known before the scan: store/tables.recompute_removals runs per shard as its rows are written), so it is the
+    file the mix step would write; the mix step then finds it current (mix_state) and verifies it.  A shard whose
+    mix fails here is left to the mix step, which writes it again or fails it with its one line."""
+
+    def __init__(self, connect, out: Path, pool_dir: Path, removal: str, cfg: DetectConfig, content_key: str,
+                 store: Location, warn: Callable[[str], None] = print):
+        self.connect, self.out, self.pool_dir, self.store, self.warn = connect, out, pool_dir, store, warn
+        self.removal, self.cfg, self.content_key = removal, cfg, content_key
+        self.ready: list[str] = []
+        self.written: list[str] = []
+        self.failed: dict[str, str] = {}
+        self.upload_error = ""  # the store refused an object: no more mixing here (the mix step says so)
+
+    def add(self, shard: str) -> None:
+        if not self.upload_error:
+            self.ready.append(shard)
+
+    def drain(self) -> None:
+        if not self.ready:
+            return
+        shards, self.ready = self.ready, []
+        run = write_mix(self.connect, self.out, self.pool_dir, shards, self.removal, self.cfg, self.content_key, 1,
+                        warn=self.warn, store=self.store)
+        self.failed.update(run.failed)
+        self.upload_error = run.upload_error
+        self.written += [s for s in shards if s not in run.failed]

@@ -18,11 +18,12 @@ choose what it sees, cheapest first:
    ``MAX_CANDIDATES`` of them whose anchors, common ones too, the block holds most of are kept.
 3. **length**: windows of the block's sentences between ``LENGTH_LOW`` and ``LENGTH_HIGH`` times the unit's
    length, each holding one of the shared keys.
-4. **first look**: the block is read into the encoder's pieces once; every window's vector comes from running
-   sums of per-piece static rows and the encoder's head, every unit's alike (crosslingual_encoder.py).  Only the
-   (window, unit) pairs whose first-look similarity passes ``FIRST_LOOK`` (a bar per unit kind, lower when the
-   window holds enough of the unit's anchors) go on: only their windows and units are embedded, each unit once
-   per process.
+4. **looks**: the block is read into the encoder's pieces once; a window's sum of per-piece static rows is a
+   difference of running sums (crosslingual_encoder.py).  The *sum look* compares those sums, before the encoder's
+   head, with each unit's: only the (window, unit) pairs that reach ``SUM_LOOK`` have their windows passed through
+   the head for the *first look*.  Of the pairs whose first-look similarity passes ``FIRST_LOOK`` (a bar per unit
+   kind, lower when the window holds enough of the unit's anchors), each unit's ``FIRST_LOOK_TOP`` best windows of
+   the block go on: only those windows and their units are embedded, each unit once per process.
 
 The verifier then scores each pair that is left: the encoder's cosine similarity and the share of the unit's
 anchors, common ones too, weighted by rarity, that the window holds (``cover``); a pair is held when both pass
@@ -43,7 +44,7 @@ import numpy as np
 import polars as pl
 
 from contam_assets.detector.matches import Reference, match_id
-from contam_assets.paraphrase.crosslingual_encoder import BOS, EOS, Encoder, EncoderError  # noqa: F401
+from contam_assets.paraphrase.crosslingual_encoder import BOS, DIM, EOS, Encoder, EncoderError  # noqa: F401
 
 ENCODER = "use-multilingual-v3"
 EN_SHARE = 0.12
@@ -62,6 +63,8 @@ MIN_SIMILARITY = min(t[0] for t in THRESHOLDS.values())
 # embedded.  Each is 0.1 below the lowest first-look similarity of a pair the verifier holds among the even items
 # of the development data (rounded down to 0.05); every held pair of the odd ones passes too (docs/crosslingual.md)
 FIRST_LOOK = {"question": (0.40, 0.45), "passage": (0.50, 0.55)}
+SUM_LOOK = {"question": 0.50, "passage": 0.55}  # the sum look's bar, fitted as FIRST_LOOK's (docs/crosslingual.md)
+FIRST_LOOK_TOP = 2  # windows per (block, unit) that the encoder sees: those the first look ranks first
 ID_BASE = 10**12  # a window's match_id offset: apart from n-gram and paraphrase rows of the same record
 
 # English function words that are not words of Spanish, French, German, Italian, Portuguese or Dutch
@@ -216,8 +219,20 @@ class CrosslingualIndex:
                     self.unit_keys[u] += 1
         self.lengths = np.array([len(t) for t in self.texts], dtype=np.int64)
         self.keys = [s_ & self.weight.keys() for s_ in sets]
+        # each unit's anchors as ids with their share of its rarity-weighted total, sorted (candidates' scores are
+        # then the same sums in the same order whatever the sets' order)
+        self.anchor_id = {a: k for k, a in enumerate(sorted(df))}
+        rows = [sorted(self.anchor_id[a] for a in s_) for s_ in sets]
+        self._ptr = np.zeros(len(sets) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in rows], out=self._ptr[1:])
+        self._aid = np.fromiter((a for r in rows for a in r), dtype=np.int64, count=int(self._ptr[-1]))
+        idf = np.array([self.idf[a] for a in sorted(df)]) if df else np.zeros(0)
+        totals = np.repeat(np.where(self.idf_total > 0, self.idf_total, 1.0), np.diff(self._ptr))
+        self._share = idf[self._aid] / totals if len(self._aid) else np.zeros(0)
+        self.by_key = {a: np.array(us, dtype=np.int64) for a, us in self.by_anchor.items()}
         self._vec: dict[int, np.ndarray] = {}  # the encoder's vectors of the units met, once per process
         self._look: dict[int, np.ndarray] = {}  # and their first look's
+        self._sum: dict[int, np.ndarray] = {}  # and their sum look's
         self.stats = defaultdict(int)
 
     def vectors(self, units: list[int]) -> np.ndarray:
@@ -229,17 +244,35 @@ class CrosslingualIndex:
     def candidates(self, block: str) -> tuple[list[int], set[str]]:
         every = anchors(block)
         have = every & self.weight.keys()
-        ok = sorted({u for a in have for u in self.by_anchor[a]})  # every unit sharing a key
+        if not have:
+            return [], have
+        ok = np.unique(np.concatenate([self.by_key[a] for a in have]))  # every unit sharing a key, in order
         if len(ok) > MAX_CANDIDATES:  # the units whose anchors, common ones too, the block holds most of
-            # fsum and a stable sort: the same units whatever order the sets give (ties to the first unit)
-            ok.sort(key=lambda u: -math.fsum(self.idf[a] for a in self.anchor_sets[u] & every) / self.idf_total[u])
-        return ok[:MAX_CANDIDATES], have
+            held = np.zeros(len(self.anchor_id) + 1, dtype=bool)
+            held[[self.anchor_id[a] for a in every if a in self.anchor_id]] = True
+            starts, counts = self._ptr[ok], np.diff(self._ptr)[ok]  # each unit holds a key: none empty
+            first = np.repeat(np.cumsum(counts) - counts, counts)
+            pos = np.repeat(starts, counts) + np.arange(int(counts.sum())) - first
+            score = np.add.reduceat(np.where(held[self._aid[pos]], self._share[pos], 0.0), np.cumsum(counts) - counts)
+            ok = ok[np.argsort(-score, kind="stable")]  # a stable sort: ties to the first unit
+        return ok[:MAX_CANDIDATES].tolist(), have
 
     def first_look_vectors(self, units: list[int]) -> np.ndarray:
-        new = [u for u in units if u not in self._look]
-        for u, v in zip(new, encoder().first_look_texts([self.texts[u] for u in new])):
-            self._look[u] = v
+        self._looks(units)
         return np.stack([self._look[u] for u in units])
+
+    def sum_look_vectors(self, units: list[int]) -> np.ndarray:
+        self._looks(units)
+        return np.stack([self._sum[u] for u in units])
+
+    def _looks(self, units: list[int]) -> None:
+        """The units' sum looks and first looks, from one reading of each into pieces, once per process."""
+        new = [u for u in units if u not in self._sum]
+        if new:
+            enc = encoder()
+            sums, counts = enc.text_sums([self.texts[u] for u in new])
+            for u, v, w in zip(new, enc.sum_look(sums, counts), enc.first_look(sums, counts)):
+                self._sum[u], self._look[u] = v, w
 
     def search(self, text: str) -> list[Hit]:
         """The verified (window, unit) pairs of one document, the best window per unit."""
@@ -291,21 +324,43 @@ class CrosslingualIndex:
         b = np.array([last[e] for _, e in order])
         with enc.one_thread():
             flat = np.fromiter((i for t in toks for i in t), dtype=np.int64, count=int(lens.sum()))
-            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-            sums = np.add.reduceat(enc.static(flat), starts, axis=0, dtype=np.float32)  # a sentence: a piece at least
+            sums = enc.sums(flat, lens)  # a sentence: a piece at least
             run = np.zeros((len(spans) + 1, sums.shape[1]), dtype=np.float32)
             np.cumsum(sums, axis=0, out=run[1:])
             count = np.concatenate([[0], np.cumsum(lens)])
             marks = enc.static([BOS, EOS]).sum(axis=0, dtype=np.float32)
-            look = enc.first_look(run[b] - run[a] + marks, count[b] - count[a] + 2)
-            pairs = []
-            for k, w in enumerate(order):
-                us = wins[w]
-                sims = np.einsum("ud,d->u", self.first_look_vectors(us), look[k])
-                for u, sim in zip(us, sims.tolist()):
-                    cover = self.cover(u, win_anchors[w])
-                    if sim >= FIRST_LOOK[self.kinds[u]][int(cover < THRESHOLDS[self.kinds[u]][1])]:
-                        pairs.append((w, u, cover))
+            sums, counts = run[b] - run[a] + marks, count[b] - count[a] + 2
+            # the sum look of every (window, unit) pair; the first look only of the pairs that pass SUM_LOOK
+            units = sorted({u for us in wins.values() for u in us})
+            col = {u: k for k, u in enumerate(units)}
+            pk = np.repeat(np.arange(len(order)), [len(wins[w]) for w in order])
+            pu = np.array([col[u] for w in order for u in wins[w]], dtype=np.int64)
+            bar = np.array([SUM_LOOK[self.kinds[u]] for u in units], dtype=np.float32)[pu]
+            glance = np.einsum("pd,pd->p", enc.sum_look(sums, counts)[pk], self.sum_look_vectors(units)[pu])
+            keep = glance >= bar
+            if not keep.any():
+                return []
+            pk, pu = pk[keep], pu[keep]
+            rows_ = np.unique(pk)
+            looked = np.zeros((len(order), DIM), dtype=np.float32)
+            looked[rows_] = enc.first_look(sums[rows_], counts[rows_])
+            sim = np.einsum("pd,pd->p", looked[pk], self.first_look_vectors(units)[pu])
+        self.stats["sum_look_pairs"] += int(keep.sum())
+        self.stats["sum_look_windows"] += len(rows_)
+        # per unit, its best FIRST_LOOK_TOP windows whose first look reaches the unit's bar
+        best: dict[int, list[tuple[float, tuple[int, int], float]]] = defaultdict(list)
+        for k, j, s_ in zip(pk.tolist(), pu.tolist(), sim.tolist()):
+            u, w = units[j], order[k]
+            kind = self.kinds[u]
+            if s_ < FIRST_LOOK[kind][0]:  # under the lower bar whatever the cover
+                continue
+            cover = self.cover(u, win_anchors[w])
+            if s_ >= FIRST_LOOK[kind][int(cover < THRESHOLDS[kind][1])]:
+                best[u].append((s_, w, cover))
+        pairs = []
+        for u, found in best.items():
+            found.sort(key=lambda x: (-x[0], x[1]))
+            pairs += [(w, u, cover) for _, w, cover in found[:FIRST_LOOK_TOP]]
         if not pairs:
             return []
         kept = list(dict.fromkeys(w for w, _, _ in pairs))

@@ -13,7 +13,9 @@ a small dense head.  Two things follow that this module uses:
   A run of text is then a sum of rows, so every window of a block costs a subtraction of running sums and one
   pass of the head (``first_look``).  It is not the encoder (a piece's neighbours are ignored), but a translation
   and its source stay close under it while most unrelated pairs fall well apart; crosslingual.FIRST_LOOK says how
-  far below the verifier's thresholds it lets a pair through.
+  far below the verifier's thresholds it lets a pair through.  The sums themselves, before the head
+  (``sum_look``), are cheaper still and close to the first look: crosslingual.SUM_LOOK decides which windows the
+  head reads.  A run's sums (``sums``) count each distinct piece and multiply the counts by the rows.
 """
 
 from __future__ import annotations
@@ -113,6 +115,19 @@ class Encoder:
             self._n += len(new)
         return self._rows[self._slot[ids]]
 
+    def sums(self, ids: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """Sums of static rows over consecutive runs of ``lens`` pieces (none empty), in single precision: a count
+        of each distinct piece per run times their rows (no copy of a row per piece), or, for long texts with
+        many distinct pieces, the rows summed one by one."""
+        uniq, inv = np.unique(ids, return_inverse=True)
+        rows = self.static(uniq).astype(np.float32)
+        if len(lens) * len(uniq) > 1 << 22:
+            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            return np.add.reduceat(rows[inv], starts, axis=0)
+        run = np.repeat(np.arange(len(lens)), lens)
+        counts = np.bincount(run * len(uniq) + inv.ravel(), minlength=len(lens) * len(uniq))
+        return counts.reshape(len(lens), len(uniq)).astype(np.float32) @ rows
+
     def _alone(self, ids: np.ndarray) -> np.ndarray:
         """The backend's forward pass for one-piece texts with no marks, up to the sum over tokens."""
         b, bk = self.model, self._backend
@@ -157,13 +172,22 @@ class Encoder:
         norm = np.linalg.norm(z, axis=1, keepdims=True)
         return (z / np.where(norm > 0, norm, 1.0)).astype(np.float32)
 
+    def sum_look(self, sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Unit vectors of the sums themselves, before the head: what the head reads, up to a scale (the sum look,
+        cheaper than the first look and close to it)."""
+        z = sums + np.asarray(counts, dtype=np.float32)[:, None] * self.model.cnn_b
+        norm = np.linalg.norm(z, axis=1, keepdims=True)
+        return (z / np.where(norm > 0, norm, 1.0)).astype(np.float32)
+
+    def text_sums(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Each text's sum of static rows and its count of pieces, the begin and end marks included."""
+        ids = [[BOS, *self.tokens(t), EOS] for t in texts]
+        flat = np.fromiter((i for t in ids for i in t), dtype=np.int64)
+        lens = np.array([len(t) for t in ids], dtype=np.int64)
+        return self.sums(flat, lens), lens  # two marks each: none empty
+
     def first_look_texts(self, texts: list[str]) -> np.ndarray:
         """The first look's vectors of whole texts (the reference units)."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32)
-        ids = [[BOS, *self.tokens(t), EOS] for t in texts]
-        flat = np.fromiter((i for t in ids for i in t), dtype=np.int64)
-        lens = np.array([len(t) for t in ids], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        sums = np.add.reduceat(self.static(flat), starts, axis=0, dtype=np.float32)  # two marks each: none empty
-        return self.first_look(sums, lens)
+        return self.first_look(*self.text_sums(texts))

@@ -70,6 +70,7 @@ class WordGate:
                 df[w] += 1
         m = max(1, len(self.members))
         self.weights = {w: float(np.log(m / c)) for w, c in df.items()}
+        self.top = max(self.weights.values(), default=1.0)  # the verifier's weight of a word no item holds
         gate_min = np.log(m / max(1, int(MC_GATE_SHARE * m)))
         self.rare = np.log(m / max(1, int(MC_RARE_SHARE * m)))
         by_word: dict[str, list[int]] = defaultdict(list)

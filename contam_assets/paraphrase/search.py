@@ -13,7 +13,9 @@ item (paraphrase_kinds ``mc``) where it holds its less common content words clos
 (``WordGate``); any other item where it holds at least half
 of the item's rare words, and at least ``MIN_RARE`` (words of at most ``RARE_SHARE`` of the items).  A
 document with no candidate item is not tokenized for the embedder; one whose candidates came through a
-word gate alone is embedded only around the words that let them through.  The gates take a batch of documents
+word gate alone is embedded only around the words that let them through; a multiple-choice item whose document
+lacks the words the verifier asks of any window of it (``verify.mc_may_hold``: a window's words are some of its
+document's) is left out before then, the stretch embedded staying what the gates gave.  The gates take a batch of documents
 at once (``gates``, ``search_many``): its content words in one numpy pass (``DocStems``), one sparse product per
 word gate; each document gets what it would alone.
 
@@ -42,14 +44,17 @@ from contam_assets.paraphrase.gates import (
     NumberIndex,
     WordGate,
 )
-from contam_assets.paraphrase.quantities import SOFT, number_positions, signatures
+from contam_assets.paraphrase.quantities import SOFT, number_positions, signatures, stem_set
 from contam_assets.paraphrase.verify import (
     CODE,
     MATH,
     MC,
+    MC_LEXICAL_SLACK,
     Evidence,
     ItemFacts,
     check,
+    mc_word_bars,
+    mc_words_met,
 )
 
 MAX_SENTENCES = 12
@@ -61,7 +66,9 @@ SIM_SLACK = 1e-3  # a window's similarity from the sums at the bounds (float64) 
 LOSSY = 1e7  # a window's squared norm this many times under its bounds' (float64 keeps about 16 digits): from its own vector
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z][a-z']{3,}")
-_DEF_NAME = re.compile(r"\bdef\s+(?=([A-Za-z_]\w*))")  # the name after every "def" (quantities.signatures: the rest)
+# the name after every "def" (quantities.signatures: the rest); the pattern opens with its literal (found in C), the
+# \b before it is checked on the match (def_names)
+_DEF_NAME = re.compile(r"def\s+(?=([A-Za-z_]\w*))")
 FEW_CANDIDATES = 64  # a document with this few items through the gates counts their shared words item by item
 
 
@@ -104,11 +111,15 @@ class ParaphraseIndex:
         keys = recs.select(key).iter_rows()
         renamed = CODE in self.kinds
         self.items = [ItemFacts.of(k, q, a, options.get(tuple(kk)), renamed) for k, q, a, kk in zip(kinds, qs, ans, keys)]
+        # the similarity a window needs to reach the verifier: a multiple-choice item's is lower (verify.MC_LEXICAL_SLACK)
+        self.bar = min_similarity - MC_LEXICAL_SLACK * np.array([it.kind == MC for it in self.items], dtype=np.float64)
         self.q_vec = embedder.embed(qs)
         self.qa_vec = embedder.embed([q + "\n" + a for q, a in zip(qs, ans)])
         # multiple choice and code: each item a bag of words weighted by rarity among the items of its kind
         self.q_len = np.array([len(q) for q in qs], dtype=np.int64)
         self.qa_len = np.array([len(q) + 1 + len(a) for q, a in zip(qs, ans)], dtype=np.int64)
+        self.is_mc = np.array([it.kind == MC for it in self.items], dtype=bool)
+        self.mc_bars: dict[int, tuple] = {}  # _mc_bars
         self.bags = {k: WordGate(self.items, k, self.q_vec, self.qa_vec, self.qa_len) for k in (MC, CODE) if k in self.kinds}
         self._gates(qs)
 
@@ -191,7 +202,7 @@ class ParaphraseIndex:
         posts = [self.by_number[v] for v in values if v in self.by_number]
         words = set(_WORD.findall(low))
         posts += [self.by_word[w] for w in words if w in self.by_word]
-        if "def" in text and not self.call_names.isdisjoint(_DEF_NAME.findall(text)):
+        if "def" in text and not self.call_names.isdisjoint(def_names(text)):
             # the signature rule needs the item's own signature in the window (read where one of the names is)
             posts += [self.by_call[s] for s in signatures(text) if s in self.by_call]
         bagged = np.array(sorted(spans), dtype=np.int64)
@@ -231,6 +242,13 @@ class ParaphraseIndex:
                 lo, hi = min(lo, max(0, int(b - reach))), max(hi, min(len(text), int(a + reach)))
         return np.array(keep, dtype=np.int64), lo, hi
 
+    def _mc_bars(self, item: int) -> tuple:
+        """verify.mc_word_bars of a multiple-choice item, made on first use and kept."""
+        bars = self.mc_bars.get(item)
+        if bars is None:
+            bars = self.mc_bars[item] = mc_word_bars(self.items[item], self.bags[MC].weights, self.bags[MC].top)
+        return bars
+
     def search(self, text: str, only: set[int] | None = None) -> list[Hit]:
         """The verified rewordings in ``text``: at most one hit per item, its best window."""
         return self.search_many([text], [only])[0]
@@ -245,6 +263,12 @@ class ParaphraseIndex:
         cand, lo, hi = gated
         if only is not None:
             cand = np.array([c for c in cand if c not in only], dtype=np.int64)
+        if MC in self.bags and len(cand) and self.is_mc[cand].any():
+            # a multiple-choice item whose words the document lacks (verify.mc_may_hold) is left out before anything
+            # is embedded; the stretch [lo, hi) stays as the gates gave it (the same windows for the others)
+            ws, weights, top = stem_set(text[:hi]), self.bags[MC].weights, self.bags[MC].top
+            cand = cand[[not m or mc_words_met(self._mc_bars(c), ws, weights, top)
+                         for c, m in zip(cand.tolist(), self.is_mc[cand].tolist())]]
         if len(cand) == 0:
             return []
         # only the stretch the candidates' windows lie in is embedded, from the sentence start before it
@@ -272,7 +296,8 @@ class ParaphraseIndex:
         length = (w_end - w_start)[:, None]
         hits: dict[int, Hit] = {}
         for vecs, lens in ((self.q_vec, self.q_len), (self.qa_vec, self.qa_len)):
-            todo = np.array([c for c in cand.tolist() if c not in hits], dtype=np.int64)
+            # an item held under the part's bar (a multiple-choice lower tier) may still find a window over it here
+            todo = np.array([c for c in cand.tolist() if c not in hits or _below(hits[c].evidence, self.min_similarity)], dtype=np.int64)
             if len(todo) == 0:
                 break
             ratio = length / np.maximum(lens[todo], 1)[None, :]
@@ -282,7 +307,7 @@ class ParaphraseIndex:
             dots = np.einsum("bd,cd->bc", s64, vecs[todo], dtype=np.float64)
             near = (dots[j] - dots[i]) / size[:, None]
             near[off] = -1.0
-            if near.max() < self.min_similarity - SIM_SLACK:
+            if (near.max(axis=0) < self.bar[todo] - SIM_SLACK).all():
                 continue  # no window comes close to any of them (most documents stop here)
             if vec is None:
                 raw = sums[j] - sums[i]
@@ -290,12 +315,12 @@ class ParaphraseIndex:
             sim = np.einsum("wd,cd->wc", vec, vecs[todo])
             sim[off] = -1.0
             # only items some window comes close to reach the verifier (most documents stop here)
-            for col in np.flatnonzero(sim.max(axis=0) >= self.min_similarity).tolist():
+            for col in np.flatnonzero(sim.max(axis=0) >= self.bar[todo]).tolist():
                 item = int(todo[col])
                 top = np.argpartition(-sim[:, col], 3)[:3] if len(i) > 3 else np.arange(len(i))
                 for w in sorted(top.tolist(), key=lambda w: -sim[w, col]):
                     s = float(sim[w, col])
-                    if s < self.min_similarity:
+                    if s < self.bar[item]:
                         break
                     it = self.items[item]
                     bag = self.bags.get(it.kind)
@@ -303,9 +328,15 @@ class ParaphraseIndex:
                     ev = check(it, text[w_start[w]:w_end[w]], s, self.min_similarity,
                                bag.weights if bag is not None else None, margin)
                     if ev is not None:
-                        hits[item] = Hit(item, int(w_start[w]), int(w_end[w]), ev)
+                        if item not in hits or not _below(ev, self.min_similarity):
+                            hits[item] = Hit(item, int(w_start[w]), int(w_end[w]), ev)
                         break
         return sorted(hits.values(), key=lambda h: (h.start, h.item))
+
+
+def _below(ev: Evidence, bar: float) -> bool:
+    """Whether ``ev`` was accepted on a bar under ``bar`` (the multiple-choice rule's lower tier, verify.MC_LEXICAL_SLACK)."""
+    return ev.extra.get("bar", bar) < bar
 
 
 def window_norms(sums: np.ndarray, s64: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -323,6 +354,15 @@ def window_norms(sums: np.ndarray, s64: np.ndarray, i: np.ndarray, j: np.ndarray
         own = sums[j[lossy]] - sums[i[lossy]]
         size2[lossy] = np.einsum("wd,wd->w", own, own, dtype=np.float64)
     return np.sqrt(size2)
+
+
+def def_names(text: str) -> list[str]:
+    """The name after every "def" that is a word of its own (``\\bdef\\s+name``)."""
+    return [m.group(1) for m in _DEF_NAME.finditer(text) if not m.start() or not _word_char(text[m.start() - 1])]
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"  # re's \w
 
 
 def sentence_bounds(text: str) -> np.ndarray:

@@ -61,6 +61,7 @@ def paraphrase_rows(docs: list, shard: str, ref: Reference, cfg: DetectConfig, p
 def row(doc, shard: str, rec: dict, hit, preset: str, required: float, held: bool = True) -> dict:
     window = doc.text[hit.start:hit.end].strip()
     sim = round(hit.evidence.similarity, 6)
+    required = hit.evidence.extra.get("bar", required)  # a multiple-choice row: the bar its window met
     return {
         "match_id": match_id(shard, doc.line, rec, -1 - hit.start), "shard": shard, "line": doc.line,
         "doc_id": doc.doc_id, "source": doc.source, "task": rec["task"], "suite": rec["suite"], "split": rec["split"],

@@ -25,7 +25,10 @@ apart is what a rewording must keep.
   with other parameters is another version of the task;
 - a multiple-choice item (paraphrase_kinds ``mc``; else it is an "other" item), its stem with or without
   its options: every number of the stem; a
-  similarity of ``MC_SIMILARITY``; a margin of ``MC_MARGIN`` over every other multiple-choice item of
+  similarity of ``MC_SIMILARITY``, or down to ``MC_LEXICAL_SLACK`` under the part's bar where the window holds
+  ``MC_LEXICAL_COVER`` of the weight of the stem's own less common words (a static embedder puts a synonym no
+  closer than an unrelated word: a rewording that keeps the stem's rare words reads farther off); a margin of
+  ``MC_MARGIN`` over every other multiple-choice item of
   the reference set (a same-subject question sits close to many items, a rewording clearly closer to one);
   one of the stem's ``MC_RAREST`` rarest less common content words in the window (what the item is about:
   a rewording keeps it and changes the rest); at least ``MC_COVER`` of the weight of the less common content
@@ -79,6 +82,8 @@ MC_RARE_KEYS, MC_WEIGHT_MIN = 2, 8.0  # or, less than MC_WEIGHT, what the stem's
 MC_RAREST = 2  # the window holds one of the stem's this many rarest keys: what the item is about
 MC_STEM_COVER = 0.35  # or, less than MC_COVER of the item's, this share of its stem's own keys' weight
 MC_SHORT_STEM = 9.0  # a stem whose own less common words weigh less than this needs its gold answer in the window
+MC_LEXICAL_SLACK = 0.05  # a window this far under the part's bar (paraphrase_min_similarity) is a rewording ...
+MC_LEXICAL_COVER = 0.5  # ... where it holds this share of the weight of the stem's own less common words
 CODE_SIMILARITY, CODE_COVER, CODE_LITERALS, CODE_MIN_LITERALS = 0.7, 0.3, 0.8, 3
 CODE_NEW_LITERALS = 0.1  # values in the window that neither the prompt nor the solution holds, as a share of the prompt's
 OTHER_SIMILARITY = 0.85  # the bar for items with neither numbers nor a signature to check
@@ -160,7 +165,7 @@ def check(item: ItemFacts, window: str, similarity: float, min_similarity: float
           weights: dict | None = None, margin: float = 1.0) -> Evidence | None:
     """The evidence for ``window`` restating ``item``, or None.  ``weights``: a content word's weight (multiple
     choice; a word no item holds weighs the most); ``margin``: the similarity over the closest other item."""
-    if similarity < min_similarity:
+    if similarity < min_similarity - (MC_LEXICAL_SLACK if item.kind == MC else 0.0):
         return None
     w_nums = hard(numbers(window))
     if item.kind == MC:
@@ -200,7 +205,7 @@ def check(item: ItemFacts, window: str, similarity: float, min_similarity: float
 
 def _check_mc(item: ItemFacts, window: str, w_nums: Counter, similarity: float, min_similarity: float,
               weights: dict, margin: float) -> Evidence | None:
-    if similarity < max(MC_SIMILARITY, min_similarity) or margin < MC_MARGIN or item.numbers - w_nums:
+    if margin < MC_MARGIN or item.numbers - w_nums:
         return None
     top = max(weights.values(), default=1.0)
     wt = lambda ws: sum(weights.get(w, top) for w in ws)  # noqa: E731
@@ -211,6 +216,12 @@ def _check_mc(item: ItemFacts, window: str, w_nums: Counter, similarity: float, 
     stem_key = key & item.question_stems
     rarest = sorted(stem_key, key=lambda w: (-weights.get(w, top), w))
     own = [weights.get(w, top) for w in rarest]
+    stem_cover = wt(found & stem_key) / max(sum(own), 1e-9)  # the stem's own rare words, weighted, in any order
+    bar = max(MC_SIMILARITY, min_similarity)
+    if similarity < bar:
+        bar = min_similarity - MC_LEXICAL_SLACK
+        if similarity < bar or stem_cover < MC_LEXICAL_COVER:
+            return None  # a window a synonym or two away reads farther off: it must keep half of the stem's rare words
     if not ws & set(rarest[:MC_RAREST]):
         return None  # none of the stem's rarest words: the window is about something else
     if cover < MC_COVER and wt(found & stem_key) < MC_STEM_COVER * sum(own):
@@ -226,11 +237,54 @@ def _check_mc(item: ItemFacts, window: str, w_nums: Counter, similarity: float, 
     answered = bool(gold) and 2 * len(gold & ws) >= len(gold)
     if sum(own) < MC_SHORT_STEM and not answered:
         return None  # a stem that says this little is the item only with its answer
-    words = sorted(found | (ws & item.option_stems), key=lambda w: -weights.get(w, top))[:10]
+    words = sorted(found | (ws & item.option_stems), key=lambda w: (-weights.get(w, top), w))[:10]
     return Evidence(MC, similarity, sorted(item.numbers), sorted(item.names & names(window)),
                     answer_in_window=answered,
-                    extra={"margin": round(margin, 4), "cover": round(cover, 3), "words": words,
-                           "gold_answer": item.gold[:200]})
+                    extra={"margin": round(margin, 4), "cover": round(cover, 3), "stem_cover": round(stem_cover, 3),
+                           "words": words, "gold_answer": item.gold[:200], "bar": round(bar, 4)})
+
+
+def mc_may_hold(item: ItemFacts, ws: set, weights: dict, top: float | None = None) -> bool:
+    """Whether a text whose content words are ``ws`` meets those word conditions of ``_check_mc`` that a part of it
+    cannot meet unless the whole does (a window's content words are some of its text's): a document failing them
+    for an item holds no window of it, and the search leaves the item out before embedding anything.  Every
+    condition here is one of ``_check_mc``'s (keep the two in step), each bar lowered by ``MAY_SLACK`` (sums of
+    the same weights in another order); ``top``: the greatest weight, where the caller has it."""
+    top = max(weights.values(), default=1.0) if top is None else top
+    return mc_words_met(mc_word_bars(item, weights, top), ws, weights, top)
+
+
+def mc_word_bars(item: ItemFacts, weights: dict, top: float | None = None) -> tuple:
+    """What ``mc_words_met`` compares a text's words with, for one item (made once per item)."""
+    top = max(weights.values(), default=1.0) if top is None else top
+    wt = lambda s: sum(weights.get(w, top) for w in s)  # noqa: E731
+    key = frozenset(w for w in item.stems if weights.get(w, top) >= MC_KEY_WEIGHT)
+    stem_key = key & item.question_stems
+    rarest = sorted(stem_key, key=lambda w: (-weights.get(w, top), w))
+    own = [weights.get(w, top) for w in rarest]
+    gold = stems(item.gold)
+    need = min(MC_WEIGHT, max(MC_WEIGHT_MIN, sum(own[:MC_RARE_KEYS])))
+    return (frozenset(rarest[:MC_RAREST]), key, stem_key, wt(key), MC_STEM_COVER * sum(own), item.stems | item.option_stems,
+            need, [(part, MC_PART_COVER * wt(part)) for part in item.parts], sum(own) >= MC_SHORT_STEM - MAY_SLACK, gold)
+
+
+def mc_words_met(bars: tuple, ws: set, weights: dict, top: float) -> bool:
+    """``mc_may_hold`` from the item's ``mc_word_bars``."""
+    rarest, key, stem_key, key_weight, stem_need, words, need, parts, long_stem, gold = bars
+    if rarest.isdisjoint(ws):
+        return False
+    wt = lambda s: sum(weights.get(w, top) for w in s)  # noqa: E731
+    found = ws & key
+    if wt(found) / max(key_weight, 1e-9) < MC_COVER - MAY_SLACK and wt(found & stem_key) < stem_need - MAY_SLACK:
+        return False
+    if wt(ws & words) < need - MAY_SLACK or wt(ws & stem_key) < MC_STEM_WEIGHT - MAY_SLACK:
+        return False
+    if any(wt(ws & part) < part_need - MAY_SLACK for part, part_need in parts):
+        return False
+    return long_stem or (bool(gold) and 2 * len(gold & ws) >= len(gold))
+
+
+MAY_SLACK = 1e-6
 
 
 def _check_renamed(item: ItemFacts, window: str, similarity: float, weights: dict) -> Evidence | None:

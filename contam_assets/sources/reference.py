@@ -21,18 +21,23 @@ Rules (decon's reference preprocessing plus seed 003's derived suites):
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.ipc as pa_ipc
 
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.sources.fields import FieldError, Missing, as_text, as_text_list, get_path
 from contam_assets.sources.registry import TaskSpec, TaskSpecError, iter_split, locate
+from contam_assets.store.files import temp_path
 
 RECORD_SCHEMA = {
     "record_id": pl.Int32,
@@ -141,10 +146,16 @@ def _field(row: dict, path: str | None, required: bool = True):
 UNSPECIFIED_SPLIT = "unspecified"  # a decon reference record without a split
 
 
+@functools.lru_cache(maxsize=4096)
+def _file_name(path: str) -> str:
+    """A source file's name, once per file (names repeated on every record held once: a registry of millions)."""
+    return sys.intern(Path(path).name)
+
+
 def _decon_record(src, spec: TaskSpec) -> dict | None:
     """One reference record from a decon reference line, its fields read as decon reads them."""
     row = src.row
-    name = sys.intern(Path(src.source_file).name)  # names repeated on every record held once (a registry of millions)
+    name = _file_name(src.source_file)
     # decon rule: eval_key, else eval_name, else the file stem (the name without its last suffix)
     eval_key = sys.intern(next((row[k] for k in ("eval_key", "eval_name") if isinstance(row.get(k), str)), name.rsplit(".", 1)[0]))
     index = row.get("eval_instance_index")
@@ -207,7 +218,7 @@ def iter_task_rows(spec: TaskSpec, benchmarks_dir: Path | None, stats: Reference
                 question = question[len(f.strip_prefix):]
             base = dict(
                 task=spec.name, split=split.name, instance_index=src.instance_index, subject=src.subject,
-                kind=spec.kind, language=spec.language, passage=passage, source_file=Path(src.source_file).name,
+                kind=spec.kind, language=spec.language, passage=passage, source_file=_file_name(src.source_file),
                 source_line=src.source_line, fingerprint=None, eval_doc_id=None,
             )
             if choices is not None:
@@ -274,16 +285,26 @@ COLUMNS_CHUNK = 50_000  # records held as Python dicts at once while the set is 
 
 def apply_decon_filters(records: list[dict], cfg: DetectConfig, progress=None) -> None:
     """The decon filters of every record, in record order, ``FILTER_CHUNK`` records at a time (a record's token
-    count depends on its own texts only; the duplicate check carries its seen set from chunk to chunk).
+    count depends on its own texts only; the duplicate check carries its seen keys from chunk to chunk).
     ``progress(done, total)``: called after each chunk."""
-    seen: set[tuple[str, str]] = set()
+    seen: dict[str, set] = {}
     for start in range(0, len(records), FILTER_CHUNK):
         _filter_chunk(records[start:start + FILTER_CHUNK], cfg, seen)
         if progress is not None:
             progress(min(start + FILTER_CHUNK, len(records)), len(records))
 
 
-def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: set[tuple[str, str]]) -> None:
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+
+
+def _seen_key(fp: str) -> int | str:
+    """What the duplicate check keeps of a fingerprint: a 16-hex one (every computed one) as its number, 36 bytes
+    instead of 65 (a registry of millions), any other as it is (a number never equals a string: the same answers)."""
+    return int(fp, 16) if len(fp) == 16 and _HEX16.fullmatch(fp) else fp
+
+
+def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: dict[str, set]) -> None:
+    """``seen``: suite -> the keys (`_seen_key`) of the fingerprints of its records kept so far."""
     tok = get_tokenizer(cfg.tokenizer)
     opts = cfg.clean_options
     cleaned: dict[str, str] = {}  # raw -> cleaned: MMLU repeats a question for each of its choices
@@ -317,18 +338,19 @@ def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: set[tuple[str, s
         computed = fingerprint(r["passage"], r["question"], r["answer"])
         r["fingerprint"] = given or computed
         # dedup_by=fingerprint (decon): only records with a fingerprint field are deduplicated, by that field
-        dedup_key = (r["suite"], given if cfg.dedup_by == "fingerprint" else computed)
+        dedup_key = given if cfg.dedup_by == "fingerprint" else computed
+        kept = seen.get(r["suite"]) or seen.setdefault(r["suite"], set())
         reason = None
         if cfg.eval_min_token_length and n_tokens < cfg.eval_min_token_length:
             reason = "min_tokens"  # decon rule: fewer than eval_min_token_length tokens
-        elif cfg.eval_min_unique_words and len({w for p in parts for w in p.split()}) < cfg.eval_min_unique_words:
+        elif cfg.eval_min_unique_words and len(set(" ".join(parts).split())) < cfg.eval_min_unique_words:
             reason = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
-        elif cfg.eval_dedup and dedup_key[1] is not None and dedup_key in seen:
+        elif cfg.eval_dedup and dedup_key is not None and _seen_key(dedup_key) in kept:
             reason = "duplicate"  # decon rule: exact duplicates dropped per suite (eval_key) by fingerprint
         elif not clean(r["question"]):
             reason = "empty_question"
-        if cfg.eval_dedup and reason is None and dedup_key[1] is not None:
-            seen.add(dedup_key)
+        if cfg.eval_dedup and reason is None and dedup_key is not None:
+            kept.add(_seen_key(dedup_key))
         r["indexed"] = reason is None
         r["skip_reason"] = reason
 
@@ -342,12 +364,70 @@ def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg:
     run over those tables in record order, a table's dicts at a time (the per-suite state they need, answers
     seen and fingerprints kept, carried across).  The answer suites and the reference overlap need every record
     at once: with either on, the set is built as one list of dicts (``build_reference_set_whole``, the plain
-    definition, which gives the same table)."""
+    definition, which gives the same table).  ``write_reference_set`` gives the same table as files, holding
+    one table of ``COLUMNS_CHUNK`` records at a time."""
     if cfg.answer_suites or cfg.reference_overlap:
         return build_reference_set_whole(specs, benchmarks_dir, cfg, progress)
-    stats = ReferenceStats()
-    parts: list[pl.DataFrame] = []
-    suites: dict[str, list] = {}  # suite -> [records, first answer, every answer equal to the first]
+    stats, suites = ReferenceStats(), {}
+    parts = list(_read_parts(specs, benchmarks_dir, cfg, stats, suites, progress))
+    same = _same_answer_suites(suites, stats)
+    total, seen, done = sum(p.height for p in parts), {}, 0
+    for i, part in enumerate(parts):
+        parts[i] = _filtered(part, same, cfg, seen, done, total, progress)
+        done += part.height
+    if not parts:
+        return pl.DataFrame(schema=RECORD_SCHEMA), stats
+    df = pl.concat(parts, how="vertical", rechunk=False)  # no second copy of every text
+    del parts
+    return df, stats
+
+
+def write_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig, folder: Path,
+                        progress=None) -> tuple[int, ReferenceStats]:
+    """``build_reference_set``'s table written to ``records.parquet`` and ``records.arrow`` in ``folder``
+    (`artifacts.RecordsWriter`), ``COLUMNS_CHUNK`` records held at a time: the records as read are spilled to a
+    temporary Arrow file there (the same-answer rule needs every answer of a suite before the filters run), then
+    read back a table at a time, filtered and written.  The answer suites and the reference overlap need every
+    record at once: with either on, the table is built whole and written.  Returns the number of records."""
+    from contam_assets.store.artifacts import RecordsWriter, write_records
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if cfg.answer_suites or cfg.reference_overlap:
+        df, stats = build_reference_set_whole(specs, benchmarks_dir, cfg, progress)
+        write_records(folder, df)
+        return df.height, stats
+    stats, suites = ReferenceStats(), {}
+    raw = temp_path(folder / "raw.arrow")
+    try:
+        writer, total = None, 0
+        with pa.OSFile(str(raw), "wb") as sink:
+            for part in _read_parts(specs, benchmarks_dir, cfg, stats, suites, progress):
+                table = part.to_arrow(compat_level=pl.CompatLevel.newest())
+                writer = writer or pa_ipc.new_file(sink, table.schema)
+                writer.write_table(table)
+                total += part.height
+            if writer is not None:
+                writer.close()
+        same = _same_answer_suites(suites, stats)
+        with RecordsWriter(folder, RECORD_SCHEMA) as out:
+            if writer is not None:
+                with pa.OSFile(str(raw), "rb") as src:  # read, not mapped: one table's pages at a time
+                    reader = pa_ipc.open_file(src)
+                    seen: dict[str, set] = {}
+                    for i in range(reader.num_record_batches):
+                        part = pl.from_arrow(reader.get_batch(i))
+                        out.write(_filtered(part, same, cfg, seen, out.rows, total, progress))
+                        del part
+        return out.rows, stats
+    finally:
+        raw.unlink(missing_ok=True)
+
+
+def _read_parts(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig, stats: ReferenceStats,
+                suites: dict, progress):
+    """The records as read, tables of ``COLUMNS_CHUNK`` (record order); the same-answer rule's state per suite
+    kept in ``suites``: suite -> [records, first answer, every answer equal to the first]."""
     recs: list[dict] = []
     for spec in specs:
         for r in iter_task_rows(spec, benchmarks_dir, stats, derived_suites=cfg.derived_suites, progress=progress):
@@ -360,35 +440,34 @@ def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg:
                     st[0] += 1
                     st[2] = st[2] and r["answer"] == st[1]
             if len(recs) == COLUMNS_CHUNK:
-                parts.append(pl.DataFrame(recs, schema=RECORD_SCHEMA))
+                yield pl.DataFrame(recs, schema=RECORD_SCHEMA)
                 recs = []
     if recs:
-        parts.append(pl.DataFrame(recs, schema=RECORD_SCHEMA))
-    del recs
+        yield pl.DataFrame(recs, schema=RECORD_SCHEMA)
+
+
+def _same_answer_suites(suites: dict, stats: ReferenceStats) -> list[str]:
     # seed 003: a suite whose answers are all the same string is indexed on its question alone
     same = [suite for suite, (n, first, equal) in suites.items() if n > 1 and equal and first is not None]
     stats.same_answer_suites.extend(same)
-    total = sum(p.height for p in parts)
-    seen: set[tuple[str, str]] = set()
-    done = 0
-    for i, part in enumerate(parts):
-        if same:
-            part = part.with_columns(answer=pl.when(pl.col("suite").is_in(same)).then(None).otherwise(pl.col("answer")))
-        recs = part.select("suite", "question", "answer", "passage", "fingerprint").to_dicts()
-        for start in range(0, len(recs), FILTER_CHUNK):
-            _filter_chunk(recs[start:start + FILTER_CHUNK], cfg, seen)
-            if progress is not None:
-                progress.filtered(done + min(start + FILTER_CHUNK, len(recs)), total)
-        done += len(recs)
-        parts[i] = part.with_columns(fingerprint=pl.Series([r["fingerprint"] for r in recs], dtype=pl.Utf8),
-                                     indexed=pl.Series([r["indexed"] for r in recs], dtype=pl.Boolean),
-                                     skip_reason=pl.Series([r["skip_reason"] for r in recs], dtype=pl.Utf8))
-        del recs
-    if not parts:
-        return pl.DataFrame(schema=RECORD_SCHEMA), stats
-    df = pl.concat(parts, how="vertical", rechunk=False)  # no second copy of every text
-    del parts
-    return df.with_columns(record_id=pl.int_range(0, df.height, dtype=pl.Int32)), stats
+    return same
+
+
+def _filtered(part: pl.DataFrame, same: list[str], cfg: DetectConfig, seen: dict, first_id: int, total: int,
+              progress) -> pl.DataFrame:
+    """One table of read records with the same-answer rule and the decon filters applied (``seen``: the
+    duplicate check's state, carried from table to table) and its record ids from ``first_id``."""
+    if same:
+        part = part.with_columns(answer=pl.when(pl.col("suite").is_in(same)).then(None).otherwise(pl.col("answer")))
+    recs = part.select("suite", "question", "answer", "passage", "fingerprint").to_dicts()
+    for start in range(0, len(recs), FILTER_CHUNK):
+        _filter_chunk(recs[start:start + FILTER_CHUNK], cfg, seen)
+        if progress is not None:
+            progress.filtered(first_id + min(start + FILTER_CHUNK, len(recs)), total)
+    return part.with_columns(record_id=pl.int_range(first_id, first_id + part.height, dtype=pl.Int32),
+                             fingerprint=pl.Series([r["fingerprint"] for r in recs], dtype=pl.Utf8),
+                             indexed=pl.Series([r["indexed"] for r in recs], dtype=pl.Boolean),
+                             skip_reason=pl.Series([r["skip_reason"] for r in recs], dtype=pl.Utf8))
 
 
 def build_reference_set_whole(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig,

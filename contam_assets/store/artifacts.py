@@ -55,11 +55,13 @@ def index_dir(out_dir: Path, digest: str) -> Path:
     return Path(out_dir) / "index" / digest
 
 
-def save_index(out_dir: Path, digest: str, records: pl.DataFrame, index: NgramIndex) -> Path:
-    """Records and index under <out>/index/<digest>/, each written whole under a temporary name, then current.json."""
+def save_index(out_dir: Path, digest: str, records: pl.DataFrame, index: NgramIndex, records_from: Path | None = None) -> Path:
+    """Records and index under <out>/index/<digest>/, each written whole under a temporary name, then current.json.
+    ``records_from``: a folder whose records files hold ``records`` (`reference_records`): linked, not written."""
     d = index_dir(out_dir, digest)
     d.mkdir(parents=True, exist_ok=True)
-    write_records(d, records)
+    if records_from is None or not _link_records(Path(records_from), d):
+        write_records(d, records)
     fault_point("index_save")
     index.save(d / "index")
     (d / "index.npz").unlink(missing_ok=True)  # an index of the earlier format (one .npz), built again
@@ -113,6 +115,61 @@ def read_index_dir(d: Path) -> tuple[NgramIndex, pl.DataFrame]:
     return NgramIndex.load(Path(d) / "index"), read_records(d)
 
 
+REFERENCE_RECORDS = "reference"  # <out>/index/reference/: the records `reference_set` last wrote
+REFERENCE_INPUTS = "inputs.json"  # there: the inputs digest they were built from and their count, written last
+
+
+def reference_records_dir(out_dir: Path) -> Path:
+    return Path(out_dir) / "index" / REFERENCE_RECORDS
+
+
+def forget_reference_records(out_dir: Path) -> None:
+    """Before the folder's records are written again: no reader takes them for the set they held."""
+    (reference_records_dir(out_dir) / REFERENCE_INPUTS).unlink(missing_ok=True)
+
+
+def mark_reference_records(out_dir: Path, inputs: str, records: int) -> None:
+    """The records written in `reference_records_dir` are the reference set of ``inputs`` (once its tables hold them)."""
+    atomic_write_text(reference_records_dir(out_dir) / REFERENCE_INPUTS, json.dumps({"inputs": inputs, "records": records}))
+
+
+def reference_records(out_dir: Path, inputs: str | None, records: int | None) -> Path | None:
+    """The folder of the records `reference_set` wrote for ``inputs`` (``records`` of them), or None where it holds
+    no such set (an output of an earlier version, a build that stopped midway)."""
+    d = reference_records_dir(out_dir)
+    try:
+        mark = json.loads((d / REFERENCE_INPUTS).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = (isinstance(mark, dict) and inputs is not None and mark.get("inputs") == inputs and mark.get("records") == records
+          and (d / RECORDS_FILE).is_file() and (d / RECORDS_MAPPED).is_file())
+    return d if ok else None
+
+
+SUMMARY_COLUMNS = ("task", "suite", "split", "subject", "instance_index", "derived", "indexed", "skip_reason")
+
+
+def record_columns(d: Path, questions: bool = False) -> pl.DataFrame:
+    """The columns of the records of folder ``d`` that `reference_set`'s summary and counts read (no texts; with
+    ``questions``, the question too: the short-question count of `skips.covered_short`)."""
+    return pl.read_parquet(Path(d) / RECORDS_FILE, columns=[*SUMMARY_COLUMNS, *(["question"] if questions else [])])
+
+
+def _link_records(src: Path, d: Path) -> bool:
+    """The records files of folder ``src`` linked into ``d`` (each under a temporary name, renamed into place); False
+    where the file system cannot link them."""
+    for name in (RECORDS_FILE, RECORDS_MAPPED):
+        tmp = temp_path(d / name)
+        try:
+            os.link(src / name, tmp)
+            os.replace(tmp, d / name)
+        except OSError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+    return True
+
+
 def write_records(d: Path, records: pl.DataFrame) -> None:
     """``records.parquet`` and ``records.arrow`` (uncompressed Arrow IPC, texts as string views: `map_records`) in
     folder ``d``, each written under a temporary name and renamed into place."""
@@ -125,6 +182,49 @@ def write_records(d: Path, records: pl.DataFrame) -> None:
             os.replace(tmp, Path(d) / name)  # a process that maps the earlier file keeps its pages (another inode)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+class RecordsWriter:
+    """``records.parquet`` and ``records.arrow`` of folder ``d`` written a table at a time (the tables of one set,
+    in record order; ``schema``: polars' schema of an empty set), each under a temporary name renamed into place
+    when the block ends without an error (else removed).  The files hold what ``write_records`` writes for the
+    whole table: the same rows, columns and types (``records.arrow`` a record batch per table)."""
+
+    def __init__(self, d: Path, schema: dict):
+        self.d, self.schema, self.rows = Path(d), schema, 0
+        self.tmp = {name: temp_path(self.d / name) for name in (RECORDS_FILE, RECORDS_MAPPED)}
+        self._pq = self._ipc = self._sink = None
+
+    def write(self, df: pl.DataFrame) -> None:
+        import pyarrow.parquet as pq
+
+        viewed, plain = df.to_arrow(compat_level=pl.CompatLevel.newest()), df.to_arrow()
+        if self._ipc is None:
+            self._sink = pa.OSFile(str(self.tmp[RECORDS_MAPPED]), "wb")
+            self._ipc = pa_ipc.new_file(self._sink, viewed.schema)
+            self._pq = pq.ParquetWriter(str(self.tmp[RECORDS_FILE]), plain.schema, compression="zstd")
+        self._ipc.write_table(viewed)
+        self._pq.write_table(plain)
+        self.rows += df.height
+
+    def __enter__(self) -> "RecordsWriter":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            if self._ipc is not None:
+                self._ipc.close()
+                self._sink.close()
+                self._pq.close()
+            if kind is None:
+                if self._ipc is None:  # nothing written: the files of an empty set
+                    write_records(self.d, pl.DataFrame(schema=self.schema))
+                else:
+                    for name, tmp in self.tmp.items():
+                        os.replace(tmp, self.d / name)
+        finally:
+            for tmp in self.tmp.values():
+                tmp.unlink(missing_ok=True)
 
 
 def read_records(d: Path) -> pl.DataFrame:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import polars as pl
 
@@ -113,13 +115,16 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, schema: dict[str, str] | None 
                 con.execute(f"alter table {name} add column {col} {kind}")
 
 
-def replace_many(con: duckdb.DuckDBPyConnection, changes: list[tuple[str, str, list, pl.DataFrame | None]]) -> None:
-    """For each (table, where, params, df): delete the rows matching `where`, insert `df`; all in one transaction."""
+def replace_many(con: duckdb.DuckDBPyConnection, changes: list[tuple[str, str, list, pl.DataFrame | Path | None]]) -> None:
+    """For each (table, where, params, df): delete the rows matching `where`, insert `df`; all in one transaction.
+    ``df`` may be the path of a Parquet file, which DuckDB reads a row group at a time (columns by name)."""
     con.execute("begin transaction")
     try:
         for table, where, params, df in changes:
             con.execute(f"delete from {table} where {where}", params)
-            if df is not None and df.height:
+            if isinstance(df, Path):
+                _insert_parquet(con, table, df)
+            elif df is not None and df.height:
                 con.register("_incoming", df.to_arrow())
                 cols = ", ".join(df.columns)
                 con.execute(f"insert into {table} ({cols}) select {cols} from _incoming")
@@ -128,6 +133,19 @@ def replace_many(con: duckdb.DuckDBPyConnection, changes: list[tuple[str, str, l
     except Exception:
         con.execute("rollback")
         raise
+
+
+FILE_INSERT_MEMORY = "512MB"  # DuckDB's memory while it inserts a Parquet file (its default: 80 % of the machine's)
+
+
+def _insert_parquet(con: duckdb.DuckDBPyConnection, table: str, path: Path) -> None:
+    """The rows of a Parquet file inserted, DuckDB's memory bounded meanwhile (the written blocks spill to its file)."""
+    limit = con.execute("select current_setting('memory_limit')").fetchone()[0]
+    con.execute(f"set memory_limit = '{FILE_INSERT_MEMORY}'")
+    try:
+        con.execute(f"insert into {table} by name select * from read_parquet(?)", [str(path)])
+    finally:
+        con.execute(f"set memory_limit = '{limit}'")
 
 
 def replace_rows(con: duckdb.DuckDBPyConnection, table: str, where: str, params: list, df: pl.DataFrame | None) -> None:

@@ -76,6 +76,15 @@ def test_batched_build_equals_the_whole_build_with_passages_and_odd_records(real
         assert_same_index(whole, ixb.build_index(records, cfg, batch=batch))
 
 
+def test_batched_build_with_the_compiled_steps_off(real_records, monkeypatch):
+    """CONTAM_COMPILED=off: the per-record n-gram sets, the bucket split and the pair sort by numpy instead."""
+    records = planted_records(real_records.head(3_000))
+    cfg = DetectConfig()
+    whole = ixb.build_index_whole(records, cfg)
+    monkeypatch.setenv("CONTAM_COMPILED", "off")
+    assert_same_index(whole, ixb.build_index(records, cfg, batch=700))
+
+
 def test_batched_build_with_answers_and_passages_off(real_records):
     records = planted_records(real_records.head(1_500))
     cfg = DetectConfig().replace(index_answers=False, index_passages=False)

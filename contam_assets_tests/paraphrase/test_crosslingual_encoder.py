@@ -69,19 +69,38 @@ def index():
     return records.filter((pl.col("split") == "test") & (pl.col("instance_index") < 300))
 
 
-def test_the_first_look_changes_no_held_pair_and_spares_the_encoder(index, monkeypatch):
+def test_the_looks_change_no_held_pair_and_spare_the_encoder(index, monkeypatch):
     # translated problems inside and outside the reference (items 0-299 of the test split), and foreign text that is
-    # no item: the same hits with and without the first look, and fewer windows embedded with it
+    # no item: the same hits with and without the sum look, the first look and its best windows per unit, and fewer
+    # windows given a first look and embedded with them
     docs = ["\n\n".join(lines("mgsm_es.tsv", 250)[k:k + 2]) for k in range(0, 24, 2)]
     docs += ["\n\n".join(lines("mgsm_fr.tsv", 250)[k:k + 2]) for k in range(200, 250, 5)]
 
-    def run(first_look):
+    def run(sum_look, first_look, top):
+        monkeypatch.setattr(crosslingual, "SUM_LOOK", sum_look)
         monkeypatch.setattr(crosslingual, "FIRST_LOOK", first_look)
+        monkeypatch.setattr(crosslingual, "FIRST_LOOK_TOP", top)
         ix = CrosslingualIndex(index)
         hits = [sorted((h.unit, h.start, h.end, round(h.similarity, 4)) for h in ix.search(d)) for d in docs]
         return hits, ix.stats
 
-    with_look, stats = run(crosslingual.FIRST_LOOK)
-    without, plain = run({k: (-1.0, -1.0) for k in crosslingual.FIRST_LOOK})
-    assert with_look == without and sum(map(len, with_look)) >= 12
+    looks, stats = run(crosslingual.SUM_LOOK, crosslingual.FIRST_LOOK, crosslingual.FIRST_LOOK_TOP)
+    without, plain = run({k: -1.0 for k in crosslingual.SUM_LOOK}, {k: (-1.0, -1.0) for k in crosslingual.FIRST_LOOK},
+                         10**6)
+    assert looks == without and sum(map(len, looks)) >= 12
     assert stats["first_look_pairs"] == plain["first_look_pairs"] and stats["windows"] < plain["windows"] / 2
+    # the first look's head on fewer windows, though these documents are nearly all translated items
+    assert stats["sum_look_windows"] < 0.7 * plain["sum_look_windows"]
+
+
+def test_the_sum_look_is_the_head_input_of_the_summed_rows():
+    enc = encoder()
+    texts = lines("mgsm_es.tsv", 3) + gsm(3)
+    sums, counts = enc.text_sums(texts)
+    ids = [[BOS, *enc.tokens(t), EOS] for t in texts]
+    for k, t in enumerate(ids):  # the counted sums are the rows summed one by one
+        assert counts[k] == len(t) and np.allclose(sums[k], enc.static(np.array(t)).astype(np.float32).sum(0), atol=1e-3)
+    v = enc.sum_look(sums, counts)
+    want = sums + counts[:, None] * enc.model.cnn_b
+    assert np.allclose(v, want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-6)
+    assert np.allclose(enc.first_look(sums, counts), enc.first_look_texts(texts), atol=1e-6)

@@ -64,5 +64,29 @@ def test_gpt4_rephrasings_of_indexed_items_are_held_and_of_left_out_items_not():
     indexed = [i for i, r in enumerate(rows) if r["index"] % 2 == 1]
     left_out = [i for i, r in enumerate(rows) if r["index"] % 2 == 0]
     found = sum((i, "sociology", rows[i]["index"]) in held for i in indexed)
-    assert found >= 0.5 * len(indexed), (found, len(indexed))  # 50 of 98 (2026-12-06)
+    assert found >= 0.55 * len(indexed), (found, len(indexed))  # 59 of 98 (2026-12-06)
     assert not [o for o in out if o["line"] in set(left_out)]
+
+
+# a stem whose own less common words weigh 42 in all; its gold answer's four 5 each; any other word 9
+WEBER = "Weber described the Protestant ethic as the spirit behind modern capitalism:"
+WEBER_GOLD = "an ascetic devotion to work as a calling"
+WEBER_WEIGHTS = {"weber": 7.0, "protes": 7.0, "ethic": 6.0, "spirit": 5.5, "capita": 5.0, "modern": 4.0, "descri": 4.0,
+                 "behind": 3.5, "ration": 4.5, "other": 9.0} | {w: 5.0 for w in ("asceti", "devoti", "work", "callin")}
+
+
+def test_a_rewording_a_little_under_the_bar_is_held_on_half_of_its_stems_rare_words():
+    item = ItemFacts.of("multiple-choice", WEBER, WEBER_GOLD, [WEBER_GOLD, "thrift", "class conflict", "anomie"])
+    reworded = "What did Weber say the Protestant ethic was: the spirit of capitalism?"  # 30.5 of 42
+    nearby = "Weber saw modern capitalism as rationalization."  # the same subject: 16 of 42 (weber, modern, capita)
+    # similarity 0.62: under the multiple-choice bar (0.67), within MC_LEXICAL_SLACK of the part's (0.65)
+    ev = check(item, reworded, 0.62, 0.65, WEBER_WEIGHTS, margin=0.3)
+    assert ev is not None and ev.extra["stem_cover"] >= 0.5 and ev.extra["bar"] == pytest.approx(0.60)
+    assert check(item, nearby, 0.62, 0.65, WEBER_WEIGHTS, margin=0.3) is None
+    # the same window at the multiple-choice bar passes the word rules: only the similarity tier tells them apart
+    assert check(item, nearby, 0.70, 0.65, WEBER_WEIGHTS, margin=0.3) is not None
+    # further under the bar nothing is held, and the margin over the other items is still asked
+    assert check(item, reworded, 0.58, 0.65, WEBER_WEIGHTS, margin=0.3) is None
+    assert check(item, reworded, 0.62, 0.65, WEBER_WEIGHTS, margin=0.1) is None
+    # the part's bar moves the lower tier with it
+    assert check(item, reworded, 0.62, 0.70, WEBER_WEIGHTS, margin=0.3) is None

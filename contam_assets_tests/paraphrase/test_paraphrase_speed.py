@@ -1,25 +1,36 @@
 """What the paraphrase stage does to be fast gives what the plain computation gives (docs/paraphrase.md, speed):
 the tokenizer run once per distinct piece, the token vectors summed a chunk at a time, the windows' norms from the
-sums at their bounds, a math item's numbers read from their own offsets, and the multiple-choice gate's pairs
-checked all at once, each against a plain version on real host text and planted cases."""
+sums at their bounds, a math item's numbers read from their own offsets, the multiple-choice gate's pairs
+checked all at once, the numbers and the names after "def" read in passes that skip ahead, and a multiple-choice
+item left out where its document lacks its words, each against a plain version on real host text and planted
+cases."""
 
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 
-from contam_assets.paraphrase import embed
+from contam_assets.paraphrase import embed, quantities
 from contam_assets.paraphrase.embed import PieceTokens, load_embedder
 from contam_assets.paraphrase.gates import GATE_SPAN, MC_SPAN_MIN, NEED_SLACK, DocStems, stem_offsets, weight_span
-from contam_assets.paraphrase.search import LOSSY, sentence_bounds, window_norms, windows
-from contam_assets.paraphrase.verify import MC_STEM_WEIGHT
+from contam_assets.paraphrase.quantities import stems
+from contam_assets.paraphrase.search import LOSSY, def_names, sentence_bounds, window_norms, windows
+from contam_assets.paraphrase.verify import MC, MC_STEM_WEIGHT, ItemFacts, check, mc_may_hold
 from contam_assets.quality.hosts import Hosts
 from contam_assets_tests.paraphrase.test_paraphrase_gates import mc_gate
 
 EDGES = ["", " ", "   ", "x", " a", "a ", "a  ", "  two  spaces ", "x\n\nY z", "tab\tsep  x", "\r\n a \r\n",
          "héllo wörld 日本語 🎉 b", " 🎉 x", "a\u2581b", "\u2581\u2581a", "a <s> b", "</s>x y", "x\u3000y z",
          "def f(a, b):\n    return a  +  b\n\n\n        # indented   comment   ", "end. Next one!  Third?"]
+
+
+MC_STEM = "The term 'over-urbanization' means that:"
+MC_GOLD = "in poorer countries, the rapidly developing cities drain resources from the countryside"
+MC_CHOICES = [MC_GOLD, "cities grow faster than their housing", "too many people live in suburbs", "all of the above"]
+MC_WEIGHTS = {"over-u": 8.9, "term": 4.1, "means": 4.0} | {w: 5.0 for w in
+                                                        ("poorer", "countr", "rapidl", "develo", "cities", "drain", "resour")}
 
 
 def _texts() -> list[str]:
@@ -131,3 +142,45 @@ def test_the_multiple_choice_gate_checks_its_pairs_at_once_as_one_by_one():
     want = [_near_plain(gate, t) for t in texts]
     assert [r[0].tolist() for r in got] == want
     assert sum(bool(w) for w in want) >= 5 and sum(not w for w in want) >= 5  # both answers are met
+
+
+def test_the_numbers_read_in_two_passes_are_the_one_patterns_matches():
+    one = re.compile(quantities._NUMBER_RE)  # the pattern as written: digits or a number word between \b's
+    texts = _texts() + ["one_two 3one twenty-five 1,200 and 3 / 4, a quarter of two-thirds; someone's tenth ",
+                        "twenty\nfive sevenths 12345,678 1,2345 x2 half-dozen", "İstanbul: twenty-five İ one"]
+    for text in texts:
+        low = text.lower()
+        if len(low) != len(text):
+            continue  # read with re.I as before
+        want = [(m.start(), m.end(), *m.groups()) for m in one.finditer(low)]
+        assert [t[:5] for t in quantities._tokens(text, low)] == want, repr(text[:60])
+    assert quantities.number_positions("twenty-five İ one and 3 / 4") == [(25, 0), (1, 14), (0.75, 22)]  # re.I
+
+
+def test_the_def_names_are_those_after_a_def_of_its_own():
+    plain = re.compile(r"\bdef\s+(?=([A-Za-z_]\w*))")
+    for text in _texts() + ["undef x(): def  y(a) _def z() édef w() def\tv()", "def f(x): def g(y)"]:
+        assert def_names(text) == plain.findall(text), repr(text[:60])
+
+
+def test_a_multiple_choice_item_left_out_before_embedding_is_one_no_window_of_its_text_holds():
+    item = ItemFacts.of("multiple-choice", MC_STEM, MC_GOLD, MC_CHOICES)
+    assert item.kind == MC
+    hosts = Hosts(6)
+    windows = ["What does the term 'over-urbanization' signify?",  # its two rarest words: held
+               "The term over-urbanization means that in poorer countries the cities drain resources.",
+               "Over-urbanization is discussed below in detail.",  # one rare word: not held
+               "Cities drain the resources of poorer countries."]
+    held = 0
+    for window in windows:
+        for k in range(5):
+            host = hosts.web.document()
+            text = host[:200 * k] + " " + window + " " + host[200 * k:]
+            ev = check(item, window, 0.8, 0.65, MC_WEIGHTS, margin=0.3)
+            held += ev is not None
+            # the document's words hold every window's: an item the verifier holds in a window is never left out
+            assert mc_may_hold(item, stems(text), MC_WEIGHTS) or ev is None
+            assert mc_may_hold(item, stems(window), MC_WEIGHTS) or ev is None
+    assert held >= 5
+    # a document without the stem's words is left out
+    assert not mc_may_hold(item, stems(hosts.web.document() + " cities drain poorer countries"), MC_WEIGHTS)

@@ -241,3 +241,43 @@ def test_an_upload_retries_a_transient_error_and_names_the_object_of_a_refused_o
         outbox.upload(loc, src, "mix/refused.jsonl", remove=True)
     assert str(err.value) == f"upload of {loc.url('mix/refused.jsonl')} failed: PermissionError: Access Denied"
     assert len(calls) == 1 and src.exists()  # not retried; the local copy kept for the rerun
+
+
+def test_each_shard_is_mixed_as_its_scan_is_written_and_the_objects_are_the_local_runs_bytes(s3):
+    """One run for the whole pool, held where the report is written (after every scan, before the mix step): each
+    shard's mix object, rejected lines and table parts are on the store already (mixed as its scan rows were written,
+    executor/mix.MixAsScanned), run.json is not.  Killed there and rerun, the mix step verifies those objects and
+    writes none again; they are byte for byte the mix a local output gets from its mix step."""
+    out, prefix = f"s3://{BUCKET}/asscanned", "asscanned/"
+    marker = s3["tmp"] / "held-report.pid"
+    env = {**os.environ, **_env(s3, "asscanned", CONTAM_FAULT="report_write", CONTAM_FAULT_HOLD=str(marker))}
+    proc = subprocess.Popen([sys.executable, "-m", "contam_assets.cli", *map(str, _args(s3, out, None))], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), proc.communicate()[1][-2000:] if proc.poll() is not None else "never held"
+        held = {o["Key"][len(prefix):]: (o["ETag"], o["LastModified"])
+                for o in s3["client"].list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])}
+        for k in ("mix/a.jsonl", "mix/b.jsonl.zst", "mix/c.parquet", "rejected/a.jsonl.jsonl",
+                  "tables/mix_stats/shards/a.jsonl.parquet", "tables/removals/shards/b.jsonl.zst.parquet"):
+            assert k in held, (k, sorted(held))
+        assert "run.json" not in held and "report.html" not in held, sorted(held)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    r = contam(*_args(s3, out, None), env_extra=_env(s3, "asscanned"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    after = {o["Key"][len(prefix):]: (o["ETag"], o["LastModified"])
+             for o in s3["client"].list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])}
+    assert "run.json" in after
+    mixed = [k for k in held if k.startswith(("mix/", "rejected/"))]
+    assert {k: after[k] for k in mixed} == {k: held[k] for k in mixed}  # verified, not uploaded again
+    local = s3["tmp"] / "out-local-asscanned"
+    r = contam("detect", "--pool", s3["pool"], "--out", local, "--benchmarks", s3["shared"], "--tasks-dir", s3["tasks"],
+               env_extra={"DAGSTER_HOME": str(s3["tmp"] / "home-local-asscanned")})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for k in mixed:
+        body = s3["client"].get_object(Bucket=BUCKET, Key=prefix + k)["Body"].read()
+        assert body == (local / k).read_bytes(), k

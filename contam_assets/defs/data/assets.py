@@ -35,12 +35,13 @@ from contam_assets.detector.config import paraphrase_removes, settings_rows
 from contam_assets.detector.matches import Reference
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.skips import instance_summary
+from contam_assets.executor.mix import MixAsScanned
 from contam_assets.executor.progress import file_size, for_step
 from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan.outcomes import OutcomeWriter
 from contam_assets.rescan.plan import load_task_hashes, scan_config_digest
-from contam_assets.sources.reference import build_reference_set
+from contam_assets.sources.reference import write_reference_set
 from contam_assets.sources.registry import (
     TaskSpecError,
     locate,
@@ -189,9 +190,11 @@ def _build_reference(context: dg.AssetExecutionContext, contam_settings: ContamS
         links = translation_links(specs, contam_settings.benchmarks_path, link_notes)  # a translation that cannot be aligned
         for line in link_notes:
             _say(context)(f"note: {line}")
-        records, stats = build_reference_set(specs, contam_settings.benchmarks_path, cfg, progress=progress)
+        artifacts.forget_reference_records(out := contam_settings.out_path)  # written a table at a time, never held whole
+        n, stats = write_reference_set(specs, contam_settings.benchmarks_path, cfg, artifacts.reference_records_dir(out), progress)
     except TaskSpecError as exc:  # a field the rows do not have, or a mapping where text is expected
         raise dg.Failure(str(exc)) from None
+    records = artifacts.record_columns(artifacts.reference_records_dir(out), cfg.dense_short_questions)  # no texts
     summary = instance_summary(records, stats.row_skips, stats.notes, cfg)
     empty = empty_tasks(summary, stats)
     if records.filter(pl.col("indexed")).height == 0:
@@ -210,9 +213,11 @@ def _build_reference(context: dg.AssetExecutionContext, contam_settings: ContamS
                                same_answer_suites=", ".join(stats.same_answer_suites), seconds=round(seconds, 3),
                                built_at=datetime.now())])
     with contam_db.connect() as con:
-        tables.replace_many(con, [("instances", "true", [], records), ("detect_settings", "true", [], cfg_rows),
+        tables.replace_many(con, [("instances", "true", [], artifacts.reference_records_dir(out) / artifacts.RECORDS_FILE),
+                                  ("detect_settings", "true", [], cfg_rows),
                                   ("reference_overlap", "true", [], stats.overlap), ("reference_summary", "true", [], summary),
                                   ("translation_links", "true", [], links), ("reference_state", "true", [], state)])
+    artifacts.mark_reference_records(out, inputs, n)
     per_suite = (records.group_by("task", "suite", "split").agg(records=pl.len(), indexed=pl.col("indexed").sum())
                  .sort("task", "suite", "split").to_dicts())
     skipped = records.group_by("skip_reason").len().sort("skip_reason").to_dicts()
@@ -395,6 +400,8 @@ def _scan_partitions(context: dg.AssetExecutionContext, config: ShardScanConfig,
         if stats and stats[0].get("status") not in (None, "ok"):
             incomplete[job.shard] = f"{stats[0]['status']}: {stats[0]['status_reason']}"
             context.log.warning(f"{job.shard}: {incomplete[job.shard]} (its readable documents are scanned; it gets no mix file)")
+        elif mixer is not None and stats and out.mode != "current":
+            mixer.add(job.shard)  # a remote output: its mix goes to the store now (executor/mix.MixAsScanned)
         modes[out.mode] += 1
         workers.add(out.worker)
         retries += out.attempts - 1
@@ -411,19 +418,31 @@ def _scan_partitions(context: dg.AssetExecutionContext, config: ShardScanConfig,
                              f"({out.docs_scanned} document(s) scanned" + (f" on node {out.node[:12]}" if out.node else "")
                              + (f", attempt {out.attempts}" if out.attempts > 1 else "") + ")")
 
+    remote = contam_settings.out_location  # a remote output: each shard's mix as its rows are committed
+    mixer = MixAsScanned(contam_db.connect, contam_settings.out_path, contam_settings.pool_path, contam_settings.removal,
+                         cfg, contam_settings.content_key, remote, warn=context.log.warning) \
+        if remote is not None and contam_settings.removal in ("document", "span") else None
     # several outcomes per connection and transaction (rescan/outcomes.py); the rows are one write per shard's
     writer = OutcomeWriter(contam_db.connect, sigs, finish, tasks_now=tasks_now, digest=digest, scan_config=scan_cfg,
                            records=records)
     source = artifacts.index_dir(contam_settings.out_path, digest)  # local workers read the index from there
+
+    def idle() -> None:
+        writer.idle()
+        if mixer is not None:
+            mixer.drain()
+
     try:
-        for job, out in contam_scan_engine.run(jobs, index, ref, idle=writer.idle, source=source):
+        for job, out in contam_scan_engine.run(jobs, index, ref, idle=idle, source=source):
             if not isinstance(out, Exception) and out.rejects is not None:
                 try:
                     artifacts.write_rejects(contam_settings.out_path, job.shard, out.rejects)
                 except Exception as exc:  # noqa: BLE001 - one shard's write failing must not lose the others
                     out = RuntimeError(f"writing its rows: {type(exc).__name__}: {exc}")
             writer.add(job, out)
+            idle()
         writer.flush()
+        idle()
     finally:  # the terminal's bar stops with the step, failed or not
         progress.close()
     write_seconds = writer.write_seconds

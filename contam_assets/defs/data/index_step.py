@@ -69,7 +69,11 @@ def index_step(out: Path, cfg: DetectConfig, contam_db, say) -> IndexStep:
         state = tables.reference_state(con)
         inputs = state["inputs"] if state else None
         digest = artifacts.digest_for_inputs(out, inputs)
-        records = None if digest else store.query_df(con, "select * from instances order by record_id")
+        # the records as `reference_set` wrote them, mapped (page cache, not a copy of this process's), else from DuckDB
+        staged = None if digest else artifacts.reference_records(out, inputs, state["records"] if state else None)
+        records = None if digest or staged else store.query_df(con, "select * from instances order by record_id")
+    if staged is not None and (records := artifacts.read_records(staged))["record_id"].is_sorted():
+        records = records.with_columns(pl.col("record_id").set_sorted())  # ids in order: no sort copies the table
     folder = artifacts.index_dir(out, digest) if digest else None
     if records is None:
         index = NgramIndex.load(folder / "index")
@@ -88,7 +92,7 @@ def index_step(out: Path, cfg: DetectConfig, contam_db, say) -> IndexStep:
         index, how = _grown(out, previous, records, hashes, cfg, progress), "grown"
         if index is None:  # the spill files under the output folder, in a temporary folder the sweep recognises
             index, how = build_index(records, cfg, progress=progress, spill_dir=out / "index"), "built"
-        artifacts.save_index(out, digest, records, index)
+        artifacts.save_index(out, digest, records, index, records_from=staged)  # the files linked, not written again
     atomic_write_text(folder / TASK_HASHES_FILE, json.dumps(hashes, indent=1))
     artifacts.mark_current(out, digest, inputs)
     return IndexStep(index, digest, hashes, how, records)
