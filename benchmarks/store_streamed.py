@@ -10,9 +10,19 @@ put on a local S3-protocol server (moto's standalone server, on loopback:
 contam_assets.testing.s3_server) and read from there (``--pool-from store``) or from its local folder
 (``--pool-from local``); the remote run's output is ``s3://contam-bench/out``.  The local run reads the local
 folder and writes a local output.  While the remote run goes, a sampler thread adds up, every ``--every`` seconds,
-the bytes of the run's work folder (CONTAM_WORK_DIR), its Dagster home and its temporary folder (TMPDIR), and lists
-the store's ``out/mix/``.  Each run starts from scratch (no state, no cache).  The remote run must remove the same
+the bytes of the run's work folder (CONTAM_WORK_DIR), its Dagster home and its temporary folder (TMPDIR), and asks
+the store for one key of ``out/mix/``, then once it is there for ``out/run.json``.  Each run starts from scratch (no state, no cache).  The remote run must remove the same
 documents as the local one and leave one mix object per shard, and no mix or rejected file in its work folder.
+
+The server runs in a process of its own (contam_assets.testing.s3_server.s3_server_process), on the same cores as
+the run.  Beside the remote run the script measures the ceiling that server sets (``ceiling`` in the output): what it
+sent and took during the run (each pool object's GETs and bytes: ``reads_per_stored_byte`` is the pool bytes sent
+over its stored size), its CPU seconds then (/proc/<pid>/stat) and the run's own; then, with one client and one
+request at a time, every pool object read once in full (streamed, discarded) and objects of the sizes of the run's
+mix, rejected and table objects put, each timed with the server's and the client's CPU seconds.  ``best_remote_s``
+is the local run plus those two transfers (the pool read once, the outputs written once), ``of_ceiling`` that over
+the remote run's wall time; ``best_as_read_s`` and ``of_ceiling_as_read`` count the pool read as many times as the
+run read it.
 
 ``--kill-at-half`` then runs the pool to ``s3://contam-bench/killed`` from scratch, kills it (SIGKILL) at half the
 remote run's wall time and runs it again, and fails unless the two outputs are the same: every mix and rejected
@@ -31,6 +41,7 @@ the documents the main remote run removed; the others (the added task scanned al
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -48,7 +59,7 @@ import duckdb
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_pool import build_pool, parse_size  # noqa: E402
 
-from contam_assets.testing.s3_server import s3_client, s3_server  # noqa: E402
+from contam_assets.testing.s3_server import cpu_seconds, s3_client, s3_server_process, server_counts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "contam-bench"
@@ -87,12 +98,17 @@ class Sampler(threading.Thread):
             total, outputs = folder_bytes(self.folders)
             self.peak, self.peak_outputs = max(self.peak, total), max(self.peak_outputs, outputs)
             now = time.perf_counter() - self.t0
-            if self.first_mix is None or self.commit is None:
-                keys = {o["Key"] for o in self.client.list_objects_v2(Bucket=BUCKET, Prefix=self.prefix).get("Contents", [])}
-                if self.first_mix is None and any(k.startswith(f"{self.prefix}mix/") for k in keys):
+            # one small request a look (the server is on the run's cores): a listing of at most one mix key until
+            # the first is there, then a HEAD of run.json until it is (the run writes it last)
+            if self.first_mix is None:
+                if self.client.list_objects_v2(Bucket=BUCKET, Prefix=f"{self.prefix}mix/", MaxKeys=1).get("KeyCount"):
                     self.first_mix = now
-                if self.commit is None and f"{self.prefix}run.json" in keys:
+            elif self.commit is None:
+                try:
+                    self.client.head_object(Bucket=BUCKET, Key=f"{self.prefix}run.json")
                     self.commit = now
+                except self.client.exceptions.ClientError:
+                    pass
             self.stop.wait(self.every)
 
 
@@ -108,6 +124,83 @@ def detect(pool: str, out: str, shared: Path, tasks: str, env_extra: dict) -> tu
 
 
 VOLATILE = {"seconds", "recorded_at", "path"}  # a run's timings and its output's own URL
+
+
+def counts_since(env: dict, before: list) -> dict[tuple[str, str], list[int]]:
+    """The server's counts (requests, bytes sent, bytes taken per method and path) since ``before``."""
+    old = {(m, p): (n, s, t) for m, p, n, s, t in before}
+    out = {}
+    for m, p, n, s, t in server_counts(env):
+        o = old.get((m, p), (0, 0, 0))
+        if (n, s, t) != o:
+            out[(m, p)] = [n - o[0], s - o[1], t - o[2]]
+    return out
+
+
+def store_traffic(counts: dict, files: list[Path]) -> dict:
+    """What the server sent and took for a run: each pool object's GETs and bytes read beside its stored size."""
+    pool = {f"/{BUCKET}/pool/{f.name}": f.stat().st_size for f in files}
+    per = {p: [0, 0] for p in pool}
+    heads = 0
+    for (m, p), (n, sent, _) in counts.items():
+        if p in pool and m == "GET":
+            per[p][0] += n
+            per[p][1] += sent
+        heads += n if (p in pool and m == "HEAD") else 0
+    ratios = sorted(per[p][1] / pool[p] for p in pool)
+    stored = sum(pool.values())
+    return dict(pool_gets=sum(g for g, _ in per.values()), pool_heads=heads,
+                pool_bytes_sent_mb=round(sum(b for _, b in per.values()) / 1e6, 1),
+                reads_per_stored_byte=round(sum(b for _, b in per.values()) / stored, 3),
+                reads_per_stored_byte_by_object=[round(ratios[0], 3), round(ratios[len(ratios) // 2], 3), round(ratios[-1], 3)],
+                out_bytes_taken_mb=round(sum(t for (m, p), (_, _, t) in counts.items()
+                                             if p.startswith(f"/{BUCKET}/out/")) / 1e6, 1),
+                all_bytes_sent_mb=round(sum(s for _, s, _ in counts.values()) / 1e6, 1),
+                all_bytes_taken_mb=round(sum(t for _, _, t in counts.values()) / 1e6, 1),
+                requests=sum(n for n, _, _ in counts.values()),
+                listings=sum(n for (m, p), (n, _, _) in counts.items() if m == "GET" and p.strip("/") == BUCKET))
+
+
+class Filler(io.RawIOBase):
+    """``size`` bytes of filler, read as a stream (an object of an output's size, put without a file behind it)."""
+
+    def __init__(self, size: int):
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = min(len(b), self.left)
+        b[:n] = b"x" * n
+        self.left -= n
+        return n
+
+
+def ceiling(client, pid: int, files: list[Path], out_sizes: list[int]) -> dict:
+    """The bare transfers of a run on this server, one client, one request at a time: GET every pool object once in
+    full (streamed, discarded) and PUT objects of the run's outputs' sizes; each timed with the server's and this
+    client's CPU seconds."""
+    from boto3.s3.transfer import TransferConfig
+
+    res = {}
+    cpu_s, cpu_c, t = cpu_seconds(pid), time.process_time(), time.perf_counter()
+    for f in files:
+        body = client.get_object(Bucket=BUCKET, Key=f"pool/{f.name}")["Body"]
+        for _ in body.iter_chunks(1 << 20):
+            pass
+    res.update(get_s=round(time.perf_counter() - t, 2), get_server_cpu_s=round(cpu_seconds(pid) - cpu_s, 2),
+               get_client_cpu_s=round(time.process_time() - cpu_c, 2))
+    one = TransferConfig(use_threads=False)
+    cpu_s, cpu_c, t = cpu_seconds(pid), time.process_time(), time.perf_counter()
+    for i, size in enumerate(out_sizes):
+        client.upload_fileobj(Filler(size), BUCKET, f"ceiling/{i}", Config=one)
+    res.update(put_s=round(time.perf_counter() - t, 2), put_server_cpu_s=round(cpu_seconds(pid) - cpu_s, 2),
+               put_client_cpu_s=round(time.process_time() - cpu_c, 2),
+               put_objects=len(out_sizes), put_mb=round(sum(out_sizes) / 1e6, 1))
+    for i in range(len(out_sizes)):
+        client.delete_object(Bucket=BUCKET, Key=f"ceiling/{i}")
+    return res
 
 
 def store_outputs(client, prefix: str) -> dict[str, object]:
@@ -281,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict:
     local_wall, _ = detect(str(pool), str(a.work / "out-local"), a.shared, a.tasks,
                            {"DAGSTER_HOME": str(a.work / "home-local")})
     print(f"local run: {local_wall:.1f} s, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
-    with s3_server(key="bench", secret="bench") as env:
+    with s3_server_process(key="bench", secret="bench") as (env, pid):
         client = s3_client(env)
         client.create_bucket(Bucket=BUCKET)
         for f in files:
@@ -291,12 +384,27 @@ def main(argv: list[str] | None = None) -> dict:
             f.mkdir(parents=True)
         sampler = Sampler(folders, client, "out/", a.every)
         sampler.start()
+        before, server_cpu0 = server_counts(env), cpu_seconds(pid)
         remote_wall, stdout = detect(f"s3://{BUCKET}/pool" if a.pool_from == "store" else str(pool), f"s3://{BUCKET}/out",
                                      a.shared, a.tasks, {**env, "DAGSTER_HOME": str(a.work / "home-remote"),
                                                          "CONTAM_WORK_DIR": str(a.work / "work-remote"),
                                                          "TMPDIR": str(a.work / "tmp-remote")})
+        server_cpu = cpu_seconds(pid) - server_cpu0
         sampler.stop.set()
         sampler.join()
+        traffic = store_traffic(counts_since(env, before), files)
+        out_sizes = [o["Size"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="out/")
+                     for o in page.get("Contents", []) if o["Key"].startswith(("out/mix/", "out/rejected/", "out/tables/"))]
+        bare = ceiling(client, pid, files, out_sizes)
+        # the best the server allows: the local run with the bare transfers added (each byte of the pool read once,
+        # the outputs written once), and with the pool read as many times as the run read it
+        best = local_wall + bare["get_s"] + bare["put_s"]
+        best_as_read = local_wall + bare["get_s"] * traffic["reads_per_stored_byte"] + bare["put_s"]
+        roof = dict(**bare, best_remote_s=round(best, 2), best_vs_local=round(local_wall / best, 3),
+                    of_ceiling=round(best / remote_wall, 3), best_as_read_s=round(best_as_read, 2),
+                    of_ceiling_as_read=round(best_as_read / remote_wall, 3), run_server_cpu_s=round(server_cpu, 2),
+                    **traffic)
+        print(f"ceiling: {json.dumps(roof)}", file=sys.stderr, flush=True)
         mix = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="out/mix/").get("Contents", [])]
         print(f"remote run: {remote_wall:.1f} s, load {os.getloadavg()[0]:.1f}, peak local disk "
               f"{sampler.peak / 1e6:.1f} MB, first mix object at {sampler.first_mix} s, run.json at {sampler.commit} s",
@@ -333,7 +441,7 @@ def main(argv: list[str] | None = None) -> dict:
                load_at_start=load_at_start, load_at_end=[round(x, 1) for x in os.getloadavg()],
                local_cache_mb=round(folder_bytes([a.work / "out-local" / "token_cache"])[0] / 1e6, 1),
                remote_cache_mb=round(folder_bytes([p for p in (a.work / "work-remote").rglob("token_cache")])[0] / 1e6, 1),
-               kill_at_half=resume, token_cache=study)
+               ceiling=roof, kill_at_half=resume, token_cache=study)
     print(json.dumps(res, indent=2))
     if a.json:
         a.json.write_text(json.dumps(res, indent=2))

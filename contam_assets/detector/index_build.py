@@ -131,10 +131,9 @@ class _Spill:
         self.folder, self.dtypes, self.sizes = folder, {}, {}
 
     def add(self, name: str, values: np.ndarray) -> None:
-        if not len(values):
-            self.dtypes.setdefault(name, values.dtype)
-            return
         self.dtypes.setdefault(name, values.dtype)
+        if not len(values):
+            return
         with open(self.folder / name, "ab") as fh:
             np.ascontiguousarray(values, dtype=self.dtypes[name]).tofile(fh)
         self.sizes[name] = self.sizes.get(name, 0) + len(values)
@@ -242,14 +241,16 @@ class _SegmentSums:
         return self.cs_at[1:n + 1] - self.cs_at[:n]
 
 
-def _batches(records: pl.DataFrame, size: int):
+def _batches(records, size: int):
     """The indexed records in record_id order, ``size`` rows of ``records`` at a time (never the whole table's
-    texts as Python strings at once)."""
-    if not records["record_id"].is_sorted():
-        records = records.sort("record_id")
-    for start in range(0, records.height, size):
-        part = records.slice(start, size).filter(pl.col("indexed"))
-        if part.height:
+    texts as Python strings at once); ``records``: a table, or a file of them in record_id order read a batch at a
+    time (store/artifacts.RecordFile: ``batches(size)``)."""
+    if isinstance(records, pl.DataFrame):
+        records = records if records["record_id"].is_sorted() else records.sort("record_id")
+    parts = ((records.slice(a, size) for a in range(0, records.height, size))
+             if isinstance(records, pl.DataFrame) else records.batches(size))
+    for part in parts:
+        if (part := part.filter(pl.col("indexed"))).height:
             yield part
 
 
@@ -330,9 +331,10 @@ def _key_min_total(folder: Path, q_idf_sum: np.ndarray, n_keys: int) -> None:
 
 def build_index(records: pl.DataFrame, cfg: DetectConfig, progress=None, batch: int = INDEX_BATCH,
                 spill_dir: Path | None = None) -> NgramIndex:
-    """Index the records with indexed == True; ``progress``: a build_budget.BuildProgress, or None; ``spill_dir``:
-    the folder that holds the spill files (gigabytes for a large reference set) in a temporary folder named as
-    store/files.py names temporaries, so a killed build's leftovers are swept (None: the system's $TMPDIR).
+    """Index the records with indexed == True (a table, or a file of them: ``_batches``); ``progress``: a
+    build_budget.BuildProgress, or None; ``spill_dir``: the folder that holds the spill files (gigabytes for a large
+    reference set) in a temporary folder named as store/files.py names temporaries, so a killed build's leftovers are
+    swept (None: the system's $TMPDIR).
 
     Built in bounded memory: ``batch`` records at a time are tokenized and their n-grams hashed; the question
     (n-gram, record) pairs and the answer and passage n-grams go to files on disk by the top bits of their hash,

@@ -238,13 +238,11 @@ def value_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(values, return_counts=True)
 
 
-ENCODE_CHUNK = 10_000  # texts cleaned and tokenized at once
-
-
 def encode_flat(texts: list, cfg) -> tuple[np.ndarray, np.ndarray]:
     """The ids ``index.encode_texts`` gives each text (None as ""), back to back (uint64), and offsets: the texts
     cleaned into bytes (text.translate_bytes) and their words looked up in one walk (tokenize.encode_translated),
     each distinct text once, as the scan tokenizes its documents."""
+    from contam_assets.detector.index import ENCODE_CHUNK
     from contam_assets.detector.text import translate_bytes
     from contam_assets.detector.tokenize import get_tokenizer
 

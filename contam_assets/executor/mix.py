@@ -285,20 +285,22 @@ class MixAsScanned:
         self.connect, self.out, self.pool_dir, self.store, self.warn = connect, out, pool_dir, store, warn
         self.removal, self.cfg, self.content_key = removal, cfg, content_key
         self.ready: list[str] = []
-        self.written: list[str] = []
-        self.failed: dict[str, str] = {}
-        self.upload_error = ""  # the store refused an object: no more mixing here (the mix step says so)
+        self.stopped = False  # the store refused an object, or mixing raised: no more mixing here (the mix step does it)
 
     def add(self, shard: str) -> None:
-        if not self.upload_error:
+        if not self.stopped:
             self.ready.append(shard)
 
     def drain(self) -> None:
         if not self.ready:
             return
         shards, self.ready = self.ready, []
-        run = write_mix(self.connect, self.out, self.pool_dir, shards, self.removal, self.cfg, self.content_key, 1,
-                        warn=self.warn, store=self.store)
-        self.failed.update(run.failed)
-        self.upload_error = run.upload_error
-        self.written += [s for s in shards if s not in run.failed]
+        try:
+            run = write_mix(self.connect, self.out, self.pool_dir, shards, self.removal, self.cfg, self.content_key, 1,
+                            warn=self.warn, store=self.store)
+        except Exception as exc:  # noqa: BLE001 - the scan goes on; the mix step writes these shards
+            self.stopped = True
+            self.warn(f"mixing during the scan stopped ({type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}); "
+                      "the mix step writes the remaining shards")
+            return
+        self.stopped = bool(run.upload_error)

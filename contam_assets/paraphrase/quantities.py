@@ -115,12 +115,12 @@ def _tokens(text: str, low: str) -> list[tuple]:
         w = m.group()
         if w in _NUMBER_WORDS:
             a, z = m.start(), m.end()
-            if (a == 0 or not _word_char(low[a - 1])) and (z == n or not _word_char(low[z])):
+            if (a == 0 or not word_char(low[a - 1])) and (z == n or not word_char(low[z])):
                 words.append((a, z, None, None, None, w))
     return sorted(out + words) if words else out  # no two start at one offset
 
 
-def _word_char(ch: str) -> bool:
+def word_char(ch: str) -> bool:
     return ch.isalnum() or ch == "_"  # re's \w
 
 

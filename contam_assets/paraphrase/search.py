@@ -44,15 +44,15 @@ from contam_assets.paraphrase.gates import (
     NumberIndex,
     WordGate,
 )
-from contam_assets.paraphrase.quantities import SOFT, number_positions, signatures, stem_set
+from contam_assets.paraphrase.quantities import SOFT, number_positions, signatures, stem_set, word_char
 from contam_assets.paraphrase.verify import (
     CODE,
     MATH,
     MC,
-    MC_LEXICAL_SLACK,
     Evidence,
     ItemFacts,
     check,
+    mc_lower_bar,
     mc_word_bars,
     mc_words_met,
 )
@@ -111,8 +111,8 @@ class ParaphraseIndex:
         keys = recs.select(key).iter_rows()
         renamed = CODE in self.kinds
         self.items = [ItemFacts.of(k, q, a, options.get(tuple(kk)), renamed) for k, q, a, kk in zip(kinds, qs, ans, keys)]
-        # the similarity a window needs to reach the verifier: a multiple-choice item's is lower (verify.MC_LEXICAL_SLACK)
-        self.bar = min_similarity - MC_LEXICAL_SLACK * np.array([it.kind == MC for it in self.items], dtype=np.float64)
+        # the similarity a window needs to reach the verifier: a multiple-choice item's is lower (verify.mc_lower_bar)
+        self.bar = np.where([it.kind == MC for it in self.items], mc_lower_bar(min_similarity), min_similarity).astype(np.float64)
         self.q_vec = embedder.embed(qs)
         self.qa_vec = embedder.embed([q + "\n" + a for q, a in zip(qs, ans)])
         # multiple choice and code: each item a bag of words weighted by rarity among the items of its kind
@@ -335,8 +335,8 @@ class ParaphraseIndex:
 
 
 def _below(ev: Evidence, bar: float) -> bool:
-    """Whether ``ev`` was accepted on a bar under ``bar`` (the multiple-choice rule's lower tier, verify.MC_LEXICAL_SLACK)."""
-    return ev.extra.get("bar", bar) < bar
+    """Whether ``ev`` was accepted on a bar under ``bar`` (the multiple-choice rule's lower tier, verify.mc_lower_bar)."""
+    return ev.extra.get("bar", bar) < bar - 1e-4  # the evidence's bar is rounded to 4 places
 
 
 def window_norms(sums: np.ndarray, s64: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -358,11 +358,7 @@ def window_norms(sums: np.ndarray, s64: np.ndarray, i: np.ndarray, j: np.ndarray
 
 def def_names(text: str) -> list[str]:
     """The name after every "def" that is a word of its own (``\\bdef\\s+name``)."""
-    return [m.group(1) for m in _DEF_NAME.finditer(text) if not m.start() or not _word_char(text[m.start() - 1])]
-
-
-def _word_char(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"  # re's \w
+    return [m.group(1) for m in _DEF_NAME.finditer(text) if not m.start() or not word_char(text[m.start() - 1])]
 
 
 def sentence_bounds(text: str) -> np.ndarray:

@@ -84,6 +84,7 @@ MC_STEM_COVER = 0.35  # or, less than MC_COVER of the item's, this share of its 
 MC_SHORT_STEM = 9.0  # a stem whose own less common words weigh less than this needs its gold answer in the window
 MC_LEXICAL_SLACK = 0.05  # a window this far under the part's bar (paraphrase_min_similarity) is a rewording ...
 MC_LEXICAL_COVER = 0.5  # ... where it holds this share of the weight of the stem's own less common words
+MC_LEXICAL_FLOOR = 0.6  # ... and never under this, whatever the part's bar (a lowered knob does not lower it further)
 CODE_SIMILARITY, CODE_COVER, CODE_LITERALS, CODE_MIN_LITERALS = 0.7, 0.3, 0.8, 3
 CODE_NEW_LITERALS = 0.1  # values in the window that neither the prompt nor the solution holds, as a share of the prompt's
 OTHER_SIMILARITY = 0.85  # the bar for items with neither numbers nor a signature to check
@@ -165,7 +166,7 @@ def check(item: ItemFacts, window: str, similarity: float, min_similarity: float
           weights: dict | None = None, margin: float = 1.0) -> Evidence | None:
     """The evidence for ``window`` restating ``item``, or None.  ``weights``: a content word's weight (multiple
     choice; a word no item holds weighs the most); ``margin``: the similarity over the closest other item."""
-    if similarity < min_similarity - (MC_LEXICAL_SLACK if item.kind == MC else 0.0):
+    if similarity < (mc_lower_bar(min_similarity) if item.kind == MC else min_similarity):
         return None
     w_nums = hard(numbers(window))
     if item.kind == MC:
@@ -203,6 +204,11 @@ def check(item: ItemFacts, window: str, similarity: float, min_similarity: float
     return Evidence(OTHER, similarity, sorted(item.numbers), sorted(found))
 
 
+def mc_lower_bar(min_similarity: float) -> float:
+    """The similarity a multiple-choice window needs on the lower tier (the stem's rare words kept)."""
+    return min(max(MC_SIMILARITY, min_similarity), max(MC_LEXICAL_FLOOR, min_similarity - MC_LEXICAL_SLACK))
+
+
 def _check_mc(item: ItemFacts, window: str, w_nums: Counter, similarity: float, min_similarity: float,
               weights: dict, margin: float) -> Evidence | None:
     if margin < MC_MARGIN or item.numbers - w_nums:
@@ -219,7 +225,7 @@ def _check_mc(item: ItemFacts, window: str, w_nums: Counter, similarity: float, 
     stem_cover = wt(found & stem_key) / max(sum(own), 1e-9)  # the stem's own rare words, weighted, in any order
     bar = max(MC_SIMILARITY, min_similarity)
     if similarity < bar:
-        bar = min_similarity - MC_LEXICAL_SLACK
+        bar = mc_lower_bar(min_similarity)
         if similarity < bar or stem_cover < MC_LEXICAL_COVER:
             return None  # a window a synonym or two away reads farther off: it must keep half of the stem's rare words
     if not ws & set(rarest[:MC_RAREST]):

@@ -38,13 +38,27 @@ def task_hashes(records: pl.DataFrame, cfg: DetectConfig) -> dict[str, str]:
     A spec edit that leaves the records alone (a description) changes nothing; a new
     benchmark file behind an unchanged spec does.
     """
-    prefix = json.dumps(cfg.reference_key(), sort_keys=True).encode()
-    out = {}
-    for (task,), df in records.sort("record_id").group_by("task", maintain_order=True):
-        h = hashlib.sha256(prefix)
-        h.update(df.select(TASK_HASH_COLUMNS).write_csv().encode())
-        out[task] = h.hexdigest()[:16]
-    return dict(sorted(out.items()))
+    hasher = TaskHasher(cfg)
+    hasher.add(records.sort("record_id"))
+    return hasher.hashes()
+
+
+class TaskHasher:
+    """`task_hashes` of the records given a table at a time (``add``, the tables in record_id order, one after
+    another): the same hashes.  A task's rows may span tables; its hash reads the CSV of its rows, the header once."""
+
+    def __init__(self, cfg: DetectConfig):
+        self.prefix, self.h = json.dumps(cfg.reference_key(), sort_keys=True).encode(), {}
+
+    def add(self, records: pl.DataFrame) -> None:
+        for (task,), df in records.group_by("task", maintain_order=True):
+            first = task not in self.h
+            if first:
+                self.h[task] = hashlib.sha256(self.prefix)
+            self.h[task].update(df.select(TASK_HASH_COLUMNS).write_csv(include_header=first).encode())
+
+    def hashes(self) -> dict[str, str]:
+        return dict(sorted((task, h.hexdigest()[:16]) for task, h in self.h.items()))
 
 
 def scan_config_digest(cfg: DetectConfig, content_key: str) -> str:

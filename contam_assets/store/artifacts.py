@@ -38,17 +38,34 @@ from contam_assets.store.readers import is_jsonl, reader_for
 
 
 def reference_digest(records: pl.DataFrame, cfg: DetectConfig) -> str:
-    h = hashlib.sha256(json.dumps(cfg.reference_key(), sort_keys=True).encode())
-    cols = ["record_id", "suite", "split", "instance_index", "question", "answer", "passage", "indexed"]
-    # the CSV of the records, DIGEST_ROWS rows at a time (the header once): the bytes of one CSV of them all,
-    # without that whole text (and its encoded copy) in memory
-    table = records.select(cols)
-    for start in range(0, max(1, table.height), DIGEST_ROWS):
-        h.update(table.slice(start, DIGEST_ROWS).write_csv(include_header=start == 0).encode())
-    return h.hexdigest()[:16]
+    digest = RecordsDigest(cfg)
+    digest.add(records)
+    return digest.hexdigest()
 
 
 DIGEST_ROWS = 100_000  # records written as CSV at once by reference_digest
+DIGEST_COLUMNS = ["record_id", "suite", "split", "instance_index", "question", "answer", "passage", "indexed"]
+
+
+class RecordsDigest:
+    """`reference_digest` of the records given a table at a time (``add``, the tables in order): the digest of the
+    CSV of them all (the header once), written ``DIGEST_ROWS`` rows at a time, without that whole text (and its
+    encoded copy) in memory."""
+
+    def __init__(self, cfg: DetectConfig):
+        self.h, self.header = hashlib.sha256(json.dumps(cfg.reference_key(), sort_keys=True).encode()), True
+
+    def add(self, records: pl.DataFrame) -> None:
+        table = records.select(DIGEST_COLUMNS)
+        for start in range(0, table.height, DIGEST_ROWS):
+            self.h.update(table.slice(start, DIGEST_ROWS).write_csv(include_header=self.header).encode())
+            self.header = False
+
+    def hexdigest(self) -> str:
+        h = self.h.copy()
+        if self.header:  # no record: the CSV's header alone
+            h.update(pl.DataFrame(schema=dict.fromkeys(DIGEST_COLUMNS, pl.Utf8)).write_csv().encode())
+        return h.hexdigest()[:16]
 
 
 def index_dir(out_dir: Path, digest: str) -> Path:
@@ -237,6 +254,34 @@ def read_records(d: Path) -> pl.DataFrame:
         except (OSError, pa.ArrowException):
             pass
     return pl.read_parquet(Path(d) / RECORDS_FILE)
+
+
+class RecordFile:
+    """The records of an uncompressed Arrow IPC file (``records.arrow``) read, not mapped, a record batch at a time:
+    what `build_index` and the index step's digests take in place of the mapped table, so each batch's texts pass
+    through this process's memory once and are freed, and none of the file's pages counts in its memory (a mapped
+    table's pages count once touched).  ``batches(size)``: the rows as tables, in the file's order, at most ``size``
+    rows each; ``source[name]``: one column, whole (read for the small columns alone: ``indexed``)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        with pa.OSFile(str(self.path)) as fh:
+            self.schema = pa_ipc.open_file(fh).schema
+
+    def batches(self, size: int | None = None, columns: list[str] | None = None):
+        fields = None if columns is None else [self.schema.get_field_index(c) for c in columns]
+        # read through malloc, not pyarrow's default pool (which keeps a freed batch's pages for the next one)
+        with pa.OSFile(str(self.path), memory_pool=pa.system_memory_pool()) as fh:
+            reader = pa_ipc.open_file(fh, options=pa_ipc.IpcReadOptions(included_fields=fields))
+            for i in range(reader.num_record_batches):
+                part = pl.from_arrow(reader.get_batch(i))
+                step = size or max(1, part.height)
+                for start in range(0, part.height, step):
+                    yield part.slice(start, step)
+
+    def __getitem__(self, name: str) -> pl.Series:
+        parts = [part[name] for part in self.batches(columns=[name])]
+        return pl.concat(parts) if parts else pl.from_arrow(self.schema.empty_table())[name]
 
 
 def records_to_ipc(records: pl.DataFrame):

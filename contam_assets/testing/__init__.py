@@ -6,7 +6,7 @@ product imports it (``contam_assets_tests/docs/test_layout.py`` holds both rules
 - ``pool_formats``       pools in every format a reader is registered for, GSM8K items planted; ``contam`` in a subprocess
 - ``bad_pool``           a pool with every kind of bad input and the exact accounting a run must report for each entry
 - ``throughput_planted`` planted documents and the reduced-registry detector of the throughput and prefilter tests
-- ``s3_server``          moto's S3-protocol server on loopback, emptied at start and stop (moto is a dev extra)
+- ``s3_server``          moto's S3-protocol server on loopback, emptied at start and stop; ``s3_server_process`` runs it in a process of its own and counts its requests and bytes (moto is a dev extra)
 - ``model_tiny``         tiny real checkpoints (a trained BPE tokenizer, a 2-layer GPT-2 or Llama) with known answers
 - ``experiments``        experiment folders, probe-metric rows and a running ``contam api`` (httpx is a dev extra)
 

@@ -148,3 +148,59 @@ def test_index_written_into_its_folder_saves_the_same_files(real_records, tmp_pa
         for a in range(0, len(whole.q_keys), 1_000):
             key_table.fill_slots(whole.q_keys[a:a + 1_000], a, slots)
         assert np.array_equal(slots, key_table.slots_for(whole.q_keys))
+
+
+def records_file(records: pl.DataFrame, folder, table_rows: int):
+    """``records`` (in record_id order) written as `reference_set` writes them, ``table_rows`` rows a record batch,
+    and that file read a batch at a time."""
+    from contam_assets.store import artifacts
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with artifacts.RecordsWriter(folder, RECORD_SCHEMA) as w:
+        for a in range(0, records.height, table_rows):
+            w.write(records.slice(a, table_rows))
+    return artifacts.RecordFile(folder / artifacts.RECORDS_MAPPED)
+
+
+def test_build_from_a_records_file_read_a_batch_at_a_time_saves_the_same_files(real_records, tmp_path, monkeypatch):
+    """The index step's path: the texts read from ``records.arrow`` a record batch at a time (not mapped), the
+    batches of the file (777 rows) and of the build (500) out of step: the same arrays and saved bytes."""
+    records = planted_records(real_records.head(3_000)).sort("record_id")
+    source = records_file(records, tmp_path / "records", 777)
+    assert [p.height for p in source.batches()][:2] == [777, 777] and source["indexed"].equals(records["indexed"])
+    assert all(p.height <= 500 for p in source.batches(500))
+    cfg = DetectConfig()
+    whole = ixb.build_index_whole(records, cfg)
+    monkeypatch.setattr(ixb, "SUM_STEP", 211)
+    built = ixb.build_index(source, cfg, batch=500, spill_dir=tmp_path / "out" / "index")
+    assert_same_index(whole, built)
+    built.save(tmp_path / "out" / "index" / "built")
+    whole.save(tmp_path / "whole")
+    names = sorted(p.name for p in (tmp_path / "whole").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "out" / "index" / "built").iterdir())
+    for name in names:
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "out" / "index" / "built" / name).read_bytes(), name
+
+
+def test_digest_and_task_hashes_a_table_at_a_time_equal_those_of_the_whole(real_records, tmp_path, monkeypatch):
+    """The digest and the task hashes of the records given a table at a time (a task's rows across tables, a
+    table cut inside the digest's slices) equal those of the whole table; none of them: the empty table's."""
+    from contam_assets.rescan import plan
+    from contam_assets.store import artifacts
+
+    cfg = DetectConfig()
+    some = real_records.filter(pl.int_range(pl.len()).over("task") < 400)  # some records of every task
+    rng = np.random.default_rng(7)  # and the tasks' records interleaved in record_id order
+    records = some.with_columns(record_id=pl.Series(rng.permutation(some.height), dtype=pl.Int32)).sort("record_id")
+    monkeypatch.setattr(artifacts, "DIGEST_ROWS", 300)
+    want = artifacts.reference_digest(records, cfg), plan.task_hashes(records, cfg)
+    assert len(want[1]) > 2
+    for rows in (1_000, 451, records.height):
+        digest, hasher = artifacts.RecordsDigest(cfg), plan.TaskHasher(cfg)
+        for part in records_file(records, tmp_path / f"r{rows}", rows).batches():
+            digest.add(part)
+            hasher.add(part)
+        assert (digest.hexdigest(), hasher.hashes()) == want
+    assert artifacts.RecordsDigest(cfg).hexdigest() == artifacts.reference_digest(records.head(0), cfg)
+    assert plan.TaskHasher(cfg).hashes() == plan.task_hashes(records.head(0), cfg) == {}
+    assert artifacts.reference_digest(records.head(1), cfg) != artifacts.reference_digest(records.head(0), cfg)

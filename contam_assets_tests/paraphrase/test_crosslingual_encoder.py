@@ -103,4 +103,3 @@ def test_the_sum_look_is_the_head_input_of_the_summed_rows():
     v = enc.sum_look(sums, counts)
     want = sums + counts[:, None] * enc.model.cnn_b
     assert np.allclose(v, want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-6)
-    assert np.allclose(enc.first_look(sums, counts), enc.first_look_texts(texts), atol=1e-6)

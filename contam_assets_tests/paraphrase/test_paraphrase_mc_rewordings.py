@@ -90,3 +90,9 @@ def test_a_rewording_a_little_under_the_bar_is_held_on_half_of_its_stems_rare_wo
     assert check(item, reworded, 0.62, 0.65, WEBER_WEIGHTS, margin=0.1) is None
     # the part's bar moves the lower tier with it
     assert check(item, reworded, 0.62, 0.70, WEBER_WEIGHTS, margin=0.3) is None
+
+
+def test_the_lower_multiple_choice_tier_follows_the_knob_but_not_under_its_floor():
+    from contam_assets.paraphrase.verify import mc_lower_bar
+
+    assert [round(mc_lower_bar(s), 4) for s in (0.3, 0.5, 0.65, 0.7, 0.9)] == [0.6, 0.6, 0.6, 0.65, 0.85]

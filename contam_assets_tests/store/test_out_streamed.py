@@ -195,6 +195,16 @@ def test_the_streamed_output_benchmark_runs_as_documented():
     assert res["shards"] == 3 and res["removed"] > 0
     assert res["first_mix_object_s"] is not None and res["run_json_s"] is not None
     assert res["first_mix_object_s"] <= res["run_json_s"]
+    # the server's ceiling: every pool byte was sent at least once (each object GET), the outputs it took hold the
+    # mix, rejected and table objects put again in the bare transfer, and the best time is the local run plus those
+    roof = res["ceiling"]
+    assert roof["pool_gets"] >= 3 and roof["reads_per_stored_byte"] >= 1
+    assert min(roof["reads_per_stored_byte_by_object"]) >= 1
+    assert roof["pool_bytes_sent_mb"] >= res["stored_mb"] - 0.1
+    assert 0 < roof["put_mb"] <= roof["out_bytes_taken_mb"] and roof["put_objects"] >= 3
+    assert roof["best_remote_s"] == pytest.approx(res["local_s"] + roof["get_s"] + roof["put_s"], abs=0.02)
+    assert roof["of_ceiling"] == pytest.approx(roof["best_remote_s"] / res["store_out_s"], abs=0.002)
+    assert roof["run_server_cpu_s"] > 0
     # killed at half and rerun: the same mix and rejected objects and table rows as the uninterrupted run (the script
     # fails otherwise)
     kill = res["kill_at_half"]
@@ -281,3 +291,24 @@ def test_each_shard_is_mixed_as_its_scan_is_written_and_the_objects_are_the_loca
     for k in mixed:
         body = s3["client"].get_object(Bucket=BUCKET, Key=prefix + k)["Body"].read()
         assert body == (local / k).read_bytes(), k
+
+
+def test_a_mix_that_raises_during_the_scan_is_one_warning_and_leaves_the_rest_to_the_mix_step(monkeypatch, tmp_path):
+    """Mixing in the scan step must not fail the scan: an error other than the store's (a locked database, say) is
+    one warning line, and no shard is mixed there after it (the mix step writes them)."""
+    from contam_assets.executor import mix
+
+    calls, warned = [], []
+
+    def raises(connect, out, pool_dir, shards, *rest, **kw):
+        calls.append(list(shards))
+        raise RuntimeError("database is locked\nsecond line")
+
+    monkeypatch.setattr(mix, "write_mix", raises)
+    mixer = mix.MixAsScanned(None, tmp_path / "out", tmp_path / "pool", "document", None, "text", None, warn=warned.append)
+    mixer.add("a.jsonl")
+    mixer.drain()
+    mixer.add("b.jsonl")
+    mixer.drain()
+    assert calls == [["a.jsonl"]] and mixer.stopped and mixer.ready == []
+    assert len(warned) == 1 and "database is locked" in warned[0] and "second line" not in warned[0]

@@ -26,7 +26,7 @@ from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex
 from contam_assets.detector.index_build import build_index
 from contam_assets.detector.index_grow import grow_index
-from contam_assets.rescan.plan import TASK_HASHES_FILE, load_task_hashes, task_hashes
+from contam_assets.rescan.plan import TASK_HASHES_FILE, TaskHasher, load_task_hashes, task_hashes
 from contam_assets.sources.registry import inputs_digest
 from contam_assets.store import artifacts, tables
 from contam_assets.store.files import atomic_write_text
@@ -72,8 +72,13 @@ def index_step(out: Path, cfg: DetectConfig, contam_db, say) -> IndexStep:
         # the records as `reference_set` wrote them, mapped (page cache, not a copy of this process's), else from DuckDB
         staged = None if digest else artifacts.reference_records(out, inputs, state["records"] if state else None)
         records = None if digest or staged else store.query_df(con, "select * from instances order by record_id")
-    if staged is not None and (records := artifacts.read_records(staged))["record_id"].is_sorted():
+    records = artifacts.read_records(staged) if staged is not None else records
+    source = records  # what the digests and the build read the texts from
+    if staged is not None and records["record_id"].is_sorted():
         records = records.with_columns(pl.col("record_id").set_sorted())  # ids in order: no sort copies the table
+        # the texts read from the file a batch at a time, not through the mapped table (whose pages, once touched,
+        # would count in this process's memory: the whole file's at 6 M records)
+        source = artifacts.RecordFile(staged / artifacts.RECORDS_MAPPED)
     folder = artifacts.index_dir(out, digest) if digest else None
     if records is None:
         index = NgramIndex.load(folder / "index")
@@ -81,21 +86,37 @@ def index_step(out: Path, cfg: DetectConfig, contam_db, say) -> IndexStep:
         artifacts.mark_current(out, digest, inputs)
         return step
     previous = _current(out)
-    digest = artifacts.reference_digest(records, cfg)
+    digest, hashes, text_bytes = _digests(source, cfg)
     folder = artifacts.index_dir(out, digest)
-    hashes = task_hashes(records, cfg)
     if artifacts.has_index(out, digest):
         index, how = NgramIndex.load(folder / "index"), "reused"
     else:
-        text_bytes = sum(int(records[c].str.len_bytes().sum() or 0) for c in ("question", "answer", "passage"))
         progress = build_budget.BuildProgress(say, text_bytes, phases=("index",))
         index, how = _grown(out, previous, records, hashes, cfg, progress), "grown"
         if index is None:  # the spill files under the output folder, in a temporary folder the sweep recognises
-            index, how = build_index(records, cfg, progress=progress, spill_dir=out / "index"), "built"
+            index, how = build_index(source, cfg, progress=progress, spill_dir=out / "index"), "built"
         artifacts.save_index(out, digest, records, index, records_from=staged)  # the files linked, not written again
     atomic_write_text(folder / TASK_HASHES_FILE, json.dumps(hashes, indent=1))
     artifacts.mark_current(out, digest, inputs)
     return IndexStep(index, digest, hashes, how, records)
+
+
+TEXTS = ("question", "answer", "passage")
+
+
+def _digests(records, cfg: DetectConfig) -> tuple[str, dict[str, str], int]:
+    """The records' digest (`artifacts.reference_digest`), task hashes (`rescan.plan.task_hashes`) and bytes of
+    text; ``records``: a table, or a file of them in record_id order (`artifacts.RecordFile`), read once, a batch
+    at a time, for all three."""
+    if isinstance(records, pl.DataFrame):
+        text_bytes = sum(int(records[c].str.len_bytes().sum() or 0) for c in TEXTS)
+        return artifacts.reference_digest(records, cfg), task_hashes(records, cfg), text_bytes
+    digest, hasher, text_bytes = artifacts.RecordsDigest(cfg), TaskHasher(cfg), 0
+    for part in records.batches():
+        digest.add(part)
+        hasher.add(part)
+        text_bytes += sum(int(part[c].str.len_bytes().sum() or 0) for c in TEXTS)
+    return digest.hexdigest(), hasher.hashes(), text_bytes
 
 
 def _current(out: Path) -> str | None:
