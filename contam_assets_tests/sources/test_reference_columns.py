@@ -4,8 +4,6 @@ fingerprint and content, records too short to index, and chunks smaller than a t
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -13,6 +11,7 @@ from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.detector.config import DECON_MODE, preset
 from contam_assets.sources import reference
 from contam_assets.sources.registry import decon_spec, load_registry
+from contam_assets_tests.support.decon_fixtures import same_answer_and_duplicates
 
 
 def both(monkeypatch, specs, bench, cfg, chunk: int):
@@ -34,18 +33,7 @@ def test_columns_equal_the_whole_list_on_real_benchmarks(shared_data, monkeypatc
 
 
 def test_columns_equal_the_whole_list_on_a_decon_folder(tmp_path, monkeypatch):
-    evals = tmp_path / "evals"
-    evals.mkdir()
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
-    lines = {"same": [], "mixed": []}
-    for i in range(120):
-        q = " ".join(words[(i + k) % len(words)] for k in range(40)) + f" item {i % 90}"  # repeats: duplicates
-        lines["same"].append(dict(eval_key="same", eval_instance_index=i, split="test", question=q, answer="yes",
-                                  doc_id=i, fingerprint=f"f{i % 100}"))
-        lines["mixed"].append(dict(eval_key="mixed", eval_instance_index=i, split="train", question=q if i % 7 else "too short",
-                                   answer=None if i % 5 == 0 else f"answer {i} " + " ".join(words[:i % 9]), doc_id=500 + i))
-    for name, rows in lines.items():
-        (evals / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evals = same_answer_and_duplicates(tmp_path / "evals")
     for cfg in (preset("default"), preset("default", **DECON_MODE)):
         recs, stats = both(monkeypatch, [decon_spec(str(evals))], None, cfg, 37)
         assert recs.height == 240 and set(recs["skip_reason"].drop_nulls()) >= {"duplicate"}

@@ -5,7 +5,6 @@ reading the records back from DuckDB gives, with the records files linked into t
 
 from __future__ import annotations
 
-import json
 import os
 from contextlib import contextmanager
 from datetime import datetime
@@ -23,6 +22,7 @@ from contam_assets.detector.config import DECON_MODE, preset
 from contam_assets.sources import reference
 from contam_assets.sources.registry import decon_spec, load_registry
 from contam_assets.store import artifacts, tables
+from contam_assets_tests.support.decon_fixtures import same_answer_and_duplicates
 
 
 def written_and_whole(monkeypatch, tmp_path, specs, bench, cfg, chunk: int):
@@ -48,18 +48,7 @@ def test_written_equals_the_whole_list_on_real_benchmarks(shared_data, monkeypat
 
 
 def test_written_equals_the_whole_list_on_a_decon_folder(tmp_path, monkeypatch):
-    evals = tmp_path / "evals"
-    evals.mkdir()
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
-    lines = {"same": [], "mixed": []}
-    for i in range(120):
-        q = " ".join(words[(i + k) % len(words)] for k in range(40)) + f" item {i % 90}"  # repeats: duplicates
-        lines["same"].append(dict(eval_key="same", eval_instance_index=i, split="test", question=q, answer="yes",
-                                  doc_id=i, fingerprint=f"f{i % 100}"))
-        lines["mixed"].append(dict(eval_key="mixed", eval_instance_index=i, split="train", question=q if i % 7 else "too short",
-                                   answer=None if i % 5 == 0 else f"answer {i} " + " ".join(words[:i % 9]), doc_id=500 + i))
-    for name, rows in lines.items():
-        (evals / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evals = same_answer_and_duplicates(tmp_path / "evals")
     for cfg in (preset("default"), preset("default", **DECON_MODE)):
         # tables of 37 records: the same-answer suite and the duplicates span several of them
         _, recs, stats = written_and_whole(monkeypatch, tmp_path / cfg.dedup_by, [decon_spec(str(evals))], None, cfg, 37)

@@ -54,20 +54,29 @@ def _env(s3, name, **extra):
             **extra}
 
 
+def _held(s3, out, marker, env_extra) -> subprocess.Popen:
+    """`contam detect` to ``out`` started with a fault hold (CONTAM_FAULT_HOLD=``marker``), once it holds there."""
+    proc = subprocess.Popen([sys.executable, "-m", "contam_assets.cli", *map(str, _args(s3, out, None))],
+                            env={**os.environ, **env_extra}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not marker.exists():
+        ended = proc.poll() is not None
+        proc.kill()
+        stderr = proc.communicate()[1]
+        pytest.fail(stderr[-2000:] if ended else "never held")
+    return proc
+
+
 def test_each_mix_object_is_on_the_store_before_the_next_shard_is_mixed_and_a_rerun_finishes(s3):
     """Per-shard runs; the run is held in the second shard's mix: the first shard's mix object is on the store (its
     local copy removed), no later one is, and no run.json yet.  Killed there and rerun: every output, run.json last."""
     out, prefix = f"s3://{BUCKET}/run1", "run1/"
     marker = s3["tmp"] / "held.pid"
-    env = {**os.environ, **_env(s3, "run1", CONTAM_DETECT_RUNS="per-shard", CONTAM_SCAN_WORKERS="1",
-                                CONTAM_FAULT="mix_write:2", CONTAM_FAULT_HOLD=str(marker))}
-    proc = subprocess.Popen([sys.executable, "-m", "contam_assets.cli", *map(str, _args(s3, out, None))], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _held(s3, out, marker, _env(s3, "run1", CONTAM_DETECT_RUNS="per-shard", CONTAM_SCAN_WORKERS="1",
+                                       CONTAM_FAULT="mix_write:2", CONTAM_FAULT_HOLD=str(marker)))
     try:
-        deadline = time.monotonic() + 600
-        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert marker.exists(), proc.communicate()[1][-2000:] if proc.poll() is not None else "never held"
         keys = _keys(s3["client"], prefix)
         assert "mix/a.jsonl" in keys and "rejected/a.jsonl.jsonl" in keys, keys
         assert not any(k.startswith("mix/b") or k.startswith("mix/c") for k in keys), keys
@@ -260,14 +269,8 @@ def test_each_shard_is_mixed_as_its_scan_is_written_and_the_objects_are_the_loca
     writes none again; they are byte for byte the mix a local output gets from its mix step."""
     out, prefix = f"s3://{BUCKET}/asscanned", "asscanned/"
     marker = s3["tmp"] / "held-report.pid"
-    env = {**os.environ, **_env(s3, "asscanned", CONTAM_FAULT="report_write", CONTAM_FAULT_HOLD=str(marker))}
-    proc = subprocess.Popen([sys.executable, "-m", "contam_assets.cli", *map(str, _args(s3, out, None))], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _held(s3, out, marker, _env(s3, "asscanned", CONTAM_FAULT="report_write", CONTAM_FAULT_HOLD=str(marker)))
     try:
-        deadline = time.monotonic() + 600
-        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert marker.exists(), proc.communicate()[1][-2000:] if proc.poll() is not None else "never held"
         held = {o["Key"][len(prefix):]: (o["ETag"], o["LastModified"])
                 for o in s3["client"].list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])}
         for k in ("mix/a.jsonl", "mix/b.jsonl.zst", "mix/c.parquet", "rejected/a.jsonl.jsonl",

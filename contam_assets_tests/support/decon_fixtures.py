@@ -151,3 +151,20 @@ def write_config(path: Path, base: dict, evals: Path, training: Path, reports: P
     cfg = {**base, "evals_dir": str(evals), "training_dir": str(training), "report_output_dir": str(reports), **extra}
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def same_answer_and_duplicates(evals: Path) -> Path:
+    """A decon-format folder of two suites, 120 records each: ``same`` (every answer "yes": the same-answer rule;
+    repeated questions and fingerprints: the duplicate rules) and ``mixed`` (short questions, missing answers)."""
+    evals.mkdir(parents=True)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+    lines = {"same": [], "mixed": []}
+    for i in range(120):
+        q = " ".join(words[(i + k) % len(words)] for k in range(40)) + f" item {i % 90}"  # repeats: duplicates
+        lines["same"].append(dict(eval_key="same", eval_instance_index=i, split="test", question=q, answer="yes",
+                                  doc_id=i, fingerprint=f"f{i % 100}"))
+        lines["mixed"].append(dict(eval_key="mixed", eval_instance_index=i, split="train", question=q if i % 7 else "too short",
+                                   answer=None if i % 5 == 0 else f"answer {i} " + " ".join(words[:i % 9]), doc_id=500 + i))
+    for name, rows in lines.items():
+        (evals / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return evals
