@@ -64,7 +64,9 @@ def test_two_workers_write_the_tables_of_the_serial_engine(tmp_path, shared_data
         runs[name] = (s, _ranged_scan(s, inst, ScanEngine(workers=workers)))
     (serial, md1), (two, md2) = runs["serial"], runs["two"]
     assert md1 == {"engine": "in-process", "workers": 1, "shards_full": 4}
-    assert md2 == {"engine": "2 local processes", "workers": 2, "shards_full": 4}
+    # a loaded machine may let one of the two processes take all four shards before the other starts
+    assert md2.pop("workers") in (1, 2)
+    assert md2 == {"engine": "2 local processes", "shards_full": 4}
     assert matches(two).height > 0 and matches(two)["flagged"].sum() > 0
     assert matches(two).equals(matches(serial))
     assert stats(two).equals(stats(serial))
