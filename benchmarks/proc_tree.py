@@ -15,7 +15,7 @@ def _kib_lines(path: str, keys: tuple[str, ...]) -> dict[str, int]:
             (line.split(":", 1) for line in open(path) if line.startswith(keys))}
 
 
-def _proc_table(memory: bool = False) -> dict[int, tuple[int, float, int, int, int]]:
+def proc_table(memory: bool = False) -> dict[int, tuple[int, float, int, int, int]]:
     """pid -> (ppid, cpu seconds, VmHWM, PSS, RSS) in bytes of every process we can read; PSS and RSS (from
     smaps_rollup, dearer to read) only where ``memory``, else 0."""
     out = {}
@@ -45,15 +45,15 @@ class TreeSampler(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            table = _proc_table()
-            tree = _descendants(self.root, {p: row[0] for p, row in table.items()})
+            table = proc_table()
+            tree = descendants(self.root, {p: row[0] for p, row in table.items()})
             for p in tree & table.keys():
                 self.cpu[p] = max(self.cpu.get(p, 0.0), table[p][1])
                 self.hwm[p] = max(self.hwm.get(p, 0), table[p][2])
             self.stop.wait(self.every)
 
 
-def _descendants(root: int, parents: dict[int, int]) -> set[int]:
+def descendants(root: int, parents: dict[int, int]) -> set[int]:
     tree, grew = {root}, True
     while grew:
         more = {p for p, pp in parents.items() if pp in tree and p not in tree}
@@ -73,12 +73,18 @@ class TreeMemory(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            table = _proc_table(memory=True)
-            tree = _descendants(self.root, {p: row[0] for p, row in table.items()})
+            table = proc_table(memory=True)
+            parents = {p: row[0] for p, row in table.items()}
+            tree = descendants(self.root, parents)
             mine = [table[p] for p in tree if p in table]
-            self.pss = max(self.pss, sum(r[3] for r in mine))
+            total = sum(r[3] for r in mine)
+            self.pss = max(self.pss, total)
             self.rss = max([self.rss] + [r[4] for r in mine])
+            self.observe(total, tree, parents, table)
             self.stop.wait(self.every)
+
+    def observe(self, pss: int, tree: set[int], parents: dict[int, int], table: dict) -> None:
+        """Called with each sample (the tree's summed PSS, its pids, every process's parent, ``proc_table``)."""
 
 
 def load() -> list[float]:

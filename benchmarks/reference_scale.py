@@ -38,7 +38,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from proc_tree import TreeMemory, TreeSampler, _descendants, _proc_table, load  # noqa: E402
+from proc_tree import TreeMemory, TreeSampler, load  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 WORD = re.compile(r"\S+")
@@ -276,19 +276,12 @@ class PhaseMemory(TreeMemory):
         super().__init__(root, every)
         self.phase, self.phases = "start", {}
 
-    def run(self):
-        while not self.stop.is_set():
-            table = _proc_table(memory=True)
-            parents = {p: row[0] for p, row in table.items()}
-            tree = _descendants(self.root, parents)
-            total = sum(table[p][3] for p in tree if p in table)
-            self.pss = max(self.pss, total)
-            now = time.perf_counter()
-            seen = self.phases.setdefault(self.phase, [0, now, now, {}])
-            if total > seen[0]:
-                seen[0], seen[3] = total, _split(self.root, tree, parents, table)
-            seen[2] = now
-            self.stop.wait(self.every)
+    def observe(self, total, tree, parents, table):
+        now = time.perf_counter()
+        seen = self.phases.setdefault(self.phase, [0, now, now, {}])
+        if total > seen[0]:
+            seen[0], seen[3] = total, _split(self.root, tree, parents, table)
+        seen[2] = now
 
 
 def _split(root: int, tree: set[int], parents: dict[int, int], table: dict) -> dict[str, list[float]]:

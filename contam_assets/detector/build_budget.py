@@ -33,9 +33,10 @@ MEMORY_CHECK_ENV = var("memory_check")
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 # the share of a build's time each phase takes: reading the files, the decon filters with the records' writing (these
 # two: the reference_set step), the index (the ngram_index step).  From `reference_scale.py --instances 600000`, one
-# worker (docs/scale.md, "A large registry"): reference_set 69 s, ngram_index 41 s; the step's reading 12 s of it
-# (its 12.1 s of write_reference_set's 71.4 s, timed in one process on the same folder)
-PHASES = {"read": 0.11, "filter": 0.52, "index": 0.37}
+# worker (docs/scale.md, "A large registry"): reference_set 69 s, its reading 12 s of it (12.1 s of
+# write_reference_set's 71.4 s, timed in one process on the same folder); the index build 16.7 CPU-s reading the
+# filters' kept token ids against 37.0 tokenizing itself (41 s of step), so about 19 s of step
+PHASES = {"read": 0.13, "filter": 0.66, "index": 0.21}
 
 
 @dataclass

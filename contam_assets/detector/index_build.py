@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from contam_assets.detector import index_kernel as ik
+from contam_assets.detector import record_tokens
 from contam_assets.detector.config import DetectConfig
 from contam_assets.detector.index import NgramIndex, _csr, _per_record, _segment_sums, _unique_tokens, encode_texts
 from contam_assets.detector.ngrams import ngram_hash, segment_ngram_hashes, unique_per_segment
@@ -381,13 +382,12 @@ def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spil
     tok_df = np.zeros(0, dtype=np.int64)
     done = 0
     n_ng = {"a": 0, "p": 0}  # answer and passage n-grams written so far
-    for part in _batches(records, batch):
+    # each batch's texts' ids back to back, and offsets: kept by the decon filters beside a records file, else made here
+    for part, (q_tok, q_off), (a_tok, a_off), (p_tok, p_off) in record_tokens.encoded_batches(
+            records, batch, cfg, _batches):
         m = part.height
-        step("tokenizing and hashing", 0.7 * done / n_rec)
+        step("each batch's token ids and n-grams", 0.7 * done / n_rec)
         rid.append(part["record_id"].to_numpy().astype(np.int32))
-        q_tok, q_off = ik.encode_flat(part["question"].to_list(), cfg)  # tokens back to back, and offsets
-        a_tok, a_off = ik.encode_flat(part["answer"].to_list() if cfg.index_answers else [""] * m, cfg)
-        p_tok, p_off = ik.encode_flat(part["passage"].to_list() if cfg.index_passages else [""] * m, cfg)
         del part
         # -- question (n-gram, record) pairs, unique per record (decon rule: a question shorter than n tokens is
         # one n-gram of all its tokens) --------------------------------------

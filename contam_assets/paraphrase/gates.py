@@ -3,9 +3,11 @@ for code, its example values) close together, before anything is embedded.
 
 ``DocStems`` finds a batch's content words in one numpy pass (a word is its first ``STEM`` letters, packed
 into an integer key); ``WordGate`` holds the items' gate keys as a sparse matrix and does one sparse product
-per batch; ``weight_span`` and ``min_span`` find the shortest stretch of a document that holds enough of an
-item's weight or every one of its numbers (``NumberIndex`` gives ``min_span`` from the offsets of the item's own
-numbers alone).  Each document gets what it would get alone.
+per batch (code); for multiple choice it first pairs each document with the items whose rarest stem words it
+holds (one small sparse product) and weighs the stretches of those pairs alone; ``weight_span`` and ``min_span``
+find the shortest stretch of a document that holds enough of an item's weight or every one of its numbers
+(``NumberIndex`` gives ``min_span`` from the offsets of the item's own numbers alone, in the stretches between
+two other numbers long enough for a window).  Each document gets what it would get alone.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from contam_assets.paraphrase.verify import (
     MC_RARE_KEYS,
     MC_STEM_COVER,
     MC_STEM_WEIGHT,
+    mc_word_bars,
 )
 
 LENGTH_LOW, LENGTH_HIGH = 0.5, 2.0  # a window's length, in times the item's (question, or question and answer)
@@ -40,6 +43,8 @@ MC_SPAN_MIN = 100  # ... or, for a multiple-choice item, within this many charac
 NEED_SLACK = 1e-6  # a stretch's weight, summed in floating point, may fall this short of the item's need
 RARE_MARK = 1e4  # more than any item's keys weigh together
 STEM_CHUNK = 1 << 22  # DocStems reads a batch this many characters at a time
+PRESENT_MAX = 1 << 25  # a batch's (document, key) table of this many entries at most (bytes)
+SLOTS_MAX = 1 << 22  # WordGate._through counts in a slot per stretch of each pair up to this many slots
 
 
 class WordGate:
@@ -50,7 +55,9 @@ class WordGate:
     to twice that in characters) holds at least ``MC_GATE_WEIGHT`` (or what its stem's ``MC_RARE_KEYS`` rarest
     keys weigh, not under ``MC_GATE_MIN``; code: ``CODE_GATE_WEIGHT``) and ``MC_COVER`` of the weight of an item's
     less common words (held by at most ``MC_GATE_SHARE`` of the items), one of them rare (at most
-    ``MC_RARE_SHARE``): one sparse product per document; (2) a code item (renamed rule) needs ``CODE_LITERALS``
+    ``MC_RARE_SHARE``): one sparse product per batch (multiple choice: for the items whose document holds one of
+    the stem's ``MC_RAREST`` rarest words, which the verifier asks of every window, their stretches weighed pair
+    by pair); (2) a code item (renamed rule) needs ``CODE_LITERALS``
     of its examples' values and every number of its prompt in the document: an item with fewer than
     ``CODE_MIN_LITERALS`` values is found by its signature only; (3) the words that reach that weight lie within
     ``GATE_SPAN`` of the item's length (question and answer; multiple choice: or ``MC_SPAN_MIN`` characters): a rewording restates the item in about its
@@ -113,6 +120,23 @@ class WordGate:
         self.item_qword = np.array(sorted(i * n_w + self.word_id[w] for i, ks in self.keys.items()
                                           for w in ks & items[i].question_stems), dtype=np.int64)
         self.word_weight = np.array([self.weights[w] for w in self.words], dtype=np.float64)
+        # each item's keys (CSR: key_list[key_ptr[i]:key_ptr[i + 1]])
+        self.key_ptr = np.zeros(len(items) + 1, dtype=np.int64)
+        for i, ks in self.key_ids.items():
+            self.key_ptr[i + 1] = len(ks)
+        self.key_ptr = np.cumsum(self.key_ptr)
+        self.key_list = np.concatenate([self.key_ids.get(i, np.zeros(0, np.int64)) for i in range(len(items))] or [[]]).astype(np.int64)
+        # (word x item): a multiple-choice item's MC_RAREST rarest stem words (verify.mc_word_bars); where one of
+        # them is not a key (a document holding it is not seen here), all of its keys
+        lead: list[tuple[int, int]] = []
+        for i in self.keys if kind == MC else ():
+            ws = mc_word_bars(items[i], self.weights, self.top)[0]
+            ids = self.key_ids[i].tolist() if any(w not in self.word_id for w in ws) else [self.word_id[w] for w in ws]
+            lead += [(k, i) for k in ids]
+        r, c = np.array(lead, dtype=np.int64).reshape(-1, 2).T
+        self.lead = sparse.csr_matrix((np.ones(len(r)), (r, c)), shape=(len(self.words), len(items)))
+        # the keys that are numbers (_num_key), by value: a document's numbers are looked up without their keys
+        self.num_id = {float(w[2:]): k for k, w in enumerate(self.words) if w.startswith("n:") and _num_key(float(w[2:])) == w}
 
     def candidates(self, texts: list[str], stems: "DocStems", occs: list[list]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per document of a batch, (items, lo, hi): the items whose less common words lie close together in the
@@ -125,12 +149,11 @@ class WordGate:
         j = np.minimum(np.searchsorted(self.stem_keys, stems.key), max(0, len(self.stem_keys) - 1))
         hit = self.stem_keys[j] == stems.key if len(self.stem_keys) else np.zeros(len(stems.key), dtype=bool)
         doc, at, word = stems.doc[hit], stems.at[hit], self.stem_ids[j[hit]]
-        lits: list[list[tuple[int, str]]] = [[] for _ in texts]
-        if self.kind == CODE:  # and the literals of the examples: numbers and strings
-            extra = []
+        if self.kind == CODE:  # and the literals of the examples that are keys: numbers (by value) and strings
+            extra, num_id = [], self.num_id
             for d, (text, occ) in enumerate(zip(texts, occs)):
-                lits[d] = [(a, _num_key(v)) for v, a in occ] + string_positions(text)
-                extra += [(d, a, k) for a, w in lits[d] if (k := wid.get(w)) is not None]
+                extra += [(d, a, k) for v, a in occ if (k := num_id.get(v)) is not None]
+                extra += [(d, a, k) for a, w in string_positions(text) if (k := wid.get(w)) is not None]
             if extra:
                 d_, a_, k_ = np.array(extra, dtype=np.int64).T
                 doc, at, word = np.concatenate([doc, d_]), np.concatenate([at, a_]), np.concatenate([word, k_])
@@ -146,6 +169,20 @@ class WordGate:
             return out
         keep = rare_doc[doc]
         doc, at, word = doc[keep], at[keep], word[keep]
+        if self.kind == MC:
+            found = self._through(len(texts), doc, at, word)
+        else:
+            found = self._product(doc, at, word)
+        if len(found) == 0:
+            return out
+        for d, cand, lo, hi in self._near(found // self.n, found % self.n, texts, doc, at, word, occs):
+            out[d] = (cand, lo, hi)
+        return out
+
+    def _product(self, doc: np.ndarray, at: np.ndarray, word: np.ndarray) -> np.ndarray:
+        """The (document, item) pairs (as document * n + item, sorted) of the gate's step (1): one sparse product
+        of the batch's stretches (those holding a rare key) with the keys' matrix."""
+        wid = self.word_id
         bucket = at // self.step
         n_words, per_doc = len(wid), int(bucket.max()) + 1
         # stretch c of a document spans buckets c and c + 1: a word counts once per stretch; a row per
@@ -168,17 +205,60 @@ class WordGate:
         col = got.indices[at_rare]
         hit = at_rare[np.mod(got.data[at_rare], RARE_MARK) >= self.need[col] - NEED_SLACK]
         row_hit = np.searchsorted(got.indptr, hit, side="right") - 1
-        found = np.unique(rows[row_hit] // per_doc * self.n + got.indices[hit])  # (document, item), in order
-        if len(found) == 0:
-            return out
-        for d, cand, lo, hi in self._near(found // self.n, found % self.n, texts, doc, at, word, lits):
-            out[d] = (cand, lo, hi)
-        return out
+        return np.unique(rows[row_hit] // per_doc * self.n + got.indices[hit])  # (document, item), in order
+
+    def _through(self, n_docs: int, doc: np.ndarray, at: np.ndarray, word: np.ndarray) -> np.ndarray:
+        """``_product``'s pairs of a multiple-choice item whose document holds one of its ``MC_RAREST`` rarest
+        stem words (verify.mc_words_met's first test: every window the verifier holds has one), read pair by pair:
+        the documents' (``lead``, one small sparse product), then each stretch's weight of the item's own keys."""
+        n_w = len(self.words)
+        bucket = at // self.step
+        n_st = np.zeros(n_docs, dtype=np.int64)  # each document's stretches: c spans buckets c and c + 1
+        np.maximum.at(n_st, doc, bucket + 1)
+        per = int(n_st.max())
+        stretch, d2, w2 = np.concatenate([bucket, bucket - 1]), np.concatenate([doc, doc]), np.concatenate([word, word])
+        ok = stretch >= 0
+        trip = np.unique((d2[ok] * n_w + w2[ok]) * per + stretch[ok])  # (document, key, stretch), each once
+        dk = trip // per
+        start = np.flatnonzero(np.concatenate(([True], dk[1:] != dk[:-1])))
+        have, end = dk[start], np.append(start[1:], len(dk))  # (document, key) pairs; their stretches
+        by_doc = np.searchsorted(have // n_w, np.arange(n_docs + 1))
+        pairs = sparse.csr_matrix((np.ones(len(have)), have % n_w, by_doc), shape=(n_docs, n_w)) @ self.lead
+        p_doc = np.repeat(np.arange(n_docs), np.diff(pairs.indptr))
+        p_item = pairs.indices.astype(np.int64)
+        # every key of each pair's item that its document holds (a table of the batch's (document, key) pairs)
+        n_keys = self.key_ptr[p_item + 1] - self.key_ptr[p_item]
+        pk = np.repeat(np.arange(len(p_item)), n_keys)
+        want = p_doc[pk] * n_w + self.key_list[_ranges(self.key_ptr[p_item], n_keys)]
+        if n_docs * n_w <= PRESENT_MAX:
+            present = np.zeros(n_docs * n_w, dtype=bool)
+            present[have] = True
+            pk, want = pk[present[want]], want[present[want]]
+        j = np.minimum(np.searchsorted(have, want), max(0, len(have) - 1))
+        mine = have[j] == want if len(have) else np.zeros(len(want), dtype=bool)
+        pk, j = pk[mine], j[mine]
+        count = end[j] - start[j]
+        at3 = trip[_ranges(start[j], count)]
+        pk = np.repeat(pk, count)
+        # the weight of each (pair, stretch) and whether it holds a rare key: a slot per stretch of each pair's
+        # document, or (long documents) per (pair, stretch) met
+        size = n_st[p_doc]
+        base = np.concatenate(([0], np.cumsum(size)))
+        w = at3 // per % n_w
+        if base[-1] <= max(SLOTS_MAX, 4 * len(at3)):
+            slot, owner = base[pk] + at3 % per, np.repeat(np.arange(len(p_item)), size)
+        else:
+            met, slot = np.unique(pk * per + at3 % per, return_inverse=True)
+            owner = met // per
+        weight = np.bincount(slot, weights=self.word_weight[w], minlength=len(owner))
+        rare = np.bincount(slot, weights=self.rare_word[w], minlength=len(owner)) > 0
+        hit = np.unique(owner[rare & (weight >= self.need[p_item[owner]] - NEED_SLACK)])
+        return np.sort(p_doc[hit] * self.n + p_item[hit])  # (document, item), in order
 
     def _near(self, docs: np.ndarray, items: np.ndarray, texts: list[str], doc: np.ndarray, at: np.ndarray,
-              word: np.ndarray, lits: list[list]) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+              word: np.ndarray, occs: list[list]) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """Of the (document, item) pairs through the sparse step (``docs``, ``items``, sorted; the batch's keys:
-        ``doc``, ``at``, ``word``, in each document's order; ``lits``: each document's literals), those whose words
+        ``doc``, ``at``, ``word``, in each document's order; ``occs``: each document's numbers), those whose words
         reaching the weight lie close together: within GATE_SPAN of the item's length; per document, (document, items,
         lo, hi): the items and the stretch of characters around their words."""
         first = np.searchsorted(doc, np.arange(len(texts) + 1))  # each document's keys: first[d]:first[d + 1]
@@ -202,7 +282,9 @@ class WordGate:
         for k, (d, c) in enumerate(zip(docs.tolist(), items.tolist())):
             if d != d_prev:
                 out.append((d, [], [], []))
-                d_prev, nums = d, {w for _, w in lits[d]}
+                d_prev = d
+                if self.kind == CODE:  # the document's literals, numbers and strings (read for these documents alone)
+                    nums = {_num_key(v) for v, _ in occs[d]} | {w for _, w in string_positions(texts[d])}
             if not ok[k]:
                 continue
             it = self.items[c]
@@ -228,6 +310,12 @@ class WordGate:
         sims[own] = -1.0
         sims[own + len(self.members)] = -1.0
         return similarity - float(sims.max())
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The concatenated ranges starts[k] .. starts[k] + counts[k]."""
+    total = int(counts.sum())
+    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)
 
 
 def _member(sorted_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -352,18 +440,25 @@ class NumberIndex:
         for k, (v, _) in enumerate(seq):
             self.where.setdefault(v, []).append(k)
 
-    def span(self, values: frozenset, allowed: frozenset) -> tuple[float, int, int]:
-        """``min_span(seq, values, allowed)``."""
+    def span(self, values: frozenset, allowed: frozenset, room: float = 0.0) -> tuple[float, int, int]:
+        """``min_span(seq, values, allowed)``, read only in the stretches between two numbers outside ``allowed``
+        (the text's ends: no number) that are more than ``room`` characters apart, from the first number's
+        offset to the second's (a window holding no such number lies strictly between them)."""
         where, seq = self.where, self.seq
         if not values or any(v not in where for v in values):
             return float("inf"), 0, 0
         sub: list[tuple[float, int]] = []
-        prev = -1
-        for k in sorted(k for v in values | allowed if v in where for k in where[v]):
-            if k != prev + 1:  # a number neither the item's nor allowed lies between: a new stretch
+        ks = sorted(k for v in values | allowed if v in where for k in where[v])
+        ends = [n for n, (a, b) in enumerate(zip(ks, ks[1:])) if b != a + 1]  # a stretch ends at ks[n]
+        first = 0
+        for last in ends + [len(ks) - 1]:
+            k0, k1 = ks[first], ks[last]
+            before = seq[k0 - 1][1] if k0 else -1
+            after = seq[k1 + 1][1] if k1 + 1 < len(seq) else float("inf")
+            if after - before > room:  # a number neither the item's nor allowed lies between: a new stretch
                 sub.append(_GAP)
-            sub.append(seq[k])
-            prev = k
+                sub += seq[k0:k1 + 1]
+            first = last + 1
         return min_span(sub, values, allowed)
 
 

@@ -176,7 +176,9 @@ def stem_set(text: str) -> set[str]:
     return {w[:STEM] for w in words if len(w) >= 3 and w not in _STOP}
 
 
-_STRING = re.compile(r"""(?<!["'\w])(["'])([^"'\n]{1,40})\1(?!["'])""")
+# a quote not after a quote or a word character, up to 40 characters, the same quote not followed by a quote (the
+# pattern opens with the quote, which re finds by its first character; the lookbehind reads the quote and the one before)
+_STRING = re.compile(r"""(["'])(?<!["'\w].)([^"'\n]{1,40})\1(?!["'])""")
 
 
 def literals(text: str) -> set[str]:

@@ -4,7 +4,10 @@ at all, the windows of a document, and exact search (a matrix product in numpy).
 Gates, per document, before any embedding: a math item is a candidate only where the document
 holds every number of its question, close together (within the longest window the item could be
 in) and with no number between them that neither its question nor its solution holds (the verifier
-refuses such a window), and one of the item's less common words (held by at most ``TOPIC_SHARE`` of the items; a
+refuses such a window; nor in a stretch between two such numbers shorter than the item's shortest window), in a run
+of the document's numbers that holds each of them exactly as often as the question (``exact_run``: a number seen
+more often is a new one to the verifier; code repeats GSM8K's small numbers), and one
+of the item's less common words (held by at most ``TOPIC_SHARE`` of the items; a
 rewording keeps a few: 98 % of GSM-Plus's "problem understanding" rows keep one), two where the
 item has at most ``FEW_NUMBERS`` distinct numbers; a code item where it holds the function's signature
 (``def name(params)``, which the signature rule needs), or
@@ -235,9 +238,11 @@ class ParaphraseIndex:
                 a, z = spans[c] if c in spans and not keyed[c] else (0, len(text))
                 lo, hi = min(lo, a), max(hi, z)
                 continue
-            span, a, b = numbers.span(self.number_set[c], self.allowed[c])  # min_span
+            # min_span, in the stretches between two numbers the verifier refuses (outside the item's question and
+            # solution) that are longer than the shortest window the search looks at for the item
+            span, a, b = numbers.span(self.number_set[c], self.allowed[c], LENGTH_LOW * self.q_len[c])
             reach = LENGTH_HIGH * self.qa_len[c]
-            if span <= reach:
+            if span <= reach and exact_run(numbers, self.items[c].numbers, self.allowed[c], reach):
                 keep.append(c)
                 lo, hi = min(lo, max(0, int(b - reach))), max(hi, min(len(text), int(a + reach)))
         return np.array(keep, dtype=np.int64), lo, hi
@@ -354,6 +359,26 @@ def window_norms(sums: np.ndarray, s64: np.ndarray, i: np.ndarray, j: np.ndarray
         own = sums[j[lossy]] - sums[i[lossy]]
         size2[lossy] = np.einsum("wd,wd->w", own, own, dtype=np.float64)
     return np.sqrt(size2)
+
+
+def exact_run(numbers: NumberIndex, need: dict, allowed: frozenset, reach: float) -> bool:
+    """Whether the document's numbers hold a run, within ``reach`` characters, that holds each of a math item's
+    numbers exactly as often as its question (``need``) and no number outside ``allowed``: a window the verifier
+    holds has such a run (a number of the question seen more often in it than in the question is a new one)."""
+    seq, where = numbers.seq, numbers.where
+    for start in sorted(k for v in need for k in where.get(v, ())):
+        have: dict = {}
+        for k in range(start, len(seq)):  # (not a slice: a copy of the rest for each start)
+            v, at = seq[k]
+            if v not in allowed or at - seq[start][1] > reach:
+                break
+            if v in need:
+                have[v] = have.get(v, 0) + 1
+                if have[v] > need[v]:
+                    break
+                if len(have) == len(need) and all(have[u] == n for u, n in need.items()):
+                    return True
+    return False
 
 
 def def_names(text: str) -> list[str]:

@@ -33,10 +33,11 @@ import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.text import clean_text
+from contam_assets.detector.record_tokens import ChunkTexts
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.sources.fields import FieldError, Missing, as_text, as_text_list, get_path
-from contam_assets.sources.registry import TaskSpec, TaskSpecError, iter_split, locate
+from contam_assets.sources.kept_tokens import TokenWriter
+from contam_assets.sources.registry import TaskSpec, TaskSpecError, locate, split_rows
 from contam_assets.store.files import temp_path
 
 RECORD_SCHEMA = {
@@ -152,7 +153,7 @@ def _file_name(path: str) -> str:
     return sys.intern(Path(path).name)
 
 
-def _decon_record(src, spec: TaskSpec) -> dict | None:
+def decon_record(src, spec: TaskSpec) -> dict | None:
     """One reference record from a decon reference line, its fields read as decon reads them."""
     row = src.row
     name = _file_name(src.source_file)
@@ -187,15 +188,9 @@ def iter_task_rows(spec: TaskSpec, benchmarks_dir: Path | None, stats: Reference
     for split in spec.splits:
         avail = locate(spec, split, benchmarks_dir)
         n_rows = 0
-        for src, err in iter_split(spec, split, avail):
-            if progress is not None:
-                progress.row(src.source_file if src is not None else "")
-            if src is None:
-                stats.bad_rows.append(f"{spec.name}/{split.name}: {err}")
-                stats.skip(spec.name, split.name, "unreadable")
-                continue
+        for src in split_rows(spec, split, avail, stats, progress):
             if spec.format == "decon":
-                yield (_decon_record(src, spec))
+                yield (decon_record(src, spec))
                 n_rows += 1
                 continue
             row = src.row
@@ -303,35 +298,34 @@ def _seen_key(fp: str) -> int | str:
     return int(fp, 16) if len(fp) == 16 and _HEX16.fullmatch(fp) else fp
 
 
-def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: dict[str, set]) -> None:
-    """``seen``: suite -> the keys (`_seen_key`) of the fingerprints of its records kept so far."""
+def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: dict[str, set], ids_out: list | None = None) -> None:
+    """``seen``: suite -> the keys (`_seen_key`) of the fingerprints of its records kept so far; ``ids_out``: given, the
+    chunk's token ids appended (`record_tokens.ChunkTexts.flat`: what the index build reads)."""
     tok = get_tokenizer(cfg.tokenizer)
-    opts = cfg.clean_options
-    cleaned: dict[str, str] = {}  # raw -> cleaned: MMLU repeats a question for each of its choices
-
-    def clean(raw: str) -> str:
-        out = cleaned.get(raw)
-        if out is None:
-            out = cleaned[raw] = clean_text(raw, opts)
-        return out
-
+    texts = ChunkTexts(records, cfg)  # each distinct text cleaned and tokenized once, as the index build does it
+    clean = texts.cleaned.__getitem__
     parts_of = []
     for r in records:
         parts = []
         if cfg.index_passages and r["passage"]:
             parts.append(clean(r["passage"]))
-        parts.append(clean(r["question"]))
+        parts.append(clean(r["question"] or ""))
         if cfg.index_answers and r["answer"]:
             parts.append(clean(r["answer"]))
         parts_of.append([p for p in parts if p])
     # Every tokenizer encodes the " ".join of texts in cleaned form as their ids back to back (the word
     # rule, tokenize.py), so a record's tokens are counted once per distinct part; a record with a part
     # that is not in that form (str.split sees whitespace the cleaner kept) is encoded whole, as decon does.
-    odd = {c for c in dict.fromkeys(cleaned.values()) if " ".join(c.split()) != c}
+    odd = {c for c in dict.fromkeys(texts.cleaned.values()) if " ".join(c.split()) != c}
     whole = {i: " ".join(parts) for i, parts in enumerate(parts_of) if odd and not odd.isdisjoint(parts)}
-    distinct = [c for c in dict.fromkeys(cleaned.values()) if c and c not in odd]
-    non_space = dict(zip(distinct, tok.count_non_space_many(tok.encode_many(distinct)).tolist()))
+    ids_of = {}  # cleaned text in cleaned form -> its ids (those of any text it is cleaned from: the same words)
+    for raw, c in texts.cleaned.items():
+        if c and c not in odd and c not in ids_of:
+            ids_of[c] = texts.ids[raw]
+    non_space = dict(zip(ids_of, tok.count_non_space_many(list(ids_of.values())).tolist()))
     whole_count = dict(zip(whole, tok.count_non_space_many(tok.encode_many(list(whole.values()))).tolist()))
+    if ids_out is not None:
+        ids_out.append(texts.flat())
     for i, (r, parts) in enumerate(zip(records, parts_of)):
         n_tokens = whole_count[i] if i in whole else sum(non_space.get(p, 0) for p in parts)
         given = r.get("fingerprint")  # decon reference files carry their own
@@ -347,7 +341,7 @@ def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: dict[str, set]) 
             reason = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
         elif cfg.eval_dedup and dedup_key is not None and _seen_key(dedup_key) in kept:
             reason = "duplicate"  # decon rule: exact duplicates dropped per suite (eval_key) by fingerprint
-        elif not clean(r["question"]):
+        elif not clean(r["question"] or ""):
             reason = "empty_question"
         if cfg.eval_dedup and reason is None and dedup_key is not None:
             kept.add(_seen_key(dedup_key))
@@ -373,7 +367,7 @@ def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg:
     same = _same_answer_suites(suites, stats)
     total, seen, done = sum(p.height for p in parts), {}, 0
     for i, part in enumerate(parts):
-        parts[i] = _filtered(part, same, cfg, seen, done, total, progress)
+        parts[i] = filtered_part(part, same, cfg, seen, done, total, progress)
         done += part.height
     if not parts:
         return pl.DataFrame(schema=RECORD_SCHEMA), stats
@@ -410,15 +404,17 @@ def write_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg:
             if writer is not None:
                 writer.close()
         same = _same_answer_suites(suites, stats)
-        with RecordsWriter(folder, RECORD_SCHEMA) as out:
+        # the token ids the filters made kept beside the records: the index build reads them instead of tokenizing
+        with TokenWriter(folder, cfg) as ids, RecordsWriter(folder, RECORD_SCHEMA) as out:
             if writer is not None:
                 with pa.OSFile(str(raw), "rb") as src:  # read, not mapped: one table's pages at a time
                     reader = pa_ipc.open_file(src)
                     seen: dict[str, set] = {}
                     for i in range(reader.num_record_batches):
-                        part = pl.from_arrow(reader.get_batch(i))
-                        out.write(_filtered(part, same, cfg, seen, out.rows, total, progress))
-                        del part
+                        part, chunks = pl.from_arrow(reader.get_batch(i)), []
+                        out.write(filtered_part(part, same, cfg, seen, out.rows, total, progress, chunks))
+                        ids.add(chunks)
+                        del part, chunks
         return out.rows, stats
     finally:
         raw.unlink(missing_ok=True)
@@ -453,15 +449,16 @@ def _same_answer_suites(suites: dict, stats: ReferenceStats) -> list[str]:
     return same
 
 
-def _filtered(part: pl.DataFrame, same: list[str], cfg: DetectConfig, seen: dict, first_id: int, total: int,
-              progress) -> pl.DataFrame:
+def filtered_part(part: pl.DataFrame, same: list[str], cfg: DetectConfig, seen: dict, first_id: int, total: int,
+                  progress, ids_out: list | None = None) -> pl.DataFrame:
     """One table of read records with the same-answer rule and the decon filters applied (``seen``: the
-    duplicate check's state, carried from table to table) and its record ids from ``first_id``."""
+    duplicate check's state, carried from table to table) and its record ids from ``first_id``; ``ids_out``: given,
+    the token ids of each of its chunks appended (`_filter_chunk`)."""
     if same:
         part = part.with_columns(answer=pl.when(pl.col("suite").is_in(same)).then(None).otherwise(pl.col("answer")))
     recs = part.select("suite", "question", "answer", "passage", "fingerprint").to_dicts()
     for start in range(0, len(recs), FILTER_CHUNK):
-        _filter_chunk(recs[start:start + FILTER_CHUNK], cfg, seen)
+        _filter_chunk(recs[start:start + FILTER_CHUNK], cfg, seen, ids_out)
         if progress is not None:
             progress.filtered(first_id + min(start + FILTER_CHUNK, len(recs)), total)
     return part.with_columns(record_id=pl.int_range(first_id, first_id + part.height, dtype=pl.Int32),

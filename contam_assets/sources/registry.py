@@ -473,3 +473,16 @@ def iter_split(spec: TaskSpec, split: SplitSpec, avail: SplitAvailability) -> It
                             source_file=path, source_line=idx), None
         if subject is None:
             base += last + 1
+
+
+def split_rows(spec: TaskSpec, split: SplitSpec, avail: SplitAvailability, stats, progress=None) -> Iterator[SourceRow]:
+    """The readable rows of one split (``iter_split``); an unreadable one is counted in ``stats`` (a
+    reference.ReferenceStats: a bad row and a skip)."""
+    for src, err in iter_split(spec, split, avail):
+        if progress is not None:
+            progress.row(src.source_file if src is not None else "")
+        if src is None:
+            stats.bad_rows.append(f"{spec.name}/{split.name}: {err}")
+            stats.skip(spec.name, split.name, "unreadable")
+            continue
+        yield src

@@ -190,6 +190,8 @@ def _link_records(src: Path, d: Path) -> bool:
 def write_records(d: Path, records: pl.DataFrame) -> None:
     """``records.parquet`` and ``records.arrow`` (uncompressed Arrow IPC, texts as string views: `map_records`) in
     folder ``d``, each written under a temporary name and renamed into place."""
+    for name in ("records.tokens.json", "records.tokens.arrow"):  # the filters' kept ids (record_tokens.py): not these
+        (Path(d) / name).unlink(missing_ok=True)
     for name, write in ((RECORDS_FILE, records.write_parquet),
                         (RECORDS_MAPPED, lambda p: records.write_ipc(p, compression="uncompressed",
                                                                      compat_level=pl.CompatLevel.newest()))):
@@ -209,6 +211,8 @@ class RecordsWriter:
 
     def __init__(self, d: Path, schema: dict):
         self.d, self.schema, self.rows = Path(d), schema, 0
+        for name in ("records.tokens.json", "records.tokens.arrow"):  # kept ids: written again by kept_tokens.TokenWriter
+            (self.d / name).unlink(missing_ok=True)
         self.tmp = {name: temp_path(self.d / name) for name in (RECORDS_FILE, RECORDS_MAPPED)}
         self._pq = self._ipc = self._sink = None
 

@@ -205,3 +205,16 @@ def test_the_setting_reaches_the_dagster_resource_as_the_command_line(monkeypatc
     assert detect_config(daemon) == detect_config(command) == with_parts(PRESETS["default"], ["crosslingual"])
     monkeypatch.setenv("CONTAM_PARTS", "markup,crosslingual")  # named twice, the part is one
     assert ContamSettings.from_env().part_list == ["markup", "crosslingual"]
+
+
+def test_documents_searched_in_groups_give_the_rows_of_one_batch(planted, monkeypatch):
+    """search_many looks at a group of documents' windows together; groups of one document hold the same pairs and
+    windows (the encoder's batched products may move a similarity in its sixth decimal)."""
+    from contam_assets.paraphrase import crosslingual
+
+    ref, docs, rows = planted
+    monkeypatch.setattr(crosslingual, "GROUP_CHARS", 1)
+    alone = crosslingual_rows(docs, "web/a.jsonl", ref, "crosslingual", [])
+    key = ("line", "record_id", "training_text", "flagged", "needs_review")
+    assert [tuple(r[k] for k in key) for r in alone] == [tuple(r[k] for k in key) for r in rows]
+    assert max(abs(a["score"] - b["score"]) for a, b in zip(alone, rows)) < 1e-5

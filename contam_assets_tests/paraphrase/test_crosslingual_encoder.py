@@ -103,3 +103,30 @@ def test_the_sum_look_is_the_head_input_of_the_summed_rows():
     v = enc.sum_look(sums, counts)
     want = sums + counts[:, None] * enc.model.cnn_b
     assert np.allclose(v, want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-6)
+
+
+def test_windows_from_one_covering_pass_are_the_encoders_vectors_of_their_text():
+    # overlapping windows of real translated problems (one pass over what they cover, their edges apart), a window too
+    # short for that, one across a sentence end that cuts a number (passed whole), windows of a second block
+    enc = encoder()
+    first = " ".join(lines("mgsm_es.tsv", 12))
+    second = "El precio subió 3.5 veces. " + " ".join(lines("mgsm_fr.tsv", 4))
+    blocks = []
+    for text in (first, second):
+        spans = crosslingual.sentences(text)
+        toks = [enc.tokens(text[s:e]) for s, e in spans]
+        runs = [(i, min(len(spans), i + k)) for i in range(len(spans)) for k in (1, 3, 6)]
+        wins = list(dict.fromkeys((spans[i][0], spans[j - 1][1]) for i, j in runs))
+        blocks.append((text, spans, toks, wins))
+    assert crosslingual.sentences(second)[0][1] == second.index("3.") + 2  # the number is cut at its dot
+    got = enc.window_vectors(blocks)
+    for (text, spans, _, wins), vectors in zip(blocks, got):
+        assert list(vectors) == wins
+        want = enc.embed([text[s:e] for s, e in wins])
+        assert np.allclose(np.einsum("ij,ij->i", np.stack(list(vectors.values())), want), 1.0, atol=1e-5)
+    runs = [(0, 1), (0, 4), (1, 5), (2, 9)]
+    toks = blocks[0][2]
+    lengths = [sum(map(len, toks[i:j])) for i, j in runs]
+    assert min(lengths) < 16 <= max(lengths) - 2  # a run passed whole and runs built from the covering pass
+    direct = enc.embed_ids([[p for t in toks[i:j] for p in t] for i, j in runs])
+    assert np.allclose(np.einsum("ij,ij->i", enc.run_vectors(toks, runs), direct), 1.0, atol=1e-5)

@@ -80,3 +80,39 @@ def test_a_multiple_choice_item_passes_the_word_gate_only_with_one_of_its_rare_w
     assert through("Notes. " + " ".join(shared + rare[:1]) + ". More notes.") == [0]
     # the same words spread over paragraphs: not a restatement of the item
     assert through(("\n\n" + "filler text " * 40).join(shared + rare[:1])) == []
+
+
+def test_a_multiple_choice_item_passes_the_word_gate_only_where_its_document_holds_one_of_its_rarest_words():
+    from contam_assets.paraphrase.gates import DocStems
+    from contam_assets.paraphrase.verify import mc_may_hold, mc_word_bars
+
+    gate, shared, rare = mc_gate()
+    rarest = mc_word_bars(gate.items[0], gate.weights, gate.top)[0]
+    assert len(rarest) == 2 and rarest < set(rare)
+    other = sorted(set(rare) - rarest)  # rare too, and the item's, but not what the verifier asks every window for
+    for words, want in ((shared + other, []), (shared + other[:1] + sorted(rarest)[:1], [0])):
+        text = "Notes. " + " ".join(words) + ". More notes."
+        assert gate.candidates([text], DocStems.of([text.lower()]), [[]])[0][0].tolist() == want
+        assert mc_may_hold(gate.items[0], set(words), gate.weights) == bool(want)  # what the search would ask anyway
+
+
+def test_a_math_item_needs_a_run_holding_each_of_its_numbers_as_often_as_its_question():
+    from contam_assets.paraphrase.gates import NumberIndex
+    from contam_assets.paraphrase.search import exact_run
+    from contam_assets.paraphrase.verify import ItemFacts, check
+
+    item = ItemFacts.of("qa", PROBLEM, "12 + 7 = 19 and 19 - 3 = 16.\n#### 16")
+    allowed = frozenset(set(item.numbers) | set(item.answer_numbers))
+
+    def both(text: str) -> tuple[bool, bool]:
+        gate = exact_run(NumberIndex(_seq(text)), item.numbers, allowed, 2 * len(PROBLEM))
+        return gate, check(item, text, 0.95, 0.65) is not None
+
+    assert both(PROBLEM) == (True, True)
+    # a number of the question twice (code's small numbers): the verifier refuses every window, and so does the gate
+    assert both(PROBLEM.replace("7 more", "7 more in 7 bags")) == (False, False)
+    # ... unless another run holds it once: the gate passes
+    assert both("x = 3 + 3.\n" + PROBLEM)[0]
+    assert both("Tom has 12 apples and buys 7 more. How many apples are there?")[0] is False  # 3 is missing
+    # a number neither the question nor the solution holds ends a run
+    assert not both("Tom has 12 apples and buys 7 more, 45 of them red. Later he eats 3. How many are left?")[0]

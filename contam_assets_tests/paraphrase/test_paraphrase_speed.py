@@ -17,7 +17,7 @@ from contam_assets.paraphrase.embed import PieceTokens, load_embedder
 from contam_assets.paraphrase.gates import GATE_SPAN, MC_SPAN_MIN, NEED_SLACK, DocStems, stem_offsets, weight_span
 from contam_assets.paraphrase.quantities import stems
 from contam_assets.paraphrase.search import LOSSY, def_names, sentence_bounds, window_norms, windows
-from contam_assets.paraphrase.verify import MC, MC_STEM_WEIGHT, ItemFacts, check, mc_may_hold
+from contam_assets.paraphrase.verify import MC, MC_STEM_WEIGHT, ItemFacts, check, mc_may_hold, mc_word_bars
 from contam_assets.quality.hosts import Hosts
 from contam_assets_tests.paraphrase.test_paraphrase_gates import mc_gate
 
@@ -122,6 +122,10 @@ def _near_plain(gate, text: str) -> list[int]:
                     ok = True
         if not ok or sum(gate.weights[w] for w in {w for _, w in mine} & gate.items[c].question_stems) < MC_STEM_WEIGHT:
             continue
+        # the verifier's rarest words of the stem (verify.mc_word_bars): one of them in the document
+        rarest = mc_word_bars(gate.items[c], gate.weights, gate.top)[0]
+        if rarest.isdisjoint(w for _, w in pts) and all(w in gate.word_id for w in rarest):
+            continue
         if weight_span(mine, gate.weights, gate.need[c] - NEED_SLACK)[0] <= max(GATE_SPAN * gate.qa_len[c], MC_SPAN_MIN):
             out.append(c)
     return out
@@ -155,6 +159,17 @@ def test_the_numbers_read_in_two_passes_are_the_one_patterns_matches():
         want = [(m.start(), m.end(), *m.groups()) for m in one.finditer(low)]
         assert [t[:5] for t in quantities._tokens(text, low)] == want, repr(text[:60])
     assert quantities.number_positions("twenty-five İ one and 3 / 4") == [(25, 0), (1, 14), (0.75, 22)]  # re.I
+
+
+def test_the_string_literals_are_those_of_the_pattern_with_its_lookbehind_first():
+    plain = re.compile(r"""(?<!["'\w])(["'])([^"'\n]{1,40})\1(?!["'])""")
+    edge = "'a' 'b''c' x'y' \"q\" '' 'it's' \"a'b\" '\n' _'z' 'é' 'x'"
+    found = 0
+    for text in _texts() + [edge, "'" + edge, edge[1:]]:
+        want = [(m.start(), "s:" + m.group(2).lower()) for m in plain.finditer(text)]
+        assert quantities.string_positions(text) == want, repr(text[:60])
+        found += len(want)
+    assert found > 20
 
 
 def test_the_def_names_are_those_after_a_def_of_its_own():

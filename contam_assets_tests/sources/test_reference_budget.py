@@ -51,7 +51,7 @@ def test_progress_lines_only_for_a_long_build(tmp_path):
     now[0] = 30.0
     for i in range(4096):
         p.row(str(files[1]))
-    assert lines == ["  reference set: 2 file(s), 8,192 instances read, 30s so far, about 5m14s left"]
+    assert lines == ["  reference set: 2 file(s), 8,192 instances read, 30s so far, about 5m35s left"]
     now[0] = 45.0
     p.filtered(4096, 8192)
     assert lines[-1] == "  reference set: 8,192 instances read; decon filters 50% done, 45s so far, about 32s left"
@@ -65,7 +65,7 @@ def test_progress_lines_only_for_a_long_build(tmp_path):
     whole = bb.BuildProgress(lines.append, 1000, every=10, clock=lambda: now[0])  # the three phases in one
     now[0] = 190.0
     whole.indexed("question n-grams", 0.5)
-    assert lines[-1] == "  reference set: index 50% (question n-grams), 2m00s so far, about 27s left"
+    assert lines[-1] == "  reference set: index 50% (question n-grams), 2m00s so far, about 14s left"
 
 
 def test_detect_refuses_a_registry_over_the_memory_limit_before_building(tmp_path):

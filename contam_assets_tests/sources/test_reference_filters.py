@@ -15,6 +15,7 @@ import pytest
 
 from contam_assets.defs.resources import DEFAULT_TASKS_DIR
 from contam_assets.detector.config import preset
+from contam_assets.detector.record_tokens import ChunkTexts
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
 from contam_assets.sources import reference
@@ -77,7 +78,15 @@ def test_parts_not_in_cleaned_form_are_encoded_whole(raw_records, monkeypatch):
     """A cleaner that keeps double spaces: those records are encoded as one text, as decon encodes them."""
     cfg = preset("default")
     sloppy = lambda text, opts=None: (text or "").lower().replace("\n", "  ")  # noqa: E731
-    monkeypatch.setattr(reference, "clean_text", sloppy)
+
+    class SloppyTexts(ChunkTexts):  # the filters' texts cleaned by it, and tokenized from what it gives
+        def __init__(self, records, cfg):
+            super().__init__(records, cfg)
+            tok = get_tokenizer(cfg.tokenizer)
+            self.cleaned = {t: sloppy(t) for t in self.cleaned}
+            self.ids = {t: tok.encode(c) for t, c in self.cleaned.items()}
+
+    monkeypatch.setattr(reference, "ChunkTexts", SloppyTexts)
     recs = [dict(r) for r in raw_records[:400]] + [
         dict(raw_records[0], question="x " * 9 + " ", answer="  y\n" * 12)]
     got = copy.deepcopy(recs)

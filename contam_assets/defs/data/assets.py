@@ -41,7 +41,7 @@ from contam_assets.report.render import md_table
 from contam_assets.rescan import state as scan_state
 from contam_assets.rescan.outcomes import OutcomeWriter
 from contam_assets.rescan.plan import load_task_hashes, scan_config_digest
-from contam_assets.sources.reference import write_reference_set
+from contam_assets.sources.reference_reuse import write_reference_set_reusing
 from contam_assets.sources.registry import (
     TaskSpecError,
     locate,
@@ -190,8 +190,8 @@ def _build_reference(context: dg.AssetExecutionContext, contam_settings: ContamS
         links = translation_links(specs, contam_settings.benchmarks_path, link_notes)  # a translation that cannot be aligned
         for line in link_notes:
             _say(context)(f"note: {line}")
-        artifacts.forget_reference_records(out := contam_settings.out_path)  # written a table at a time, never held whole
-        n, stats = write_reference_set(specs, contam_settings.benchmarks_path, cfg, artifacts.reference_records_dir(out), progress)
+        n, stats = write_reference_set_reusing(specs, contam_settings.benchmarks_path, cfg, out := contam_settings.out_path,
+                                               DETECTOR_VERSION, inputs, progress, _say(context))  # unchanged tasks kept
     except TaskSpecError as exc:  # a field the rows do not have, or a mapping where text is expected
         raise dg.Failure(str(exc)) from None
     records = artifacts.record_columns(artifacts.reference_records_dir(out), cfg.dense_short_questions)  # no texts
