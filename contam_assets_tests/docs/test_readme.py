@@ -29,7 +29,6 @@ RUN_ELSEWHERE = {
     "contam detect --pool s3://my-bucket/fineweb/data --out s3://my-bucket/contam/run1": ("docs/pools.md", "test_pools_docs.py"),
     "contam review contam_out --serve": (None, "test_review_browser.py"),
     "python benchmarks/scale_run.py --size 1GB --work /tmp/contam-scale --json scale.json": ("docs/scale.md", "test_scale_run_benchmark.py"),
-    "python benchmarks/catalogue_build.py --rows 1000 --repeat 3": ("docs/benchmarks.md", "test_catalogue_benchmark.py"),
     "python benchmarks/incremental_rescan.py --mb 8 --planted 0.05": ("docs/scale.md", "test_incremental_rescan_benchmark.py"),
     "python benchmarks/small_shards.py --files 5000 --shards 5 --rounds 3 --work /tmp/contam-small-shards --json small.json": ("docs/scale.md", "test_small_shards_benchmark.py"),
     "python benchmarks/paraphrase_quality.py --benchmarks ../shared/data --clean-docs 10000 --out /tmp/paraphrase_quality.json":
