@@ -49,6 +49,8 @@ from pathlib import Path
 
 import duckdb
 
+from contam_assets.testing import stop_process
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
@@ -205,12 +207,7 @@ def backfill_run(work: Path, pool: Path, shared: Path, workers: int, tasks: str)
             wait_for_runs(inst, job, n_runs, daemon)
             phases[job] = round(time.perf_counter() - t, 2)
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        stop_process(daemon, timeout=60)
         daemon_log.close()
         sampler.stop.set()
         sampler.join()

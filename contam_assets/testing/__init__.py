@@ -17,6 +17,7 @@ the repository.
 from __future__ import annotations
 
 import importlib
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -34,3 +35,15 @@ def dev_module(name: str) -> ModuleType:
         missing = (e.name or name).split(".")[0]
         raise ModuleNotFoundError(f"{name} is not installed ({missing} comes with the dev extra: "
                                   f"pip install -e '.[dev]')", name=missing) from None
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """A child process ended: SIGTERM, then SIGKILL where it has not exited within ``timeout`` seconds; reaped."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

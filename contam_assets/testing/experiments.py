@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from contam_assets import settings, store
-from contam_assets.testing import dev_module
+from contam_assets.testing import dev_module, stop_process
 
 HOST = "127.0.0.1"
 
@@ -96,10 +96,4 @@ def api_server(cwd: Path, api_paths: str, fresh_s: float | None = 0.0):
         with httpx.Client(base_url=url, timeout=30) as client:
             yield client, proc
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, timeout=20)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from contam_assets.testing import dev_module
+from contam_assets.testing import dev_module, stop_process
 
 
 def free_port() -> int:
@@ -155,12 +155,7 @@ def s3_server_process(key: str = "contam-test-key", secret: str = "contam-test-s
         yield ({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
                 "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}, proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=30)
 
 
 def server_counts(env: dict) -> list[tuple[str, str, int, int, int]]:
