@@ -115,6 +115,8 @@ def run(decon_python: str, ref: Path, pool: Path, work: Path, threads: int, max_
     missing = [k for k, v in read.items() if v is None]
     if missing:  # decon's summary is not the one this script reads (another version of decon)
         raise SystemExit(f"decon's summary lacks {', '.join(missing)}; see {log}")
+    if not read["lines_indexed"]:
+        raise SystemExit(f"decon indexed no reference line of {ref}; see {log}")
     return row | read | {"planted": planted, "planted_found": found, "other_flagged": other}
 
 
