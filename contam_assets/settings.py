@@ -118,6 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("compiled", "str", "on", "detector", "numba-compiled steps; off uses the plain paths that give the same answer",
        choices=("on", "off", "1", "0", "true", "false", "yes", "no")),
     _s("memory_check", "str", "auto", "detector", "memory check of a reference build: auto, off, or a size (12GB)"),
+    _s("build_workers", "int", 0, "detector", "processes for the decon filters of a reference build (0 = every core; "
+       "1 = in the step)"),
     # scan
     _s("scan_engine", "str", "local", "scan", "where shard scans run", choices=("local", "ray")),
     _s("scan_workers", "int", 0, "scan", "local: worker processes per run (0 = every core; 1 = in the step)"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,10 +23,17 @@ from contam_assets.settings import var
 # base (Python, the tokenizer, Dagster): with the records written a table at a time and the index written straight
 # into its files, `contam detect` at 0.6 M synthetic instances (431 MB) peaked at 1.19 GB summed PSS in the reference
 # step and 1.48 GB in the index build (1.1 bytes a byte over the base: the key table of the lookups, the per-record
-# arrays and the mapped records' pages; docs/scale.md, "A large registry"); 2 leaves a margin for the key table,
-# which grows by powers of two, and the duplicate check's keys (about 64 bytes an indexed record)
+# arrays and the mapped records' pages; docs/scale.md, "A large registry"); 2 leaves a margin for the key filter
+# (512 MB at most), the key directory (1–2 bytes a question key) and the duplicate check's keys (about 64 bytes a record)
 BYTES_PER_SOURCE_BYTE = 2.0
 BASE_BYTES = 1.0e9
+# each worker process of the decon filters (the build_workers setting, two or more): its Python, polars and the
+# tokenizer (about 0.3 GB) and one table of 50,000 records' texts, dicts and ids (about 0.25 GB); at 0.2 M instances
+# a worker peaked at 0.52-0.54 GB RSS (docs/scale.md, "A large registry")
+BYTES_PER_FILTER_WORKER = 0.6e9
+# benchmark text (JSONL) of one table of the filters (reference.COLUMNS_CHUNK, 50,000 records of about 720 bytes on
+# the synthetic registries): workers start only where there are two tables or more, at most one a table
+BYTES_PER_TABLE = 36e6
 COMPRESSED_RATIO = 4  # a .gz/.zst/.bz2/.xz benchmark file's text, against its size on disk
 # "off": build without the check; a size ("12GB", "800MiB"): the memory the build may take (else what is available)
 MEMORY_CHECK_ENV = var("memory_check")
@@ -44,15 +51,49 @@ class Estimate:
     files: int
     source_bytes: int  # benchmark text, uncompressed (estimated for compressed files)
     need_bytes: int  # peak memory of the build
+    workers: int = 1  # processes of the decon filters
 
 
 class MemoryRefused(RuntimeError):
     """The build would need more memory than is available."""
 
 
-def estimate(files: list[str | Path]) -> Estimate:
+def available_cpus() -> int:
+    """Cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_count(workers: int) -> int:
+    """Processes of the decon filters the build_workers setting asks for: 0 = every core; 1 = the build's own."""
+    return max(1, workers if workers > 0 else available_cpus())
+
+
+def estimate(files: list[str | Path], workers: int = 1) -> Estimate:
+    """``workers``: the processes of the decon filters (one: the build's own, nothing added)."""
     total = sum(_size(str(f)) for f in files)
-    return Estimate(len(files), total, int(BASE_BYTES + BYTES_PER_SOURCE_BYTE * total))
+    tables = int(total // BYTES_PER_TABLE) + 1
+    workers = 1 if tables < 2 else min(workers, tables)
+    extra = BYTES_PER_FILTER_WORKER * workers if workers > 1 else 0
+    return Estimate(len(files), total, int(BASE_BYTES + BYTES_PER_SOURCE_BYTE * total + extra), workers)
+
+
+def fitting(est: Estimate, available: int | None = None) -> Estimate:
+    """``est`` with as many of its filter processes as fit the memory available (down to the build's own), or
+    MemoryRefused (`check_memory`'s one line) where even one process does not fit."""
+    base = est.need_bytes - (BYTES_PER_FILTER_WORKER * est.workers if est.workers > 1 else 0)
+    for w in range(est.workers, 1, -1):
+        trial = replace(est, workers=w, need_bytes=int(base + BYTES_PER_FILTER_WORKER * w))
+        try:
+            check_memory(trial, available)
+            return trial
+        except MemoryRefused:
+            continue
+    one = replace(est, workers=1, need_bytes=int(base))
+    check_memory(one, available)
+    return one
 
 
 def available_memory(meminfo: str | Path = "/proc/meminfo", cgroup: str | Path = "/sys/fs/cgroup") -> int | None:
@@ -100,7 +141,10 @@ def check_memory(est: Estimate, available: int | None = None) -> None:
         f"building the reference set and index from {est.source_bytes / 1e6:,.0f} MB of benchmark text in "
         f"{est.files:,} file(s) needs about {est.need_bytes / 2**30:.1f} GiB of memory, and {have / 2**30:.1f} GiB "
         f"is available: run it on a machine with more memory, stop other work on this one, or index fewer tasks "
-        f"(--tasks, or a smaller --evals-dir); {MEMORY_CHECK_ENV}=off builds anyway")
+        f"(--tasks, or a smaller --evals-dir)"
+        + (f", or filter in fewer processes ({var('build_workers')}=1 needs "
+           f"{(est.need_bytes - BYTES_PER_FILTER_WORKER * est.workers) / 2**30:.1f} GiB)" if est.workers > 1 else "")
+        + f"; {MEMORY_CHECK_ENV}=off builds anyway")
 
 
 class BuildProgress:

@@ -3,8 +3,9 @@
 Questions are indexed as `ngram_size`-grams in an inverted index (sorted 64-bit
 n-gram hashes -> postings of record positions); answers as `answer_ngram_size`-grams
 and passages as `passage_ngram_size`-grams per record.  IDF = ln(N / df) with N the
-number of indexed records.  A bit filter over the question n-gram hashes lets the
-scanner skip almost every miss without a search.
+number of indexed records.  A key filter over the question n-gram hashes (``bloom``: a
+word-blocked Bloom filter, three bits of one 64-bit word per key, key_table.key_filter) lets
+the scanner skip almost every miss without a search.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from contam_assets.detector.ngrams import unique_per_segment
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
 
-FORMAT_VERSION = 2  # a folder of .npy files (one per array) and meta.json, mapped when loaded
+FORMAT_VERSION = 3  # a folder of .npy files (one per array) and meta.json, mapped when loaded; 3: the key filter
+# sets three bits of a word per key (2: one bit)
 
 
 def write_npz(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -51,7 +53,7 @@ class NgramIndex:
     q_len: np.ndarray  # int32 question tokens per record
     q_unique: np.ndarray  # int32 unique question n-grams per record
     q_idf_sum: np.ndarray  # float64 per record
-    bloom: np.ndarray  # uint64 words
+    bloom: np.ndarray  # uint64 words: the key filter of q_keys (key_table.key_filter)
     bloom_bits: int
     # answers
     a_len: np.ndarray  # int32 total answer tokens (0 = no answer)
@@ -76,7 +78,7 @@ class NgramIndex:
     # build writes as it goes; an index saved without them computes them when first asked.  The build also keeps
     # the document frequency of every token (_tok_vocab, _tok_df: what an answer's idf sum depends on), which
     # growing the index by a task needs (detector/index_grow.py); an index without them is built again instead
-    SAVED_EXTRAS = ("_slots", "_key_min_total", "_record_max_idf", "_tok_vocab", "_tok_df")
+    SAVED_EXTRAS = ("_dir", "_key_min_total", "_record_max_idf", "_tok_vocab", "_tok_df")
     GROW_EXTRAS = ("_tok_vocab", "_tok_df")
 
     @property
@@ -94,27 +96,25 @@ class NgramIndex:
     # -- lookups -------------------------------------------------------------
     def bloom_test(self, hashes: np.ndarray) -> np.ndarray:
         """True where a hash may be a question n-gram (no false negatives)."""
-        if len(hashes) == 0:
-            return np.zeros(0, dtype=bool)
-        idx = hashes >> np.uint64(64 - self.bloom_bits)
-        words = self.bloom[(idx >> np.uint64(6)).astype(np.int64)]
-        return ((words >> (idx & np.uint64(63))) & np.uint64(1)).astype(bool)
+        from contam_assets.detector.key_table import may_hold
+
+        return may_hold(self.bloom, self.bloom_bits, hashes)
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """Position in q_keys of every hash, -1 where it is not a question n-gram (int64)."""
-        table = self.__dict__.get("_slots")
+        table = self.__dict__.get("_dir")
         if table is None:
             from contam_assets.detector import key_table
 
-            table = self.__dict__["_slots"] = key_table.slots_for(self.q_keys) if key_table.AVAILABLE else False
-        if table is not False and len(self.q_keys) and compiled.enabled():  # the open-addressing table (key_table.py)
+            table = self.__dict__["_dir"] = key_table.directory_for(self.q_keys) if key_table.AVAILABLE else False
+        if table is not False and len(self.q_keys) and compiled.enabled():  # the directory of the keys (key_table.py)
             from contam_assets.detector.key_table import positions
 
             return positions(hashes, self.q_keys, table, self.bloom, self.bloom_bits)
         return self.lookup_reference(hashes)
 
     def lookup_reference(self, hashes: np.ndarray) -> np.ndarray:
-        """``lookup`` by the Bloom filter and a binary search of q_keys (numpy)."""
+        """``lookup`` by the key filter and a binary search of q_keys (numpy)."""
         keys = np.full(len(hashes), -1, dtype=np.int64)
         maybe = np.flatnonzero(self.bloom_test(hashes))
         if len(maybe) and len(self.q_keys):
@@ -169,7 +169,7 @@ class NgramIndex:
 
     # -- persistence ---------------------------------------------------------
     def save(self, path: Path) -> None:
-        """A folder of one .npy per array, meta.json and (where numba is installed) the lookup table ``_slots``,
+        """A folder of one .npy per array, meta.json and (where numba is installed) the lookup table ``_dir``,
         written under a temporary name and renamed into place whole."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,8 +177,8 @@ class NgramIndex:
         from contam_assets.detector import key_table
 
         if key_table.AVAILABLE and len(self.q_keys):  # built once here, mapped by every process that loads the index
-            table = self.__dict__.get("_slots")
-            arrays["_slots"] = table if isinstance(table, np.ndarray) else key_table.slots_for(self.q_keys)
+            table = self.__dict__.get("_dir")
+            arrays["_dir"] = table if isinstance(table, np.ndarray) else key_table.directory_for(self.q_keys)
         arrays["_key_min_total"], arrays["_record_max_idf"] = self.key_min_total(), self.record_max_idf()
         arrays |= {name: self.__dict__[name] for name in self.GROW_EXTRAS if isinstance(self.__dict__.get(name), np.ndarray)}
         meta = dict(version=FORMAT_VERSION, bloom_bits=self.bloom_bits, hot_threshold=self.hot_threshold,
@@ -232,6 +232,15 @@ class NgramIndex:
         index.__dict__.update(extras)
         index.__dict__["_files"] = {name: (folder / f"{name}.npy", a) for name, a in [*arrays.items(), *extras.items()]}
         return index
+
+    @staticmethod
+    def is_saved(path: Path) -> bool:
+        """Whether folder ``path`` holds an index saved in this format (an earlier format's counts as none: the
+        index step builds it again)."""
+        try:
+            return json.loads((Path(path) / "meta.json").read_text()).get("version") == FORMAT_VERSION
+        except (OSError, ValueError, AttributeError):
+            return False
 
     @classmethod
     def load(cls, path: Path) -> "NgramIndex":

@@ -73,11 +73,10 @@ def build_index_whole(records: pl.DataFrame, cfg: DetectConfig, progress=None) -
     hot_threshold = max(2 * int(math.isqrt(n_rec)), 2000)
     hot = df > hot_threshold
 
-    bloom_bits = int(min(32, max(16, math.ceil(math.log2(max(1, len(q_keys)) * 16)))))
-    bloom = np.zeros((1 << bloom_bits) // 64, dtype=np.uint64)
-    bidx = q_keys >> np.uint64(64 - bloom_bits)
-    np.bitwise_or.at(bloom, (bidx >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), bidx & np.uint64(63)))
-    del bidx
+    from contam_assets.detector import key_table
+
+    bloom_bits = key_table.filter_bits(len(q_keys))
+    bloom = key_table.key_filter(q_keys, bloom_bits)
 
     step("token frequencies and answer n-grams", 0.75)
     # -- token frequencies (decon: per field, unique tokens per record) ---------
@@ -461,22 +460,18 @@ def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spil
     _key_min_total(folder, q_idf_sum, n_keys)
     np.save(folder / "_record_max_idf.npy", max_idf, allow_pickle=False)
     del max_idf
-    bloom_bits = int(min(32, max(16, math.ceil(math.log2(max(1, n_keys) * 16)))))
-    bloom = np.zeros((1 << bloom_bits) // 64, dtype=np.uint64)
     from contam_assets.detector import key_table
 
-    slots = key_table.empty_slots(n_keys) if key_table.AVAILABLE and n_keys else None
-    start = 0
+    bloom_bits = key_table.filter_bits(n_keys)
+    bloom = key_table.empty_filter(bloom_bits)
+    table = key_table.empty_directory(n_keys) if key_table.AVAILABLE and n_keys else None
     for chunk in _npy_chunks(folder / "q_keys.npy", np.uint64, 1 << 22):
-        bidx = chunk >> np.uint64(64 - bloom_bits)
-        np.bitwise_or.at(bloom, (bidx >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), bidx & np.uint64(63)))
-        if slots is not None:  # the lookup table, filled in key order as slots_for fills it
-            key_table.fill_slots(chunk, start, slots)
-        start += len(chunk)
-        del bidx
-    if slots is not None:
-        np.save(folder / "_slots.npy", slots, allow_pickle=False)
-        del slots
+        key_table.add_to_filter(bloom, chunk, bloom_bits)
+        if table is not None:  # the lookup table: the directory of the keys' top bits, counted a chunk at a time
+            key_table.count_keys(table, chunk)
+    if table is not None:
+        np.save(folder / "_dir.npy", key_table.finish_directory(table), allow_pickle=False)
+        del table
 
     step("answer and passage n-grams", 0.85)
     a_tok_off = np.concatenate([[0], np.cumsum(a_len, dtype=np.int64)]).astype(np.int64)

@@ -97,9 +97,9 @@ def _finder(vocab: np.ndarray):
     if not len(vocab):
         return lambda keys: np.full(len(keys), -1, dtype=np.int64)
     if key_table.AVAILABLE and compiled.enabled():
-        bits = int(min(32, max(16, math.ceil(math.log2(len(vocab) * 16)))))
-        slots, bloom = key_table.slots_for(vocab), key_table.bit_filter(vocab, bits)
-        return lambda keys: key_table.positions(keys, vocab, slots, bloom, bits)
+        bits = key_table.filter_bits(len(vocab))
+        table, bloom = key_table.directory_for(vocab), key_table.key_filter(vocab, bits)
+        return lambda keys: key_table.positions(keys, vocab, table, bloom, bits)
 
     def find(keys):
         pos = np.minimum(np.searchsorted(vocab, keys), len(vocab) - 1)
@@ -313,20 +313,17 @@ def _merge_postings(old: NgramIndex, ch: Change, added: NgramIndex | None, N: fl
 
 
 def _bloom_and_slots(folder: Path, n_keys: int) -> int:
-    """The Bloom filter (saved as bloom.npy) and the lookup table (_slots.npy) of the keys written, as the build
-    fills them; the filter's bits."""
-    bloom_bits = int(min(32, max(16, math.ceil(math.log2(max(1, n_keys) * 16)))))
-    bloom = np.zeros((1 << bloom_bits) // 64, dtype=np.uint64)
-    slots = key_table.empty_slots(n_keys) if key_table.AVAILABLE and n_keys else None
-    start = 0
+    """The key filter (saved as bloom.npy) and the lookup table (_dir.npy) of the keys written, as the build
+    makes them; the filter's bits."""
+    bloom_bits = key_table.filter_bits(n_keys)
+    bloom = key_table.empty_filter(bloom_bits)
+    table = key_table.empty_directory(n_keys) if key_table.AVAILABLE and n_keys else None
     for chunk in ixb._npy_chunks(folder / "q_keys.npy", np.uint64, 1 << 22):
-        bidx = chunk >> np.uint64(64 - bloom_bits)
-        np.bitwise_or.at(bloom, (bidx >> np.uint64(6)).astype(np.int64), np.left_shift(np.uint64(1), bidx & np.uint64(63)))
-        if slots is not None:
-            key_table.fill_slots(chunk, start, slots)
-        start += len(chunk)
-    if slots is not None:
-        np.save(folder / "_slots.npy", slots, allow_pickle=False)
+        key_table.add_to_filter(bloom, chunk, bloom_bits)
+        if table is not None:
+            key_table.count_keys(table, chunk)
+    if table is not None:
+        np.save(folder / "_dir.npy", key_table.finish_directory(table), allow_pickle=False)
     np.save(folder / "bloom.npy", bloom, allow_pickle=False)
     return bloom_bits
 

@@ -30,12 +30,13 @@ def warm() -> bool:
         tokens = get_tokenizer(cfg.tokenizer).encode_translated(parts)  # the cleaning walk and the word walk
         hashes = ngram_hashes(np.concatenate(tokens), 2)
         keys = np.unique(hashes)
-        key_table.positions(hashes, keys, key_table.slots_for(keys), np.zeros(1, dtype=np.uint64), 6)
+        key_table.positions(hashes, keys, key_table.directory_for(keys), np.zeros(1, dtype=np.uint64), 6)
+        key_table.slots_for(keys)  # the prefilter's open-addressing table
         ids = np.asarray(tokens[0], dtype=np.uint32)  # a cached stream's ids (cl100k): an incremental rescan's first step
         ids.setflags(write=False)  # as token_cache.load maps them: a read-only array is another signature for numba
         offsets = np.array([0, len(ids)], dtype=np.int64)
         for lead in (None, (np.zeros(1, dtype=np.uint64), 6)):
-            key_table.docs_with_key(ids, offsets, 3, 0, keys, key_table.slots_for(keys), np.zeros(1, dtype=np.uint64), 6, lead)
+            key_table.docs_with_key(ids, offsets, 3, 0, keys, key_table.directory_for(keys), np.zeros(1, dtype=np.uint64), 6, lead)
         walk_kernel.warm()  # the cluster walk, the floor bound, the answer window
         return True
     except Exception:  # noqa: BLE001 - never the forkserver's end: the workers load what they need themselves

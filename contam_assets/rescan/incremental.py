@@ -73,21 +73,21 @@ def start_keys(index: NgramIndex, locals_: np.ndarray | None = None) -> np.ndarr
     return index.q_keys[(theirs > 0) & (usable | made_hot)]
 
 
-TABLE_MAX_KEYS = 1 << 22  # a KeySet's open-addressing table holds at most 32 MB (more keys: numpy's binary search)
+TABLE_MAX_KEYS = 1 << 22  # a KeySet builds its directory (key_table.directory_for) for at most this many keys
 
 
 class KeySet:
-    """Sorted n-gram hashes with a bit filter in front (most lookups are misses); with numba, an open-addressing
-    table of them too (key_table.py), up to TABLE_MAX_KEYS keys (one task's start keys, the whole of today's
-    registry; not the production registry's ~70 million, whose index already holds one).  ``lead``: the gate
-    of key_table.docs_with_key, where `lead_gate` could make one."""
+    """Sorted n-gram hashes with a key filter in front (key_table.key_filter: most lookups are misses); with numba,
+    the directory of their top bits too (key_table.directory_for), up to TABLE_MAX_KEYS keys (one task's start keys, the
+    whole of today's registry; not the production registry's ~70 million, whose index already holds one).
+    ``lead``: the gate of key_table.docs_with_key, where `lead_gate` could make one."""
 
     def __init__(self, keys: np.ndarray):
         self.keys = keys
         small = len(keys) <= TABLE_MAX_KEYS
-        self.slots = key_table.slots_for(keys) if key_table.AVAILABLE and small else None
+        self.slots = key_table.directory_for(keys) if key_table.AVAILABLE and small else None
         self.bits = _filter_bits(len(keys))
-        self.filter = key_table.bit_filter(keys, self.bits)
+        self.filter = key_table.key_filter(keys, self.bits)
         self.lead: tuple[np.ndarray, int] | None = None
         self.skip: np.ndarray | None = None  # a bool per key: True where the key is not in the set (of_index)
 
@@ -100,9 +100,9 @@ class KeySet:
         keys = cls.__new__(cls)
         keys.keys, keys.filter, keys.bits, keys.lead = index.q_keys, index.bloom, index.bloom_bits, None
         keys.skip = index.hot if index.hot.any() else None
-        table = index.__dict__.get("_slots")
+        table = index.__dict__.get("_dir")
         if table is None and key_table.AVAILABLE and len(index.q_keys) <= TABLE_MAX_KEYS:
-            table = index.__dict__["_slots"] = key_table.slots_for(index.q_keys)  # what index.lookup builds
+            table = index.__dict__["_dir"] = key_table.directory_for(index.q_keys)  # what index.lookup builds
         keys.slots = table if isinstance(table, np.ndarray) else None
         return keys
 
@@ -110,8 +110,7 @@ class KeySet:
         out = np.zeros(len(h), dtype=bool)
         if len(self.keys) == 0 or len(h) == 0:
             return out
-        b = h >> np.uint64(64 - self.bits)
-        maybe = np.flatnonzero((self.filter[(b >> np.uint64(6)).astype(np.int64)] >> (b & np.uint64(63))) & np.uint64(1))
+        maybe = np.flatnonzero(key_table.may_hold(self.filter, self.bits, h))
         if len(maybe):
             hm = h[maybe]
             pos = np.minimum(np.searchsorted(self.keys, hm), len(self.keys) - 1)

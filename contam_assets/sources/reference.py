@@ -22,8 +22,6 @@ Rules (decon's reference preprocessing plus seed 003's derived suites):
 from __future__ import annotations
 
 import functools
-import hashlib
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +31,10 @@ import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.record_tokens import ChunkTexts
-from contam_assets.detector.tokenize import get_tokenizer
+from contam_assets.sources import reference_filters
 from contam_assets.sources.fields import FieldError, Missing, as_text, as_text_list, get_path
 from contam_assets.sources.kept_tokens import TokenWriter
+from contam_assets.sources.reference_filters import _filter_chunk, fingerprint  # noqa: F401 - reference.fingerprint
 from contam_assets.sources.registry import TaskSpec, TaskSpecError, locate, split_rows
 from contam_assets.store.files import temp_path
 
@@ -81,12 +79,6 @@ class ReferenceStats:
     def skip(self, task: str, split: str, reason: str, counted_as_instance: bool = True) -> None:
         into = self.row_skips if counted_as_instance else self.notes
         into[(task, split, reason)] = into.get((task, split, reason), 0) + 1
-
-
-def fingerprint(passage: str | None, question: str | None, answer: str | None) -> str:
-    # decon rule: sha256 over passage + question + answer, first 16 hex chars
-    content = f"{passage or ''}{question or ''}{answer or ''}"
-    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
 
 
 def _text(value) -> str | None:
@@ -289,66 +281,6 @@ def apply_decon_filters(records: list[dict], cfg: DetectConfig, progress=None) -
             progress(min(start + FILTER_CHUNK, len(records)), len(records))
 
 
-_HEX16 = re.compile(r"[0-9a-f]{16}")
-
-
-def _seen_key(fp: str) -> int | str:
-    """What the duplicate check keeps of a fingerprint: a 16-hex one (every computed one) as its number, 36 bytes
-    instead of 65 (a registry of millions), any other as it is (a number never equals a string: the same answers)."""
-    return int(fp, 16) if len(fp) == 16 and _HEX16.fullmatch(fp) else fp
-
-
-def _filter_chunk(records: list[dict], cfg: DetectConfig, seen: dict[str, set], ids_out: list | None = None) -> None:
-    """``seen``: suite -> the keys (`_seen_key`) of the fingerprints of its records kept so far; ``ids_out``: given, the
-    chunk's token ids appended (`record_tokens.ChunkTexts.flat`: what the index build reads)."""
-    tok = get_tokenizer(cfg.tokenizer)
-    texts = ChunkTexts(records, cfg)  # each distinct text cleaned and tokenized once, as the index build does it
-    clean = texts.cleaned.__getitem__
-    parts_of = []
-    for r in records:
-        parts = []
-        if cfg.index_passages and r["passage"]:
-            parts.append(clean(r["passage"]))
-        parts.append(clean(r["question"] or ""))
-        if cfg.index_answers and r["answer"]:
-            parts.append(clean(r["answer"]))
-        parts_of.append([p for p in parts if p])
-    # Every tokenizer encodes the " ".join of texts in cleaned form as their ids back to back (the word
-    # rule, tokenize.py), so a record's tokens are counted once per distinct part; a record with a part
-    # that is not in that form (str.split sees whitespace the cleaner kept) is encoded whole, as decon does.
-    odd = {c for c in dict.fromkeys(texts.cleaned.values()) if " ".join(c.split()) != c}
-    whole = {i: " ".join(parts) for i, parts in enumerate(parts_of) if odd and not odd.isdisjoint(parts)}
-    ids_of = {}  # cleaned text in cleaned form -> its ids (those of any text it is cleaned from: the same words)
-    for raw, c in texts.cleaned.items():
-        if c and c not in odd and c not in ids_of:
-            ids_of[c] = texts.ids[raw]
-    non_space = dict(zip(ids_of, tok.count_non_space_many(list(ids_of.values())).tolist()))
-    whole_count = dict(zip(whole, tok.count_non_space_many(tok.encode_many(list(whole.values()))).tolist()))
-    if ids_out is not None:
-        ids_out.append(texts.flat())
-    for i, (r, parts) in enumerate(zip(records, parts_of)):
-        n_tokens = whole_count[i] if i in whole else sum(non_space.get(p, 0) for p in parts)
-        given = r.get("fingerprint")  # decon reference files carry their own
-        computed = fingerprint(r["passage"], r["question"], r["answer"])
-        r["fingerprint"] = given or computed
-        # dedup_by=fingerprint (decon): only records with a fingerprint field are deduplicated, by that field
-        dedup_key = given if cfg.dedup_by == "fingerprint" else computed
-        kept = seen.get(r["suite"]) or seen.setdefault(r["suite"], set())
-        reason = None
-        if cfg.eval_min_token_length and n_tokens < cfg.eval_min_token_length:
-            reason = "min_tokens"  # decon rule: fewer than eval_min_token_length tokens
-        elif cfg.eval_min_unique_words and len(set(" ".join(parts).split())) < cfg.eval_min_unique_words:
-            reason = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
-        elif cfg.eval_dedup and dedup_key is not None and _seen_key(dedup_key) in kept:
-            reason = "duplicate"  # decon rule: exact duplicates dropped per suite (eval_key) by fingerprint
-        elif not clean(r["question"] or ""):
-            reason = "empty_question"
-        if cfg.eval_dedup and reason is None and dedup_key is not None:
-            kept.add(_seen_key(dedup_key))
-        r["indexed"] = reason is None
-        r["skip_reason"] = reason
-
-
 def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig,
                         progress=None) -> tuple[pl.DataFrame, ReferenceStats]:
     """``progress``: a build_budget.BuildProgress (lines during a long build), or None.
@@ -377,12 +309,14 @@ def build_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg:
 
 
 def write_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig, folder: Path,
-                        progress=None) -> tuple[int, ReferenceStats]:
+                        progress=None, workers: int = 1) -> tuple[int, ReferenceStats]:
     """``build_reference_set``'s table written to ``records.parquet`` and ``records.arrow`` in ``folder``
     (`artifacts.RecordsWriter`), ``COLUMNS_CHUNK`` records held at a time: the records as read are spilled to a
     temporary Arrow file there (the same-answer rule needs every answer of a suite before the filters run), then
-    read back a table at a time, filtered and written.  The answer suites and the reference overlap need every
-    record at once: with either on, the table is built whole and written.  Returns the number of records."""
+    read back a table at a time, filtered and written.  ``workers``: processes that compute the filters' order-free
+    part of the tables (`reference_filters.FilterPool`; 0 = every core, 1 = this process), the duplicate check
+    applied here in record order: the same files.  The answer suites and the reference overlap need every record at
+    once: with either on, the table is built whole and written.  Returns the number of records."""
     from contam_assets.store.artifacts import RecordsWriter, write_records
 
     folder = Path(folder)
@@ -395,26 +329,29 @@ def write_reference_set(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg:
     raw = temp_path(folder / "raw.arrow")
     try:
         writer, total = None, 0
-        with pa.OSFile(str(raw), "wb") as sink:
+        with reference_filters.FilterPool(cfg, workers) as filters, pa.OSFile(str(raw), "wb") as sink:
             for part in _read_parts(specs, benchmarks_dir, cfg, stats, suites, progress):
                 table = part.to_arrow(compat_level=pl.CompatLevel.newest())
                 writer = writer or pa_ipc.new_file(sink, table.schema)
                 writer.write_table(table)
                 total += part.height
+                if total > COLUMNS_CHUNK:  # a second table: the workers start while the rest is read
+                    filters.start()
             if writer is not None:
                 writer.close()
-        same = _same_answer_suites(suites, stats)
-        # the token ids the filters made kept beside the records: the index build reads them instead of tokenizing
-        with TokenWriter(folder, cfg) as ids, RecordsWriter(folder, RECORD_SCHEMA) as out:
-            if writer is not None:
-                with pa.OSFile(str(raw), "rb") as src:  # read, not mapped: one table's pages at a time
-                    reader = pa_ipc.open_file(src)
-                    seen: dict[str, set] = {}
-                    for i in range(reader.num_record_batches):
-                        part, chunks = pl.from_arrow(reader.get_batch(i)), []
-                        out.write(filtered_part(part, same, cfg, seen, out.rows, total, progress, chunks))
-                        ids.add(chunks)
-                        del part, chunks
+            same = _same_answer_suites(suites, stats)
+            # the token ids the filters made kept beside the records: the index build reads them instead of tokenizing
+            with TokenWriter(folder, cfg) as ids, RecordsWriter(folder, RECORD_SCHEMA) as out:
+                if writer is not None:
+                    with pa.OSFile(str(raw), "rb") as src:  # read, not mapped: one table's pages at a time
+                        reader = pa_ipc.open_file(src)
+                        seen: dict[str, set] = {}
+                        ahead = filters.verdicts(raw, list(range(reader.num_record_batches)), same, FILTER_CHUNK, ids=True)
+                        for i, verdicts in enumerate(ahead):
+                            part, chunks = pl.from_arrow(reader.get_batch(i)), []
+                            out.write(filtered_part(part, same, cfg, seen, out.rows, total, progress, chunks, verdicts))
+                            ids.add(chunks)
+                            del part, chunks, verdicts
         return out.rows, stats
     finally:
         raw.unlink(missing_ok=True)
@@ -450,21 +387,13 @@ def _same_answer_suites(suites: dict, stats: ReferenceStats) -> list[str]:
 
 
 def filtered_part(part: pl.DataFrame, same: list[str], cfg: DetectConfig, seen: dict, first_id: int, total: int,
-                  progress, ids_out: list | None = None) -> pl.DataFrame:
+                  progress, ids_out: list | None = None, verdicts=None) -> pl.DataFrame:
     """One table of read records with the same-answer rule and the decon filters applied (``seen``: the
     duplicate check's state, carried from table to table) and its record ids from ``first_id``; ``ids_out``: given,
-    the token ids of each of its chunks appended (`_filter_chunk`)."""
-    if same:
-        part = part.with_columns(answer=pl.when(pl.col("suite").is_in(same)).then(None).otherwise(pl.col("answer")))
-    recs = part.select("suite", "question", "answer", "passage", "fingerprint").to_dicts()
-    for start in range(0, len(recs), FILTER_CHUNK):
-        _filter_chunk(recs[start:start + FILTER_CHUNK], cfg, seen, ids_out)
-        if progress is not None:
-            progress.filtered(first_id + min(start + FILTER_CHUNK, len(recs)), total)
-    return part.with_columns(record_id=pl.int_range(first_id, first_id + part.height, dtype=pl.Int32),
-                             fingerprint=pl.Series([r["fingerprint"] for r in recs], dtype=pl.Utf8),
-                             indexed=pl.Series([r["indexed"] for r in recs], dtype=pl.Boolean),
-                             skip_reason=pl.Series([r["skip_reason"] for r in recs], dtype=pl.Utf8))
+    the token ids of each of its chunks appended; ``verdicts``: the filters' order-free part of the table computed
+    in a worker (`reference_filters.FilterPool`), else computed here ``FILTER_CHUNK`` records at a time."""
+    return reference_filters.filtered_part(part, same, cfg, seen, first_id, total, progress, ids_out, FILTER_CHUNK,
+                                           verdicts)
 
 
 def build_reference_set_whole(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig,

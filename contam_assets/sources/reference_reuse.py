@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets.sources import kept_tokens, reference
+from contam_assets.sources import kept_tokens, reference, reference_filters
 from contam_assets.sources.reference import RECORD_SCHEMA, ReferenceStats, decon_record, filtered_part, iter_task_rows
 from contam_assets.sources.registry import SplitAvailability, TaskSpec, file_digest, locate, split_rows
 from contam_assets.store import artifacts
@@ -57,10 +57,12 @@ class Unit:
 
 
 def write_reference_set_reusing(specs: list[TaskSpec], benchmarks_dir: Path | None, cfg: DetectConfig, out: Path,
-                                version: str, inputs: str, progress=None, say=None) -> tuple[int, ReferenceStats]:
+                                version: str, inputs: str, progress=None, say=None,
+                                workers: int = 1) -> tuple[int, ReferenceStats]:
     """``write_reference_set``'s files and stats in ``artifacts.reference_records_dir(out)``, unchanged units' records
     taken from the last build there (module doc); then `units.json` for the next.  ``say``: one line on what was
-    reused.  Returns the number of records and the stats."""
+    reused; ``workers``: processes for the filters of the units read (`write_reference_set`).  Returns the number of
+    records and the stats."""
     folder = artifacts.reference_records_dir(out)
     folder.mkdir(parents=True, exist_ok=True)
     config = hashlib.sha256(json.dumps([FORMAT, version, cfg.reference_key()], sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -68,22 +70,23 @@ def write_reference_set_reusing(specs: list[TaskSpec], benchmarks_dir: Path | No
     artifacts.forget_reference_records(out)  # before the folder's records are written again
     (folder / UNITS).unlink(missing_ok=True)
     if cfg.answer_suites or cfg.reference_overlap:
-        return reference.write_reference_set(specs, benchmarks_dir, cfg, folder, progress)
+        return reference.write_reference_set(specs, benchmarks_dir, cfg, folder, progress, workers)
     units = list(_units(specs, benchmarks_dir, _known_hashes(out)))
     _match(units, previous)
     raw = temp_path(folder / "raw.arrow")
     try:
-        with _Spill(raw) as spill:
+        with reference_filters.FilterPool(cfg, workers) as filters:
+            with _Spill(raw, filters.start) as spill:  # a second table spilled: the filters' workers start
+                for u in units:
+                    if u.old is None:
+                        _read(u, benchmarks_dir, cfg, spill, progress)
+                for u in _shared(units):  # a suite in several units: each of them read and filtered with the others
+                    if not u.entry:
+                        _read(u, benchmarks_dir, cfg, spill, progress)
             for u in units:
-                if u.old is None:
-                    _read(u, benchmarks_dir, cfg, spill, progress)
-            for u in _shared(units):  # a suite in several units: each of them read and filtered with the others
-                if not u.entry:
-                    _read(u, benchmarks_dir, cfg, spill, progress)
-        for u in units:
-            u.reused = not u.entry
-        stats, same = _stats(specs, units)
-        n = _write(folder, units, raw, previous, same, cfg, progress)
+                u.reused = not u.entry
+            stats, same = _stats(specs, units)
+            n = _write(folder, units, raw, previous, same, cfg, progress, filters)
     finally:
         raw.unlink(missing_ok=True)
     for u, alone in zip(units, _alone(units)):
@@ -213,10 +216,11 @@ def _read(u: Unit, benchmarks_dir: Path | None, cfg: DetectConfig, spill: "_Spil
 
 
 class _Spill:
-    """The records of the units read, as an Arrow IPC file of record batches (``write``: one batch, its number)."""
+    """The records of the units read, as an Arrow IPC file of record batches (``write``: one batch, its number);
+    ``second``: called when a second batch is written."""
 
-    def __init__(self, path: Path):
-        self.path, self.sink, self.writer, self.n = path, None, None, 0
+    def __init__(self, path: Path, second=None):
+        self.path, self.sink, self.writer, self.n, self.second = path, None, None, 0, second
 
     def write(self, recs: list[dict]) -> int:
         table = pl.DataFrame(recs, schema=RECORD_SCHEMA).to_arrow(compat_level=pl.CompatLevel.newest())
@@ -225,6 +229,8 @@ class _Spill:
             self.writer = pa_ipc.new_file(self.sink, table.schema)
         self.writer.write_table(table, max_chunksize=table.num_rows)
         self.n += 1
+        if self.n == 2 and self.second is not None:
+            self.second()
         return self.n - 1
 
     def __enter__(self) -> "_Spill":
@@ -275,9 +281,10 @@ def _stats(specs: list[TaskSpec], units: list[Unit]) -> tuple[ReferenceStats, li
 
 
 def _write(folder: Path, units: list[Unit], raw: Path, previous: dict | None, same: list[str], cfg: DetectConfig,
-           progress) -> int:
+           progress, filters: reference_filters.FilterPool) -> int:
     """The records files: each unit's records in order, a reused unit's from the last build's ``records.arrow``, a
-    read unit's filtered, in tables of ``COLUMNS_CHUNK`` records (as ``write_reference_set`` writes them)."""
+    read unit's filtered (the order-free part by the ``filters``' workers), in tables of ``COLUMNS_CHUNK`` records
+    (as ``write_reference_set`` writes them)."""
     total, seen = sum(u.entry["count"] for u in units), {}
     old = _Old(folder / artifacts.RECORDS_MAPPED, previous["batches"]) if any(u.reused for u in units) else None
     src = pa.OSFile(str(raw), "rb", memory_pool=pa.system_memory_pool()) if raw.exists() else None
@@ -285,6 +292,8 @@ def _write(folder: Path, units: list[Unit], raw: Path, previous: dict | None, sa
         spilled = pa_ipc.open_file(src) if src is not None else None
         # a build that reads every unit keeps the filters' token ids for the index build (detector/record_tokens.py)
         ids = None if old is not None else kept_tokens.TokenWriter(folder, cfg)
+        ahead = filters.verdicts(raw, [b for u in units if not u.reused for b in u.batches], same, reference.FILTER_CHUNK,
+                                 ids=ids is not None)
         with ids or contextlib.nullcontext(), artifacts.RecordsWriter(folder, RECORD_SCHEMA) as writer:
             out = _Tables(writer, reference.COLUMNS_CHUNK)
             for u in units:
@@ -293,10 +302,10 @@ def _write(folder: Path, units: list[Unit], raw: Path, previous: dict | None, sa
                     for part in old.rows(u.old["start"], u.old["count"]):
                         out.add(part)
                 else:
-                    for b in u.batches:
+                    for b, verdicts in zip(u.batches, ahead):
                         chunks = [] if ids is not None else None
                         out.add(filtered_part(pl.from_arrow(spilled.get_batch(b)), same, cfg, seen, out.rows, total, progress,
-                                          chunks))
+                                              chunks, verdicts))
                         if ids is not None:
                             ids.add(chunks)
                 u.entry.update(start=start, count=out.rows - start)

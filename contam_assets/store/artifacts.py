@@ -92,7 +92,7 @@ RECORDS_MAPPED = "records.arrow"  # the same, uncompressed Arrow IPC: mapped by 
 
 def has_index(out_dir: Path, digest: str) -> bool:
     d = index_dir(out_dir, digest)
-    return (d / "index" / "meta.json").exists() and (d / RECORDS_FILE).exists()
+    return NgramIndex.is_saved(d / "index") and (d / RECORDS_FILE).exists()  # an earlier format's: built again
 
 
 def current_digest(out_dir: Path) -> str:

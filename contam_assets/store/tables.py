@@ -136,6 +136,7 @@ def replace_many(con: duckdb.DuckDBPyConnection, changes: list[tuple[str, str, l
 
 
 FILE_INSERT_MEMORY = "512MB"  # DuckDB's memory while it inserts a Parquet file (its default: 80 % of the machine's)
+EXPORT_MEMORY = "512MB"  # DuckDB's memory while it writes a table as Parquet (store/export.py)
 
 
 def _insert_parquet(con: duckdb.DuckDBPyConnection, table: str, path: Path) -> None:
@@ -145,7 +146,23 @@ def _insert_parquet(con: duckdb.DuckDBPyConnection, table: str, path: Path) -> N
     try:
         con.execute(f"insert into {table} by name select * from read_parquet(?)", [str(path)])
     finally:
-        con.execute(f"set memory_limit = '{limit}'")
+        restore_memory_limit(con, limit)
+
+
+def restore_memory_limit(con: duckdb.DuckDBPyConnection, shown: str) -> None:
+    """Put back the memory limit ``current_setting`` showed before.  It shows one decimal, cut, not rounded
+    ('3GB' shows '2.7 GiB'), so setting what it showed would lower the limit a little at every call: the default is
+    reset, and another value is set half a step above what was shown, which shows as it did."""
+    con.execute("reset memory_limit")
+    num, _, unit = shown.partition(" ")
+    for value in (None, f"{num}5 {unit}" if "." in num else None, shown):
+        try:
+            if value is not None:
+                con.execute(f"set memory_limit = '{value}'")
+        except duckdb.Error:
+            continue
+        if con.execute("select current_setting('memory_limit')").fetchone()[0] == shown:
+            return
 
 
 def replace_rows(con: duckdb.DuckDBPyConnection, table: str, where: str, params: list, df: pl.DataFrame | None) -> None:

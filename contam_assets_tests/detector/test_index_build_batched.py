@@ -139,15 +139,19 @@ def test_index_written_into_its_folder_saves_the_same_files(real_records, tmp_pa
     assert sorted(p.name for p in (tmp_path / "out" / "index").iterdir()) == ["built"]
     names = sorted(p.name for p in (tmp_path / "whole").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "out" / "index" / "built").iterdir())
-    assert ("_slots.npy" in names) == key_table.AVAILABLE
+    assert ("_dir.npy" in names) == key_table.AVAILABLE
     for name in names:
         assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "out" / "index" / "built" / name).read_bytes(), name
     assert_same_index(whole, ix.NgramIndex.load(tmp_path / "out" / "index" / "built"))
-    if key_table.AVAILABLE:  # the lookup table filled a chunk of keys at a time is the table of all of them
-        slots = key_table.empty_slots(len(whole.q_keys))
-        for a in range(0, len(whole.q_keys), 1_000):
-            key_table.fill_slots(whole.q_keys[a:a + 1_000], a, slots)
-        assert np.array_equal(slots, key_table.slots_for(whole.q_keys))
+    # the directory counted a chunk of keys at a time is the directory of all of them, and finds every key
+    table = key_table.empty_directory(len(whole.q_keys))
+    for a in range(0, len(whole.q_keys), 1_000):
+        key_table.count_keys(table, whole.q_keys[a:a + 1_000])
+    table = key_table.finish_directory(table)
+    assert np.array_equal(table, key_table.directory_for(whole.q_keys))
+    d = (len(table) - 1).bit_length() - 1
+    buckets = (whole.q_keys >> np.uint64(64 - d)).astype(np.int64)
+    assert (table[buckets] <= np.arange(len(whole.q_keys))).all() and (np.arange(len(whole.q_keys)) < table[buckets + 1]).all()
 
 
 def records_file(records: pl.DataFrame, folder, table_rows: int):

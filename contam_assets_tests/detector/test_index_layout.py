@@ -28,15 +28,11 @@ def _mapped(a: np.ndarray) -> bool:
 
 
 def test_saved_index_is_mapped_and_equal(tmp_path):
-    evals = tmp_path / "evals"
-    evals.mkdir()
-    (evals / "toy.jsonl").write_text("\n".join(fx.reference_lines()) + "\n")
-    cfg = DetectConfig()
-    records, _ = build_reference_set([decon_spec(str(evals))], None, cfg)
+    records, cfg = fx.toy_reference(tmp_path)
     built = build_index(records, cfg)
     folder = artifacts.save_index(tmp_path / "out", "d1", records, built)
     assert sorted(p.name for p in (folder / "index").iterdir() if p.suffix == ".npy")[:7] == [
-        "_key_min_total.npy", "_record_max_idf.npy", "_slots.npy", "_tok_df.npy", "_tok_vocab.npy", "a_idf_total.npy",
+        "_dir.npy", "_key_min_total.npy", "_record_max_idf.npy", "_tok_df.npy", "_tok_vocab.npy", "a_idf_total.npy",
         "a_len.npy"]
     assert artifacts.has_index(tmp_path / "out", "d1")
     loaded, recs, digest = artifacts.load_index(tmp_path / "out")
@@ -49,7 +45,7 @@ def test_saved_index_is_mapped_and_equal(tmp_path):
         else:
             assert a == b, f.name
     if key_table.AVAILABLE:
-        assert np.array_equal(loaded.__dict__["_slots"], key_table.slots_for(built.q_keys)) and _mapped(loaded.__dict__["_slots"])
+        assert np.array_equal(loaded.__dict__["_dir"], key_table.directory_for(built.q_keys)) and _mapped(loaded.__dict__["_dir"])
     for name in ("key_min_total", "record_max_idf"):  # the scan's bounds: mapped from the folder, as computed
         got = loaded.__dict__[f"_{name}"]
         assert got is getattr(loaded, name)() and _mapped(got), name

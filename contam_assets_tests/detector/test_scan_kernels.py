@@ -151,7 +151,7 @@ def test_key_table_equals_the_binary_search(shared_data):
     assert np.array_equal(want[: len(index.q_keys)], np.arange(len(index.q_keys)))
     # an empty batch, and a table of no keys
     assert index.lookup(np.zeros(0, dtype=np.uint64)).tolist() == []
-    empty = key_table.slots_for(np.zeros(0, dtype=np.uint64))
+    empty = key_table.directory_for(np.zeros(0, dtype=np.uint64))
     assert key_table.positions(hashes[:10], np.zeros(0, dtype=np.uint64), empty, index.bloom, index.bloom_bits).tolist() == [-1] * 10
 
 
@@ -230,7 +230,7 @@ assert all(np.array_equal(g, tok.encode_reference(clean_text(t))) for g, t in zi
 assert clean_text(texts[0]) == clean_text_reference(texts[0])
 keys = np.array([3, 9, 27], dtype=np.uint64) << np.uint64(40)
 bloom = np.full(4, np.uint64(2**64 - 1), dtype=np.uint64)
-pos = key_table.positions(np.concatenate([keys, keys + np.uint64(1)]), keys, key_table.slots_for(keys), bloom, 8)
+pos = key_table.positions(np.concatenate([keys, keys + np.uint64(1)]), keys, key_table.directory_for(keys), bloom, 8)
 assert pos.tolist() == [0, 1, 2, -1, -1, -1]
 print("ok", prefilter_kernel.AVAILABLE and word_kernel.AVAILABLE and text_kernel.AVAILABLE)
 """

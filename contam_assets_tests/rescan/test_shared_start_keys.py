@@ -79,5 +79,5 @@ def test_a_second_process_maps_the_index_files(two_tasks, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got.pop("same") is True
-    want = dict(keys="q_keys.npy", filter="bloom.npy", skip="hot.npy", slots="_slots.npy" if key_table.AVAILABLE else None)
+    want = dict(keys="q_keys.npy", filter="bloom.npy", skip="hot.npy", slots="_dir.npy" if key_table.AVAILABLE else None)
     assert got == {k: str(folder / v) if v else None for k, v in want.items()}

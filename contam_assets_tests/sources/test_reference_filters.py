@@ -18,7 +18,7 @@ from contam_assets.detector.config import preset
 from contam_assets.detector.record_tokens import ChunkTexts
 from contam_assets.detector.text import clean_text
 from contam_assets.detector.tokenize import get_tokenizer
-from contam_assets.sources import reference
+from contam_assets.sources import reference, reference_filters
 from contam_assets.sources.registry import load_registry
 
 
@@ -86,7 +86,7 @@ def test_parts_not_in_cleaned_form_are_encoded_whole(raw_records, monkeypatch):
             self.cleaned = {t: sloppy(t) for t in self.cleaned}
             self.ids = {t: tok.encode(c) for t, c in self.cleaned.items()}
 
-    monkeypatch.setattr(reference, "ChunkTexts", SloppyTexts)
+    monkeypatch.setattr(reference_filters, "ChunkTexts", SloppyTexts)
     recs = [dict(r) for r in raw_records[:400]] + [
         dict(raw_records[0], question="x " * 9 + " ", answer="  y\n" * 12)]
     got = copy.deepcopy(recs)

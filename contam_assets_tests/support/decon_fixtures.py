@@ -168,3 +168,17 @@ def same_answer_and_duplicates(evals: Path) -> Path:
     for name, rows in lines.items():
         (evals / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return evals
+
+
+def toy_reference(tmp_path: Path, cfg=None):
+    """(records, cfg) of the toy reference file written to ``tmp_path / "evals"`` (decon's format)."""
+    from contam_assets.detector.config import DetectConfig
+    from contam_assets.sources.reference import build_reference_set
+    from contam_assets.sources.registry import decon_spec
+
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    (evals / "toy.jsonl").write_text("\n".join(reference_lines()) + "\n")
+    cfg = cfg or DetectConfig()
+    records, _ = build_reference_set([decon_spec(str(evals))], None, cfg)
+    return records, cfg

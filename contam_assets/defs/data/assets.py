@@ -178,10 +178,10 @@ def _tokenize_ahead(context: dg.AssetExecutionContext, settings: ContamSettings,
 
 def _build_reference(context: dg.AssetExecutionContext, contam_settings: ContamSettings, contam_db: ContamDB, cfg,
                      specs, inputs: str, cfg_rows: pl.DataFrame, t0: float) -> dg.MaterializeResult:
-    est = build_budget.estimate([f for spec in specs for split in spec.splits
-                                 for f in locate(spec, split, contam_settings.benchmarks_path).files])
-    try:  # one line before the build when it cannot fit in the memory available
-        build_budget.check_memory(est)
+    workers = build_budget.worker_count(setting.env_value("build_workers"))  # the decon filters' processes
+    try:  # one line before the build when it cannot fit in the memory available (fewer filter processes where they fit)
+        est = build_budget.fitting(build_budget.estimate([f for spec in specs for split in spec.splits
+                                   for f in locate(spec, split, contam_settings.benchmarks_path).files], workers))
     except build_budget.MemoryRefused as exc:
         raise dg.Failure(str(exc)) from None
     progress = build_budget.BuildProgress(_say(context), est.source_bytes, phases=("read", "filter"))
@@ -191,7 +191,7 @@ def _build_reference(context: dg.AssetExecutionContext, contam_settings: ContamS
         for line in link_notes:
             _say(context)(f"note: {line}")
         n, stats = write_reference_set_reusing(specs, contam_settings.benchmarks_path, cfg, out := contam_settings.out_path,
-                                               DETECTOR_VERSION, inputs, progress, _say(context))  # unchanged tasks kept
+                                               DETECTOR_VERSION, inputs, progress, _say(context), est.workers)  # unchanged kept
     except TaskSpecError as exc:  # a field the rows do not have, or a mapping where text is expected
         raise dg.Failure(str(exc)) from None
     records = artifacts.record_columns(artifacts.reference_records_dir(out), cfg.dense_short_questions)  # no texts
