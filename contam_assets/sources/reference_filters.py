@@ -254,14 +254,16 @@ class FilterPool:
         self.start()
         todo, window = deque(batches), deque()
         while todo or window:
-            while todo and len(window) < min(n + 1, MAX_AHEAD):
-                window.append(self.pool.submit(_spilled_table, str(raw), todo.popleft(), same, self.cfg, chunk, ids))
             try:
-                pid, verdicts = window.popleft().result()
+                while todo and len(window) < min(n + 1, MAX_AHEAD):
+                    window.append(self.pool.submit(_spilled_table, str(raw), todo[0], same, self.cfg, chunk, ids))
+                    todo.popleft()
+                pid, verdicts = window[0].result()
             except BrokenProcessPool:  # a worker killed (the kernel, a signal): the build computes the rest itself
                 self.broken = True
-                yield from (None for _ in range(1 + len(window) + len(todo)))
+                yield from (None for _ in range(len(window) + len(todo)))
                 return
+            window.popleft()
             self.pids.append(pid)
             yield verdicts
             del verdicts
