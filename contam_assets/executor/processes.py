@@ -28,19 +28,12 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 
 from contam_assets import settings
+from contam_assets.detector.build_budget import available_cpus  # noqa: F401 - the cores a pool may use (re-exported)
 from contam_assets.store import faults
 
 
 class WorkerDied(RuntimeError):
     """The process working on an item died (killed, out of memory) twice in a row."""
-
-
-def available_cpus() -> int:
-    """Cores this process may run on (its affinity mask, else the machine's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def workers_for(n_items: int, workers: int) -> int:

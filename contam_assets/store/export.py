@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 
 from contam_assets.store.db import table_exists
-from contam_assets.store.tables import EXPORT_MEMORY, restore_memory_limit
+from contam_assets.store.tables import EXPORT_MEMORY, memory_held
 
 USER_TABLES = ("instances", "matches", "removals", "shard_stats", "mix_stats", "cuts", "review_decisions",
                "detect_settings", "pool_skips", "shard_errors", "retired_shards", "pool_estimates")
@@ -39,18 +39,12 @@ def export_tables(con: duckdb.DuckDBPyConnection, out_dir: Path, tables: tuple[s
     its part already holds these rows (same content key); table -> rows in the table."""
     root = Path(out_dir) / "tables"
     root.mkdir(parents=True, exist_ok=True)
-    limit, ordered = con.execute("select current_setting('memory_limit'), "
-                                 "current_setting('preserve_insertion_order')").fetchone()
-    con.execute(f"set memory_limit = '{EXPORT_MEMORY}'")
+    ordered = con.execute("select current_setting('preserve_insertion_order')").fetchone()[0]
     con.execute("set preserve_insertion_order = true")
     try:
-        done = {}
-        for t in tables:
-            if table_exists(con, t):
-                done[t] = _export(con, root, t)
-        return done
+        with memory_held(con, EXPORT_MEMORY):
+            return {t: _export(con, root, t) for t in tables if table_exists(con, t)}
     finally:
-        restore_memory_limit(con, limit)
         con.execute(f"set preserve_insertion_order = {str(bool(ordered)).lower()}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -139,14 +140,21 @@ FILE_INSERT_MEMORY = "512MB"  # DuckDB's memory while it inserts a Parquet file 
 EXPORT_MEMORY = "512MB"  # DuckDB's memory while it writes a table as Parquet (store/export.py)
 
 
+@contextmanager
+def memory_held(con: duckdb.DuckDBPyConnection, limit: str):
+    """DuckDB's memory limit set to ``limit`` meanwhile, the one before put back after (`restore_memory_limit`)."""
+    before = con.execute("select current_setting('memory_limit')").fetchone()[0]
+    con.execute(f"set memory_limit = '{limit}'")
+    try:
+        yield
+    finally:
+        restore_memory_limit(con, before)
+
+
 def _insert_parquet(con: duckdb.DuckDBPyConnection, table: str, path: Path) -> None:
     """The rows of a Parquet file inserted, DuckDB's memory bounded meanwhile (the written blocks spill to its file)."""
-    limit = con.execute("select current_setting('memory_limit')").fetchone()[0]
-    con.execute(f"set memory_limit = '{FILE_INSERT_MEMORY}'")
-    try:
+    with memory_held(con, FILE_INSERT_MEMORY):
         con.execute(f"insert into {table} by name select * from read_parquet(?)", [str(path)])
-    finally:
-        restore_memory_limit(con, limit)
 
 
 def restore_memory_limit(con: duckdb.DuckDBPyConnection, shown: str) -> None:
