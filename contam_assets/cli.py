@@ -122,6 +122,27 @@ def _stop(err_fd: int, command: str, sig: signal.Signals, hint: str) -> None:
     os._exit(128 + sig)
 
 
+_FULL_DB = ("database or disk is full", "disk i/o error")  # SQLite's words for a write the disk refused
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """What to say when ``exc`` (or an exception it was raised from) is a write the disk refused: no space left
+    (ENOSPC, EDQUOT) or SQLite's full or failing disk (Dagster's run storage); None for anything else."""
+    import errno
+    import sqlite3
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f" ({exc.filename})" if exc.filename else ""
+            return f"no space left on the disk{where}"
+        if isinstance(exc, sqlite3.OperationalError) and any(w in str(exc).lower() for w in _FULL_DB):
+            return f"the disk refused a database write ({exc}): it is full or failing"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="contam", description="Measure and remove benchmark contamination.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -140,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         rc = args.func(args)
     except (CliError, TimeoutError) as exc:  # TimeoutError: a database another process held too long (store/db.py)
         print(error_line(f"contam {args.command}", exc), file=sys.stderr)
+        return 2
+    except Exception as exc:
+        full = disk_full(exc)
+        if full is None:
+            raise
+        print(error_line(f"contam {args.command}", f"{full}; free space where the run writes (its --out folder, "
+                                                   f"DAGSTER_HOME, the temporary folder) and run it again"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

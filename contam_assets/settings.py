@@ -123,6 +123,8 @@ SETTINGS: tuple[Setting, ...] = (
     # scan
     _s("scan_engine", "str", "local", "scan", "where shard scans run", choices=("local", "ray")),
     _s("scan_workers", "int", 0, "scan", "local: worker processes per run (0 = every core; 1 = in the step)"),
+    _s("scan_mapped_budget", "str", "4GB", "scan", "pages of mapped files a scanning process keeps (a size, 4GB) "
+       "before it gives the index's back to the page cache after a batch; 0 = never"),
     _s("token_cache", "str", "", "scan", "where token streams are kept (\"\" = OUT/token_cache, none for a pool "
        "read from a store; on = OUT/token_cache; off = none; else that folder)"),
     _s("tokenize_ahead", "str", "auto", "scan", "`contam detect`: tokenize new shards while the reference set is "

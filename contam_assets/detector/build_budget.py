@@ -58,6 +58,14 @@ class MemoryRefused(RuntimeError):
     """The build would need more memory than is available."""
 
 
+def size_bytes(text: str, variable: str) -> int:
+    """Bytes of a size setting ("4GB", "800MiB", "0"), or ValueError naming ``variable``."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)", text.strip().lower())
+    if m is None or m.group(2) not in _UNITS:
+        raise ValueError(f"{variable} must be a size such as 4GB, not {text[:40]!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
 def available_cpus() -> int:
     """Cores this process may run on (its affinity mask, else the machine's count)."""
     try:

@@ -11,6 +11,7 @@ the scanner skip almost every miss without a search.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import uuid
@@ -197,6 +198,10 @@ class NgramIndex:
                         shutil.copyfile(src, tmp / f"{name}.npy")
                     continue
                 np.save(tmp / f"{name}.npy", np.ascontiguousarray(a), allow_pickle=False)
+            h = xxhash.xxh3_64()  # keys_digest, from the files just written: every process that loads it reads it here
+            for name in ("q_keys", "record_ids"):
+                _hash_npy_data(tmp / f"{name}.npy", h)
+            meta["keys_digest"] = h.hexdigest()
             (tmp / "meta.json").write_text(json.dumps(meta))
             if path.exists():
                 path.rename(old)
@@ -204,6 +209,7 @@ class NgramIndex:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(old, ignore_errors=True)
+        self.__dict__["_keys_digest"] = meta["keys_digest"]
         staging = self.__dict__.pop("_staging", None)  # the build's own folder of arrays: linked, no longer needed
         if staging is not None:
             self.__dict__["_files"] = {name: (path / f"{name}.npy", a) for name, (_, a) in files.items()}
@@ -231,6 +237,7 @@ class NgramIndex:
         index = cls(**arrays, **meta)
         index.__dict__.update(extras)
         index.__dict__["_files"] = {name: (folder / f"{name}.npy", a) for name, a in [*arrays.items(), *extras.items()]}
+        index.__dict__["_folder_files"] = _stamped(folder / "q_keys.npy", folder / "record_ids.npy")
         return index
 
     @staticmethod
@@ -260,14 +267,49 @@ class NgramIndex:
         index = cls(**arrays, bloom_bits=meta["bloom_bits"], hot_threshold=meta["hot_threshold"],
                     config_json=meta["config_json"])
         index.__dict__.update(extras)
+        index.__dict__["_folder_files"] = _stamped(path / "q_keys.npy", path / "record_ids.npy")
+        if isinstance(meta.get("keys_digest"), str):
+            index.__dict__["_keys_digest"] = meta["keys_digest"]
         return index
 
     def keys_digest(self) -> str:
-        """xxh3 of the question keys and record ids: tells two indexes apart in milliseconds, without a copy."""
+        """xxh3 of the question keys and record ids: tells two indexes apart without a copy.  A saved index keeps it
+        in meta.json; one mapped from a folder without it hashes the two files' data with reads, not through its
+        mapping: a scan worker that checks it holds the step's index does not map every page of the keys (2.4 GB
+        at 294 M keys) for it."""
+        saved = self.__dict__.get("_keys_digest")
+        if saved is not None:  # written into meta.json by ``save`` from the same files
+            return saved
+        files = self.__dict__.get("_folder_files") or ()
         h = xxhash.xxh3_64()
-        h.update(np.ascontiguousarray(self.q_keys))
-        h.update(np.ascontiguousarray(self.record_ids))
+        if len(files) == 2 and all(_same_file(f) and _same_array_file(f[0], a) for f, a in zip(files, (self.q_keys, self.record_ids))):
+            for path, _ in files:
+                _hash_npy_data(path, h)
+        else:
+            h.update(np.ascontiguousarray(self.q_keys))
+            h.update(np.ascontiguousarray(self.record_ids))
         return h.hexdigest()
+
+    def release_mapped(self, budget: int | None = None) -> bool:
+        """Once this process holds more than ``budget`` bytes of mapped files' pages (None: the scan_mapped_budget
+        setting; 0: never), give back the pages of the index's mapped arrays (madvise DONTNEED): they stay in the
+        page cache, and a later read maps them again.  A lookup maps more than the page it reads (the kernel maps
+        the page cache's large folios around it), so without this a scanning process soon maps most of the index's
+        files; with it, what it holds of them is bounded by the budget and one batch's reads.  The budget counts
+        every mapped file's pages the process holds (the index's, the records', the libraries'), and only the
+        index's are given back.  Nothing writes into the index's arrays (mapped copy-on-write, a written page
+        would be the process's own and lost here).  Returns whether it gave them back."""
+        if budget is None:
+            budget = mapped_budget()
+        if budget <= 0 or _mapped_resident() <= budget:
+            return False
+        done = set()
+        for a in [getattr(self, f.name) for f in fields(self)] + [self.__dict__.get(n) for n in self.SAVED_EXTRAS]:
+            m = _mapping_of(a)
+            if m is not None and id(m) not in done:
+                done.add(id(m))
+                m.madvise(mmap.MADV_DONTNEED)
+        return bool(done)
 
     def nbytes(self) -> int:
         return sum(getattr(self, f.name).nbytes for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray))
@@ -326,3 +368,78 @@ def _compact(arrays: list[np.ndarray]) -> list[np.ndarray]:
     if len(arrays) < 2 or len({a.dtype for a in arrays}) != 1:
         return arrays
     return np.split(np.concatenate(arrays), np.cumsum([len(a) for a in arrays[:-1]]))
+
+
+def _stamped(*paths: Path) -> tuple:
+    """(path, (inode, size, modification time)) of each file as mapped now, or None for one that cannot be read:
+    `_same_file` tells later whether the path still names that file (a folder saved again names new ones)."""
+    out = []
+    for path in paths:
+        try:
+            st = path.stat()
+            out.append((path, (st.st_ino, st.st_size, st.st_mtime_ns)))
+        except OSError:
+            out.append((path, None))
+    return tuple(out)
+
+
+def _same_file(stamped: tuple) -> bool:
+    path, stamp = stamped
+    return stamp is not None and _stamped(path)[0][1] == stamp
+
+
+def _same_array_file(path: Path, a: np.ndarray) -> bool:
+    """Whether .npy file ``path`` holds an array of ``a``'s dtype and length, laid out as ``a`` is (C order):
+    its data hashes as ``a``'s bytes would."""
+    try:
+        with open(path, "rb") as fh:
+            shape, fortran, dtype = _npy_header(fh)
+    except (OSError, ValueError):
+        return False
+    return not fortran and dtype == a.dtype and shape == a.shape and a.flags.c_contiguous
+
+
+def _npy_header(fh) -> tuple:
+    """(shape, fortran order, dtype) of the .npy file open as ``fh``, which is left at the start of its data."""
+    version = np.lib.format.read_magic(fh)
+    read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    if read is None:
+        raise ValueError(f"npy format {version}")
+    return read(fh)
+
+
+def _hash_npy_data(path: Path, h, chunk: int = 1 << 24) -> None:
+    """Feed the data of .npy file ``path`` (after its header) to hash ``h``, ``chunk`` bytes a read."""
+    with open(path, "rb") as fh:
+        _npy_header(fh)
+        buf = bytearray(chunk)
+        view = memoryview(buf)
+        while n := fh.readinto(buf):
+            h.update(view[:n])
+
+
+def _mapping_of(a) -> "mmap.mmap | None":
+    """The mmap an array's memory is a view of (its base chain), or None (an array in memory, or no madvise here)."""
+    while isinstance(a, np.ndarray) or isinstance(a, mmap.mmap):
+        if isinstance(a, mmap.mmap):
+            return a if hasattr(a, "madvise") and hasattr(mmap, "MADV_DONTNEED") else None
+        a = a.base
+    return None
+
+
+def _mapped_resident() -> int:
+    """Bytes of this process's resident pages that are files' (and shared memory's) pages: /proc/self/statm's
+    third field; 0 where there is no such file."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[2]) * mmap.PAGESIZE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def mapped_budget() -> int:
+    """The scan_mapped_budget setting in bytes (read on every call: a test or a benchmark may set it in between)."""
+    from contam_assets.detector.build_budget import size_bytes
+    from contam_assets.settings import env_value, var
+
+    return size_bytes(str(env_value("scan_mapped_budget")), var("scan_mapped_budget"))

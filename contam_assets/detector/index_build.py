@@ -1,8 +1,8 @@
 """Building the IDF n-gram index (detector/index.py) from the reference records.
 
 ``build_index`` works in bounded batches: each batch's n-grams are hashed and spilled to files split by the top bits
-of their hash, each file sorted on its own, so the build holds one batch and one bucket besides the index it
-writes (its per-record and per-bucket steps compiled: index_kernel.py).  ``build_index_whole`` is the plain
+of their hash, each file sorted on its own, so the build holds one batch and two buckets (the next one sorted ahead)
+besides the index it writes (its per-record and per-bucket steps compiled: index_kernel.py).  ``build_index_whole`` is the plain
 one-pass definition it must equal array for array.
 """
 
@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -65,10 +66,8 @@ def build_index_whole(records: pl.DataFrame, cfg: DetectConfig, progress=None) -
     del all_h, first
     # decon rule: idf = ln(N / df) over indexed records
     q_idf = np.log(N / df)
-    key_of_pair = np.repeat(np.arange(len(q_keys)), df)
     q_idf_sum = np.zeros(n_rec, dtype=np.float64)
-    np.add.at(q_idf_sum, all_d, q_idf[key_of_pair])
-    del key_of_pair
+    np.add.at(q_idf_sum, all_d, np.repeat(q_idf, df))  # each posting's key idf, added in postings order
     # decon rule: an n-gram in more than max(2*floor(sqrt(N)), 2000) records is hot
     hot_threshold = max(2 * int(math.isqrt(n_rec)), 2000)
     hot = df > hot_threshold
@@ -296,6 +295,19 @@ def _ngram_idf(spill: _Spill, name: str, N: float, total: int, out: _NpyOut, sum
         sums.add(vals)
 
 
+def add_postings(q: dict, keys, offsets, docs, df, N: float, hot_threshold: int, q_idf_sum, max_idf) -> None:
+    """Question keys in order, their postings' offsets, postings and counts appended to the index's files ``q``, their
+    idf added to each record's total and largest (the build's and the grow's); decon rule: idf = ln(N / df)."""
+    ik.idf_totals(idf := np.log(N / df), df, docs, q_idf_sum, max_idf)
+    for name, values in zip(("q_keys", "q_offsets", "q_docs", "q_idf", "hot"), (keys, offsets, docs, idf, df > hot_threshold)):
+        q[name].add(values)
+
+
+def _sorted_bucket(spill: _Spill, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bucket ``b``'s question (key, record) pairs sorted by key, records ascending within a key (their arrival)."""
+    return ik.sort_pairs(spill.read(f"q.{b}", np.uint64), spill.read(f"qd.{b}", np.int32), 64 - BUCKET_BITS)
+
+
 def _short_ok(read, a_tok_off: np.ndarray, vocab: np.ndarray, tok_df: np.ndarray, N: float,
               step: int = 1 << 16) -> np.ndarray:
     """Per record: the idf sum of its answer's distinct tokens is > 0, i.e. one of them has idf > 0 (records
@@ -424,36 +436,29 @@ def _build_into(records: pl.DataFrame, cfg: DetectConfig, step, batch: int, spil
     a_ng_off, p_ng_off = (np.concatenate([[0], np.cumsum(cat(x, np.int64))]).astype(np.int64) for x in (a_ng_n, p_ng_n))
     for o in outs.values():
         o.close()
-
     step("question postings", 0.7)
     # -- question postings, a bucket of the key space at a time, in key order, straight into the index's files --
     hot_threshold = max(2 * int(math.isqrt(n_rec)), 2000)  # decon rule: an n-gram in more records is hot
-    q_idf_sum = np.zeros(n_rec, dtype=np.float64)
-    max_idf = np.zeros(n_rec, dtype=np.float64)  # per record: its largest question key idf (the scan's bound)
+    q_idf_sum, max_idf = np.zeros(n_rec), np.zeros(n_rec)  # per record: its keys' idf total, and largest (the scan's bound)
     q = {name: _NpyOut(folder / f"{name}.npy", dt) for name, dt in (
         ("q_keys", np.uint64), ("q_offsets", np.int64), ("q_docs", np.int32), ("q_idf", np.float64), ("hot", np.bool_))}
     n_keys = n_pairs = 0
-    for b in range(1 << BUCKET_BITS):
-        hb, db = spill.read(f"q.{b}", np.uint64), spill.read(f"qd.{b}", np.int32)
-        if not len(hb):
-            continue
-        hb, db = ik.sort_pairs(hb, db, 64 - BUCKET_BITS)  # records ascending within a key: they arrived in record order
-        first, df = ik.runs(hb)
-        keys = hb[first]
-        del hb
-        idf = np.log(N / df)  # decon rule: idf = ln(N / df) over indexed records
-        pair_idf = np.repeat(idf, df)
-        np.add.at(q_idf_sum, db, pair_idf)
-        np.maximum.at(max_idf, db, pair_idf)
-        del pair_idf
-        q["q_keys"].add(keys)
-        q["q_offsets"].add(first + n_pairs)
-        q["q_docs"].add(db)
-        q["q_idf"].add(idf)
-        q["hot"].add(df > hot_threshold)
-        n_keys += len(keys)
-        n_pairs += len(db)
-        del keys, first, df, db, idf
+    # the next bucket read back and sorted in one background thread (the sort's kernel releases the GIL) while this
+    # one's totals and files are made: held at once, this bucket's arrays and the next's; written in bucket order
+    with ThreadPoolExecutor(1) as ahead:
+        sorted_next = ahead.submit(_sorted_bucket, spill, 0)
+        for b in range(1 << BUCKET_BITS):
+            hb, db = sorted_next.result()
+            sorted_next = ahead.submit(_sorted_bucket, spill, b + 1) if b + 1 < 1 << BUCKET_BITS else None
+            if not len(hb):
+                continue
+            first, df = ik.runs(hb)
+            keys = hb[first]
+            del hb
+            add_postings(q, keys, first + n_pairs, db, df, N, hot_threshold, q_idf_sum, max_idf)
+            n_keys += len(keys)
+            n_pairs += len(db)
+            del keys, first, df, db
     q["q_offsets"].add(np.array([n_pairs], dtype=np.int64))
     for o in q.values():
         o.close()

@@ -292,15 +292,7 @@ def _merge_postings(old: NgramIndex, ch: Change, added: NgramIndex | None, N: fl
             del keys, start
         if len(uk):
             first = np.r_[0, np.cumsum(df)[:-1]].astype(np.int64)
-            idf = np.log(N / df)  # decon rule: idf = ln(N / df) over indexed records
-            pair_idf = np.repeat(idf, df)
-            np.add.at(q_idf_sum, docs, pair_idf)
-            np.maximum.at(max_idf, docs, pair_idf)
-            q["q_keys"].add(uk)
-            q["q_offsets"].add(first + n_pairs)
-            q["q_docs"].add(docs)
-            q["q_idf"].add(idf)
-            q["hot"].add(df > hot_threshold)
+            ixb.add_postings(q, uk, first + n_pairs, docs, df, N, hot_threshold, q_idf_sum, max_idf)
             n_keys += len(uk)
             n_pairs += len(docs)
         i0, j0 = i1, j1

@@ -6,8 +6,11 @@ walk of tokenize.encode_translated: the ids clean_text and encode_many give), as
 record's n-grams are sorted alone (a few dozen values) instead of every n-gram of the batch at once.
 ``group_order``: a stable counting sort by a small group number (the spill's hash buckets, the idf's ranges).
 ``sort_pairs``: keys sorted with a payload, equal keys in their order of arrival (an LSD radix sort of the key's low
-bits: the bits above them are one bucket's, all equal).  The compiled setting off (or no numba) takes the numpy
-paths (ngrams.segment_ngram_hashes and unique_per_segment, argsort); `test_index_kernel.py` holds both equal.
+bits: the bits above them are one bucket's, all equal).
+``idf_totals``: per record, the sum and the largest of its question keys' idf, one pass over the postings in order
+(what ``np.add.at`` and ``np.maximum.at`` of the repeated idf give, without the per-posting array).  The compiled
+setting off (or no numba) takes the numpy paths (ngrams.segment_ngram_hashes and unique_per_segment, argsort, ufunc.at);
+`test_index_kernel.py` holds both equal.
 """
 
 from __future__ import annotations
@@ -131,6 +134,22 @@ def _radix_pairs(keys, payload, bits, k2, p2):
     return swapped
 
 
+def _idf_totals(idf, df, docs, sums, largest):
+    """Each key's idf added into ``sums`` and taken as the max into ``largest`` for its ``df`` postings (``docs``, key
+    after key), one posting at a time in their order: the additions happen in the order ``np.add.at`` makes them, so
+    every sum is the same float, bit for bit; the max is ``np.maximum``'s (the value held unless it is below the
+    idf; a NaN, held or met, kept)."""
+    p = 0
+    for k in range(len(idf)):
+        v = idf[k]
+        for _ in range(df[k]):
+            d = docs[p]
+            sums[d] += v
+            held = largest[d]
+            largest[d] = held if (held >= v) | (held != held) else v  # a select, not a branch: no mispredictions
+            p += 1
+
+
 if AVAILABLE:
     _mix = compiled.njit(inline="always")(_ngram_mix)
     _sorted_distinct = compiled.njit(inline="always")(_sorted_distinct)
@@ -138,6 +157,7 @@ if AVAILABLE:
     _group_order = compiled.njit(nogil=True)(_group_order)
     _bucket_scatter = compiled.njit(nogil=True)(_bucket_scatter)
     _radix_pairs = compiled.njit(nogil=True)(_radix_pairs)
+    _idf_totals = compiled.njit(nogil=True)(_idf_totals)
 
 
 def _fast() -> bool:
@@ -208,6 +228,18 @@ def sort_pairs(keys: np.ndarray, payload: np.ndarray, bits: int = 64) -> tuple[n
         return (k2, p2) if second else (keys, payload)
     order = np.argsort(keys, kind="stable")
     return keys[order], payload[order]
+
+
+def idf_totals(idf: np.ndarray, df: np.ndarray, docs: np.ndarray, sums: np.ndarray, largest: np.ndarray) -> None:
+    """``np.add.at(sums, docs, pair_idf)`` and ``np.maximum.at(largest, docs, pair_idf)`` in place, with ``pair_idf =
+    np.repeat(idf, df)``: the postings ``docs`` of each key in turn, ``df`` of them (int64), with its ``idf`` (float64).
+    The sums are added in the postings' order either way, so both paths give the same bits."""
+    if _fast():
+        _idf_totals(idf, df, docs, sums, largest)
+        return
+    pair_idf = np.repeat(idf, df)
+    np.add.at(sums, docs, pair_idf)
+    np.maximum.at(largest, docs, pair_idf)
 
 
 def runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

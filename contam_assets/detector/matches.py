@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from contam_assets.detector.config import DetectConfig
-from contam_assets.detector.index import NgramIndex
+from contam_assets.detector.index import NgramIndex, mapped_budget
 from contam_assets.detector.prefilter import ensure_prefilter
 from contam_assets.detector.scan import Candidate, scan_many
 from contam_assets.detector.scoring import length_adjusted_score
@@ -278,9 +278,11 @@ def candidates(index: NgramIndex, ref: Reference, encoded: list[np.ndarray], wor
     ``only`` (a bool per record local) lets decon's scan skip work for other records' candidates; the
     caller still filters (with the thorough rules every candidate is made, they look at all of them)."""
     extras = ensure_extras(index, ref.records, cfg)
+    budget = mapped_budget()  # a bad value named before the batch is scanned
     gated: dict = {}
     found = scan_many(index, encoded, cfg, extras, gated, only if extras is None else None)
-    if extras is None:
-        return found
-    return [finish(extras, index, encoded[i], words[i], c, cfg, gated.get(i)) if (c or i in gated) else c
-            for i, c in enumerate(found)]
+    if extras is not None:
+        found = [finish(extras, index, encoded[i], words[i], c, cfg, gated.get(i)) if (c or i in gated) else c
+                 for i, c in enumerate(found)]
+    index.release_mapped(budget)  # what the batch's lookups mapped of the index, past the budget: back to the page cache
+    return found

@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as pa_ipc
 
+from contam_assets.detector.text import MAX_WORD_CHARS, join_words, split_translated, translate_bytes
+
 TOKENS_FILE = "records.tokens.arrow"
 TOKENS_STAMP = "records.tokens.json"
 FIELDS = ("question", "answer", "passage")
@@ -38,20 +40,29 @@ def settings_key(cfg) -> str:
                       sort_keys=True)
 
 
+def cleaned_form(translated: bytes) -> str:
+    """``join_words(split_translated(translated))`` (`text.py`), the words' lengths looked at only where one can
+    be longer than MAX_WORD_CHARS bytes (the word rule cuts it): n words take their n - 1 separators and at least
+    a byte each of the n - 1 others, so the longest is at most ``len(translated) - 2 * (n - 1)`` bytes."""
+    words = translated.split()
+    if len(translated) - 2 * (len(words) - 1) > MAX_WORD_CHARS and max(map(len, words), default=0) > MAX_WORD_CHARS:
+        words = split_translated(translated)
+    return join_words(words)
+
+
 class ChunkTexts:
     """The texts the index reads of ``records`` (dicts with question, answer, passage; None as ""), each distinct text
     cleaned and tokenized once: ``cleaned[text]`` (`text.clean_text`'s result) and ``ids[text]`` (the ids
     `index_kernel.encode_flat` gives it)."""
 
     def __init__(self, records: list[dict], cfg):
-        from contam_assets.detector.text import join_words, split_translated, translate_bytes
         from contam_assets.detector.tokenize import get_tokenizer
 
         self.records, self.fields = records, _fields(cfg)
         opts = cfg.clean_options
         raw = list(dict.fromkeys([""] + [r[f] or "" for f, on in self.fields if on for r in records]))
         translated = [translate_bytes(t, opts) if t else b"" for t in raw]
-        self.cleaned = {t: join_words(split_translated(b)) for t, b in zip(raw, translated)}
+        self.cleaned = {t: cleaned_form(b) for t, b in zip(raw, translated)}
         self.ids = dict(zip(raw, get_tokenizer(cfg.tokenizer).encode_translated(translated)))
 
     def flat(self) -> list[tuple[np.ndarray, np.ndarray]]:

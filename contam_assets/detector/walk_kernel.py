@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from contam_assets.detector import compiled
+from contam_assets.detector import compiled, reach_kernel
 from contam_assets.detector.clusters import Cluster
 from contam_assets.detector.ngrams import PRIME, SEED, _mix
 
@@ -84,10 +84,16 @@ def _hit(s, k, t, idx, side, drop, bounds, head, tail, nxt, ev_key, ne, nmatch, 
 
 def _traverse(keys, cand, start, step, side, recs, drop, bounds, head, tail, nxt, ev_key, ne, nmatch, sidf,
               q_offsets, q_docs, q_idf, max_misses):
-    """clusters._traverse over arrays; returns (last position visited, events used, the event arrays)."""
+    """clusters._traverse over arrays; returns (last position visited, events used, the event arrays).  Only the
+    records still in the walk are looked at (``alive``, in record order): a record dropped at step t stays dropped,
+    for only a hit moves its drop step, and a hit needs it in the walk; each record's hits and events are those of a
+    pass over all of them."""
     R = len(recs)
+    alive = np.empty(R, dtype=np.int64)
     for s in range(R):
         drop[s] = max_misses
+        alive[s] = s
+    na = R
     last = max_misses
     nc = len(cand)
     if step > 0:
@@ -109,13 +115,36 @@ def _traverse(keys, cand, start, step, side, recs, drop, bounds, head, tail, nxt
         idx, t, j = cand[j], t + gap, j + step
         k = keys[idx]
         a, b = q_offsets[k], q_offsets[k + 1]
-        if ne + min(R, b - a) > len(ev_key):
-            ev_key = _grow(ev_key, ne + R + 16)
+        kept = 0
+        for j2 in range(na):  # the records dropped before this step leave the walk
+            s = alive[j2]
+            if drop[s] >= t:
+                alive[kept] = s
+                kept += 1
+        na = kept
+        if ne + min(na, b - a) > len(ev_key):
+            ev_key = _grow(ev_key, ne + na + 16)
             nxt = _grow(nxt, len(ev_key))
-        if R <= b - a:
+        # the alive records that are in the key's postings, both ascending: a search of the smaller in the larger
+        # where one is under an eighth of the other, else one merge of the two; the hits come in record order
+        if na * 8 < b - a:
             post = q_docs[a:b]
-            for s in range(R):
-                if drop[s] >= t and _find(post, recs[s]) >= 0:
+            for j2 in range(na):
+                s = alive[j2]
+                if _find(post, recs[s]) >= 0:
+                    ne = _hit(s, k, t, idx, side, drop, bounds, head, tail, nxt, ev_key, ne, nmatch, sidf, q_idf, max_misses)
+                    if drop[s] > last:
+                        last = drop[s]
+        elif (b - a) * 8 >= na:
+            p = a
+            for j2 in range(na):
+                s = alive[j2]
+                r = recs[s]
+                while p < b and q_docs[p] < r:
+                    p += 1
+                if p == b:
+                    break
+                if q_docs[p] == r:
                     ne = _hit(s, k, t, idx, side, drop, bounds, head, tail, nxt, ev_key, ne, nmatch, sidf, q_idf, max_misses)
                     if drop[s] > last:
                         last = drop[s]
@@ -225,50 +254,11 @@ def _walk(keys, hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf, only, use_onl
     return cl_end[:n_cl], cl_count[:n_cl], sv_local[:n_sv], sv_first[:n_sv], sv_last[:n_sv], sv_count[:n_sv], sv_keys[:n_keys]
 
 
-def _reach(present, hot, q_idf, q_offsets, q_docs, q_idf_sum, floor, use_hot, only, use_only, acc, stamp, call):
-    """scan.can_reach_floor: may a record (of ``only``) reach question overlap ``floor`` with these keys?
-    ``acc``/``stamp``: a float and an int per record, kept between calls (a record's sum counts from zero the
-    first time this call, ``call[0]``, reaches it)."""
-    if floor <= 0:
-        return True
-    u = np.unique(present)
-    hot_idf = 0.0
-    n_pairs = 0
-    for k in u:
-        if hot[k]:
-            if use_hot:
-                hot_idf += q_idf[k]
-        else:
-            n_pairs += q_offsets[k + 1] - q_offsets[k]
-    if n_pairs == 0:
-        return False  # decon rule: a hot n-gram starts no cluster
-    call[0] += 1
-    c = call[0]
-    touched = np.empty(n_pairs, dtype=np.int64)
-    nt = 0
-    for k in u:  # each record's idf summed in key order, as np.bincount sums the pairs
-        if not hot[k]:
-            for q in range(q_offsets[k], q_offsets[k + 1]):
-                d = q_docs[q]
-                if stamp[d] != c:
-                    stamp[d] = c
-                    acc[d] = 0.0
-                    touched[nt] = d
-                    nt += 1
-                acc[d] += q_idf[k]
-    for t in range(nt):
-        d = touched[t]
-        # a relative slack of 1e-9 keeps the bound on the safe side of float rounding
-        if (not use_only or only[d]) and acc[d] + hot_idf >= floor * q_idf_sum[d] * (1 - 1e-9):
-            return True
-    return False
-
-
 def _walk_many(keys, starts, lens, maybe, n, min_doc, hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf, only,
-               use_only, sample_every, max_misses, floor, acc, stamp, call):
+               use_only, sample_every, max_misses, floor):
     """scan.scan_many's loop over documents in one call: for each document ``maybe[j]`` (its keys at
-    ``keys[starts[i]:]``, ``lens[i]`` tokens) long enough to scan, the floor bound (`_reach`), then the walk
-    (`_walk`).  Returns `_walk`'s arrays for all of them back to back, and per cluster its document."""
+    ``keys[starts[i]:]``, ``lens[i]`` tokens) long enough to scan, the walk (`_walk`; the floor bound is
+    reach_kernel's, before).  Returns `_walk`'s arrays for all of them back to back, and per cluster its document."""
     cl_doc = np.empty(16, dtype=np.int64)
     cl_end = np.empty(16, dtype=np.int64)
     cl_count = np.empty(16, dtype=np.int64)
@@ -280,9 +270,6 @@ def _walk_many(keys, starts, lens, maybe, n, min_doc, hot, q_offsets, q_docs, q_
         if lens[i] < min_doc:
             continue  # decon rule: documents under min_doc_tokens are not scanned
         doc_keys = keys[starts[i] : starts[i] + lens[i] - n + 1]
-        present = doc_keys[doc_keys >= 0]
-        if not _reach(present, hot, q_idf, q_offsets, q_docs, q_idf_sum, floor, True, only, use_only, acc, stamp, call):
-            continue
         ends, counts, local, first, last, count, flat = _walk(doc_keys, hot, q_offsets, q_docs, q_idf, q_idf_sum,
                                                               max_idf, only, use_only, sample_every, max_misses, floor)
         c, r, k = len(ends), len(local), len(flat)
@@ -346,7 +333,6 @@ if AVAILABLE:
     _hit = compiled.njit()(_hit)
     _traverse = compiled.njit()(_traverse)
     _walk = compiled.njit(nogil=True)(_walk)
-    _reach = compiled.njit(nogil=True)(_reach)
     _walk_many = compiled.njit(nogil=True)(_walk_many)
     _mix = compiled.njit(inline="always")(_mix)
     _answer_hits = compiled.njit(nogil=True)(_answer_hits)
@@ -364,7 +350,8 @@ def _arrays(index) -> tuple:
     got = (np.ascontiguousarray(index.hot, dtype=np.bool_), np.ascontiguousarray(index.q_offsets, dtype=np.int64),
            np.ascontiguousarray(index.q_docs), np.ascontiguousarray(index.q_idf, dtype=np.float64),
            np.ascontiguousarray(index.q_idf_sum, dtype=np.float64),
-           np.ascontiguousarray(index.record_max_idf(), dtype=np.float64))
+           np.ascontiguousarray(index.record_max_idf(), dtype=np.float64),
+           np.ascontiguousarray(index.key_min_total(), dtype=np.float64))
     if len(_ARRAYS) >= 8:
         _ARRAYS.clear()
     key = id(index)
@@ -377,7 +364,7 @@ def clusters(index, keys: np.ndarray, cfg, floor: float, only: np.ndarray | None
     """clusters.find_clusters(index, tokens, cfg, keys=keys) (exact keys, no short questions), each cluster holding
     only the records that may reach question overlap ``floor`` (and are in ``only``); clusters left without
     any are dropped.  ``floor`` 0 keeps every record: the walk as find_clusters gives it."""
-    hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf = _arrays(index)
+    hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf, _ = _arrays(index)
     ends, counts, local, first, last, count, flat = _walk(
         np.ascontiguousarray(keys, dtype=np.int64), hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf,
         _NO_ONLY if only is None else only, only is not None, int(cfg.sample_every),
@@ -392,13 +379,16 @@ def clusters_many(index, keys: np.ndarray, starts: np.ndarray, lens: np.ndarray,
     documents back to back from ``starts``, ``lens`` tokens each): those long enough to scan, that
     :func:`reach` lets through and whose walk (:func:`clusters`) keeps a cluster.  scan.scan_many's per-document
     loop in one compiled call."""
-    hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf = _arrays(index)
+    hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf, key_min = _arrays(index)
     acc, stamp, call = _scratch(index)
-    got = _walk_many(np.ascontiguousarray(keys, dtype=np.int64), np.ascontiguousarray(starts, dtype=np.int64),
-                     np.ascontiguousarray(lens, dtype=np.int64), np.ascontiguousarray(maybe, dtype=np.int64),
-                     int(cfg.ngram_size), int(cfg.min_doc_tokens), hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf,
-                     _NO_ONLY if only is None else only, only is not None, int(cfg.sample_every),
-                     int(cfg.question_max_consecutive_misses), float(floor), acc, stamp, call)
+    keys, starts, lens = (np.ascontiguousarray(a, dtype=np.int64) for a in (keys, starts, lens))
+    maybe, o = np.ascontiguousarray(maybe, dtype=np.int64), _NO_ONLY if only is None else only
+    n, min_doc = int(cfg.ngram_size), int(cfg.min_doc_tokens)
+    passed = np.empty(len(maybe), dtype=np.bool_)  # the floor bound of each, in its own compiled call (reach_kernel)
+    reach_kernel._reach_many(keys, starts, lens, maybe, n, min_doc, hot, q_idf, q_offsets, q_docs, q_idf_sum, key_min,
+                             float(floor), o, only is not None, acc, stamp, call, passed)
+    got = _walk_many(keys, starts, lens, maybe[passed], n, min_doc, hot, q_offsets, q_docs, q_idf, q_idf_sum, max_idf,
+                     o, only is not None, int(cfg.sample_every), int(cfg.question_max_consecutive_misses), float(floor))
     return _built(*got)
 
 
@@ -434,9 +424,9 @@ def _scratch(index) -> tuple:
 
 def reach(index, present: np.ndarray, floor: float, hot: bool = True, only: np.ndarray | None = None) -> bool:
     """scan.can_reach_floor (the same bound; the hot keys' idf summed in another order, inside its slack)."""
-    hot_, q_offsets, q_docs, q_idf, q_idf_sum, _ = _arrays(index)
+    hot_, q_offsets, q_docs, q_idf, q_idf_sum, _, key_min = _arrays(index)
     acc, stamp, call = _scratch(index)
-    return bool(_reach(np.ascontiguousarray(present, dtype=np.int64), hot_, q_idf, q_offsets, q_docs, q_idf_sum,
+    return bool(reach_kernel._reach(np.ascontiguousarray(present, dtype=np.int64), hot_, q_idf, q_offsets, q_docs, q_idf_sum, key_min,
                        float(floor), hot, _NO_ONLY if only is None else only, only is not None, acc, stamp, call))
 
 
@@ -459,6 +449,9 @@ def warm() -> None:
 
         def record_max_idf(self) -> np.ndarray:
             return np.array([1.0])
+
+        def key_min_total(self) -> np.ndarray:
+            return np.array([1.5, 1.5])
 
     tiny = Tiny()
     keys = np.array([0, -1, 1, 0], dtype=np.int64)

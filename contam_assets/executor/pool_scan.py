@@ -38,6 +38,10 @@ def _init(index: NgramIndex, records: pl.DataFrame) -> None:
     _WORKER["index"], _WORKER["records"] = index, records
 
 
+# what NgramIndex keeps of the folder it was read from: each worker has its own from the folder it reads
+_FOLDER_OWN = ("_files", "_folder_files", "_keys_digest", "_staging")
+
+
 def fingerprint(index: NgramIndex, records: pl.DataFrame) -> tuple:
     """What tells two indexes apart: counts, settings and a hash of the keys and record ids (milliseconds)."""
     return (len(index.q_keys), len(index.record_ids), records.height, index.bloom_bits, index.hot_threshold,
@@ -47,13 +51,14 @@ def fingerprint(index: NgramIndex, records: pl.DataFrame) -> tuple:
 def loaded_kernels() -> dict[str, int]:
     """Compiled versions each of the scan's kernels holds in this process (0: it loads them at its first call;
     executor/preload.py loads them in the forkserver, before any worker is forked)."""
-    from contam_assets.detector import key_table, text_kernel, walk_kernel, word_kernel
+    from contam_assets.detector import key_table, reach_kernel, text_kernel, walk_kernel, word_kernel
 
     kernels = {"text_kernel._map": getattr(text_kernel, "_map", None), "word_kernel._encode": getattr(word_kernel, "_encode", None),
                "key_table._fill": getattr(key_table, "_fill", None), "key_table._positions": getattr(key_table, "_positions", None),
                "key_table._docs_with_key": getattr(key_table, "_docs_with_key", None),
                "key_table._docs_with_key_gated": getattr(key_table, "_docs_with_key_gated", None),
-               "walk_kernel._walk": walk_kernel._walk, "walk_kernel._reach": walk_kernel._reach,
+               "walk_kernel._walk": walk_kernel._walk, "reach_kernel._reach": reach_kernel._reach,
+               "reach_kernel._reach_many": reach_kernel._reach_many,
                "walk_kernel._walk_many": walk_kernel._walk_many,
                "walk_kernel._answer_hits": walk_kernel._answer_hits}
     return {name: len(getattr(k, "signatures", ())) for name, k in kernels.items()}
@@ -92,7 +97,8 @@ def scan_in_processes(jobs: list[ShardWork], index: NgramIndex, records: pl.Data
     else:
         names = {f.name for f in fields(index)}
         # the lookup table is saved in the folder (mapped by each worker, or built there when absent): never pickled
-        extras = {k: v for k, v in index.__dict__.items() if k not in names and k not in NgramIndex.SAVED_EXTRAS}
+        extras = {k: v for k, v in index.__dict__.items() if k not in names and k not in NgramIndex.SAVED_EXTRAS
+                  and k not in _FOLDER_OWN}
         init, initargs = _init_from, (str(source), extras, fingerprint(index, records))
     yield from map_in_order(_scan, jobs, workers, preload=["contam_assets.executor.pool_scan"], init=init,
                             initargs=initargs, label=lambda j: f"scanning {j.shard}", idle=idle)

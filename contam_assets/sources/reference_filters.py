@@ -53,6 +53,31 @@ def _seen_key(fp: str) -> int | str:
     return int(fp, 16) if len(fp) == 16 and _HEX16.fullmatch(fp) else fp
 
 
+def too_few_unique_words(text: str, minimum: int) -> bool:
+    """decon rule: a record whose text has fewer than eval_min_unique_word_count distinct words (``str.split``) is
+    skipped; equal to ``len(set(text.split())) < minimum``.  The first ``2 * minimum`` words settle most records: as
+    many distinct words as the minimum among them pass the record, and a text with no more words than those is
+    answered by their set; any other text counts every word."""
+    if minimum <= 0:
+        return False
+    prefix = 2 * minimum
+    head = text.split(maxsplit=prefix)  # the first ``prefix`` words, then the rest of the text unsplit
+    if len(head) <= prefix:
+        return len(set(head)) < minimum
+    if len(set(head[:prefix])) >= minimum:
+        return False
+    return len(set(text.split())) < minimum
+
+
+def in_str_split_form(cleaned: str) -> bool:
+    """``" ".join(cleaned.split()) == cleaned`` for a cleaned text (``b" ".join(bytes.split())`` decoded, as
+    `text.join_words` gives): an ASCII one differs only where it holds whitespace that ``str.split`` splits and
+    ``bytes.split`` does not (\\x1c-\\x1f); another (\\x85, \\xa0, \\u2000-\\u200a, \\u3000 ...) is compared whole."""
+    if cleaned.isascii():
+        return "\x1c" not in cleaned and "\x1d" not in cleaned and "\x1e" not in cleaned and "\x1f" not in cleaned
+    return " ".join(cleaned.split()) == cleaned
+
+
 @dataclass
 class Verdicts:
     """The order-free part of the filters of a chunk of records, one entry a record: ``rule`` the reason the token
@@ -81,7 +106,7 @@ def chunk_verdicts(records: list[dict], cfg, ids: bool = True) -> Verdicts:
     # Every tokenizer encodes the " ".join of texts in cleaned form as their ids back to back (the word
     # rule, tokenize.py), so a record's tokens are counted once per distinct part; a record with a part
     # that is not in that form (str.split sees whitespace the cleaner kept) is encoded whole, as decon does.
-    odd = {c for c in dict.fromkeys(texts.cleaned.values()) if " ".join(c.split()) != c}
+    odd = {c for c in dict.fromkeys(texts.cleaned.values()) if not in_str_split_form(c)}
     whole = {i: " ".join(parts) for i, parts in enumerate(parts_of) if odd and not odd.isdisjoint(parts)}
     ids_of = {}  # cleaned text in cleaned form -> its ids (those of any text it is cleaned from: the same words)
     for raw, c in texts.cleaned.items():
@@ -95,7 +120,7 @@ def chunk_verdicts(records: list[dict], cfg, ids: bool = True) -> Verdicts:
         rule = None
         if cfg.eval_min_token_length and n_tokens < cfg.eval_min_token_length:
             rule = "min_tokens"  # decon rule: fewer than eval_min_token_length tokens
-        elif cfg.eval_min_unique_words and len(set(" ".join(parts).split())) < cfg.eval_min_unique_words:
+        elif cfg.eval_min_unique_words and too_few_unique_words(" ".join(parts), cfg.eval_min_unique_words):
             rule = "min_unique_words"  # decon rule: fewer than eval_min_unique_word_count words
         out.rule.append(rule)
         out.computed.append(fingerprint(r["passage"], r["question"], r["answer"]))

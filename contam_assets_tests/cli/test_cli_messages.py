@@ -223,3 +223,70 @@ def test_contam_detect_stopped_mid_scan_says_so_and_a_rerun_resumes(tmp_path):
     assert "documents read 22  removed 2  kept 20" in r.stdout
     with duckdb.connect(str(out / "contam.duckdb"), read_only=True) as con:
         assert con.execute("select shard, status from shard_stats").fetchall() == [("a.jsonl", "ok")]
+
+
+# --- a disk that refuses the run's writes: one line, exit 2 --------------------------------------------------------
+
+def _write_to_dev_full(args):
+    with open("/dev/full", "w") as fh:  # the kernel's always-full device: ENOSPC on the flush
+        fh.write("x" * 10_000)
+
+
+def _sqlite_full(args, tmp=None):
+    import sqlite3
+
+    import sqlalchemy
+
+    path = Path(args.out) / "runs.db"
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+    with engine.begin() as con:  # Dagster's run storage is SQLite through SQLAlchemy: the error arrives wrapped
+        con.exec_driver_sql("create table t (x text)")
+        con.exec_driver_sql("pragma max_page_count = 3")  # SQLite's own limit: the next pages are refused as a full disk
+        try:
+            con.exec_driver_sql("insert into t values (?)", ("y" * 100_000,))
+        except sqlalchemy.exc.OperationalError as exc:
+            assert isinstance(exc.orig, sqlite3.OperationalError)
+            raise
+
+
+@pytest.mark.parametrize("func, want", [
+    (_write_to_dev_full, "contam review: error: no space left on the disk; free space where the run writes"),
+    (_sqlite_full, "contam review: error: the disk refused a database write (database or disk is full): it is full or "
+                   "failing; free space where the run writes"),
+])
+def test_a_full_disk_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch, func, want):
+    import contam_assets.cli as cli
+
+    real = cli.build_parser
+
+    def parser():
+        p = real()
+        p.set_defaults(func=func)  # the review command's arguments, then the write that fails
+        for action in p._subparsers._group_actions[0].choices.values():
+            action.set_defaults(func=func)
+        return p
+
+    monkeypatch.setattr(cli, "build_parser", parser)
+    assert main(["review", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(want), err
+    assert err[0].endswith("(its --out folder, DAGSTER_HOME, the temporary folder) and run it again")
+
+
+def test_other_errors_still_raise(monkeypatch):
+    import contam_assets.cli as cli
+
+    def boom(args):
+        raise ValueError("not a disk")
+
+    real = cli.build_parser
+
+    def parser():
+        p = real()
+        for action in p._subparsers._group_actions[0].choices.values():
+            action.set_defaults(func=boom)
+        return p
+
+    monkeypatch.setattr(cli, "build_parser", parser)
+    with pytest.raises(ValueError, match="not a disk"):
+        main(["review", "x"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import polars as pl
 import pytest
 
 from contam_assets.detector import index_kernel as ik
@@ -110,3 +111,85 @@ def test_vocabulary_flags_and_value_counts():
         v, c = ik.value_counts(tokens)
         w = np.unique(tokens, return_counts=True)
         assert v.dtype == np.uint64 and np.array_equal(v, w[0]) and np.array_equal(c, w[1])
+
+
+def ufunc_at_totals(idf, df, docs, sums, largest):
+    """The definition ``idf_totals`` equals: ``np.add.at`` and ``np.maximum.at`` of each posting's key idf."""
+    pair_idf = np.repeat(idf, df)
+    np.add.at(sums, docs, pair_idf)
+    np.maximum.at(largest, docs, pair_idf)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in maximum")  # the planted NaN idf
+def test_idf_totals_equal_ufunc_at_bit_for_bit(monkeypatch):
+    # sums whose value depends on the order of addition: 1e16 + 1.0 - 1e16 is 0.0 in postings order, 1.0 in another
+    idf = np.array([1e16, 1.0, -1e16, 0.1, 0.2, 0.3, -0.0, 0.0, np.nan, 2.5])
+    df = np.array([1, 1, 1, 3, 2, 2, 1, 1, 1, 2], dtype=np.int64)
+    docs = np.array([0, 0, 0, 1, 2, 1, 1, 2, 1, 2, 3, 3, 4, 5, 5], dtype=np.int32)
+    rng = np.random.default_rng(6)
+    cases = [(idf, df, docs, 6)]
+    for size in (0, 1, 50, 20_000):  # many postings on few records: long chains of additions per record
+        k_idf = rng.choice([1e16, -1e16, 1.0, 1e-3, 3.7], size) * rng.random(size)
+        k_df = rng.integers(1, 6, size).astype(np.int64)
+        cases.append((k_idf, k_df, rng.integers(0, 40, int(k_df.sum())).astype(np.int32), 40))
+    for c_idf, c_df, c_docs, n in cases:
+        want_sums, want_largest = rng.random(n), np.zeros(n)  # sums start non-zero: added to, not overwritten
+        start = want_sums.copy()
+        ufunc_at_totals(c_idf, c_df, c_docs, want_sums, want_largest)
+        for mode in ("on", "off"):
+            monkeypatch.setenv("CONTAM_COMPILED", mode)
+            sums, largest = start.copy(), np.zeros(n)
+            ik.idf_totals(c_idf, c_df, c_docs, sums, largest)
+            assert np.array_equal(sums.view(np.uint64), want_sums.view(np.uint64)), mode
+            assert np.array_equal(largest.view(np.uint64), want_largest.view(np.uint64)), mode
+    sums = np.zeros(6)
+    ik.idf_totals(idf, df, docs, sums, np.zeros(6))
+    assert sums[0] == 0.0  # the planted record: its three additions made in postings order
+
+
+def planted_records(k: int) -> pl.DataFrame:
+    """Records of a small vocabulary (n-grams shared by many records: keys with many postings), short and empty
+    questions among them, some left out of the index."""
+    from contam_assets.sources.reference import RECORD_SCHEMA
+
+    rng = random.Random(8)
+    words = [f"w{i}" for i in range(12)]
+    text = lambda n: " ".join(rng.choice(words) for _ in range(n))  # noqa: E731
+    rows = [dict(record_id=i, task="t", suite="s", split="test", instance_index=i, kind="qa", language="en",
+                 derived=False, question=text(rng.choice([0, 1, 3, 8, 20, 60])), answer=text(rng.randint(0, 12)),
+                 passage=text(40) if i % 3 == 0 else None, indexed=i % 17 != 5, skip_reason=None) for i in range(k)]
+    return pl.DataFrame(rows, schema=RECORD_SCHEMA)
+
+
+def test_index_built_compiled_equals_the_numpy_build(monkeypatch):
+    """The compiled idf totals and the bucket read-ahead give the index the numpy steps give, array for array."""
+    from contam_assets.detector import index_build as ixb
+    from contam_assets.detector.config import DetectConfig
+    from contam_assets_tests.detector.test_index_build_batched import assert_same_index
+
+    records, cfg = planted_records(3_000), DetectConfig()
+    built = both(monkeypatch, lambda: ixb.build_index(records, cfg, batch=400))
+    assert_same_index(*built)
+    assert_same_index(built[0], ixb.build_index_whole(records, cfg))
+    assert built[0].q_docs.size > built[0].q_keys.size > 64  # keys with several postings, in many buckets
+    assert built[0].record_max_idf().max() > 0
+
+
+def test_bucket_read_ahead_reads_each_bucket_once_in_order_and_raises_its_errors(monkeypatch):
+    from contam_assets.detector import index_build as ixb
+    from contam_assets.detector.config import DetectConfig
+
+    records, cfg, read = planted_records(500), DetectConfig(), []
+    sorted_bucket = ixb._sorted_bucket
+    monkeypatch.setattr(ixb, "_sorted_bucket", lambda spill, b: read.append(b) or sorted_bucket(spill, b))
+    ixb.build_index(records, cfg)
+    assert read == list(range(1 << ixb.BUCKET_BITS))
+
+    def failing(spill, b):
+        if b == 5:
+            raise OSError("bucket 5 unreadable")
+        return sorted_bucket(spill, b)
+
+    monkeypatch.setattr(ixb, "_sorted_bucket", failing)
+    with pytest.raises(OSError, match="bucket 5"):
+        ixb.build_index(records, cfg)

@@ -7,6 +7,7 @@ import mmap
 from dataclasses import fields
 
 import numpy as np
+import pytest
 
 from contam_assets.detector import key_table
 from contam_assets.detector.config import DetectConfig
@@ -108,3 +109,101 @@ def test_a_build_spills_into_a_swept_temporary_folder_of_spill_dir(tmp_path, mon
         a, b = getattr(built, f.name), getattr(plain, f.name)
         if isinstance(a, np.ndarray):
             assert a.dtype == b.dtype and np.array_equal(a, b), f.name
+
+
+def test_the_keys_digest_of_a_folder_is_read_not_mapped(tmp_path):
+    """The digest a scan worker checks: the same value from meta.json, from the files' data read in chunks (a folder
+    saved without it) and from the arrays in memory; neither way maps a page of the keys."""
+    import json
+    import os
+
+    from contam_assets.detector import index as index_mod
+
+    records, cfg = fx.toy_reference(tmp_path)
+    built = build_index(records, cfg)
+    folder = artifacts.save_index(tmp_path / "out", "d1", records, built) / "index"
+    want = built.keys_digest()
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["keys_digest"] == want
+    assert NgramIndex.load(folder).keys_digest() == want
+    del meta["keys_digest"]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    loaded = NgramIndex.load(folder)
+    chunks = []
+    real = index_mod._hash_npy_data
+    index_mod._hash_npy_data = lambda path, h, chunk=4096: (chunks.append(path.name), real(path, h, chunk))
+    try:
+        assert loaded.keys_digest() == want  # read from the files, a few KB at a time
+    finally:
+        index_mod._hash_npy_data = real
+    assert chunks == ["q_keys.npy", "record_ids.npy"]
+    maps = open(f"/proc/{os.getpid()}/smaps").read().split("\n")
+    mine = [i for i, line in enumerate(maps) if line.endswith(str(folder / "q_keys.npy"))]
+    rss = [next(line.split()[1] for line in maps[i + 1:] if line.startswith("Rss:")) for i in mine]
+    assert mine and rss == ["0"] * len(mine)  # its mappings hold no page: nothing was read through them
+    # a file that is not the array (another length): the arrays in memory are hashed
+    np.save(folder / "record_ids.npy", np.zeros(3, dtype=np.int32))
+    assert NgramIndex.load(folder).keys_digest() != want
+    # a file replaced since the index was loaded (another inode): not read, the arrays in memory are hashed
+    stale = NgramIndex.load(folder)
+    keys = np.load(folder / "q_keys.npy")
+    (folder / "q_keys.npy").unlink()
+    np.save(folder / "q_keys.npy", keys[::-1].copy())
+    assert stale.keys_digest() == NgramIndex(**{f.name: getattr(stale, f.name) for f in fields(NgramIndex)}).keys_digest()
+    moved = NgramIndex.load(folder)
+    moved.__dict__["_folder_files"] = index_mod._stamped(folder / "q_keys.npy", folder / "missing.npy")
+    assert moved.keys_digest() == NgramIndex(**{f.name: getattr(moved, f.name) for f in fields(NgramIndex)}).keys_digest()
+
+
+def _rss_of(path) -> list[int]:
+    import os
+
+    maps = open(f"/proc/{os.getpid()}/smaps").read().split("\n")
+    mine = [i for i, line in enumerate(maps) if line.endswith(str(path))]
+    return [int(next(line.split()[1] for line in maps[i + 1:] if line.startswith("Rss:"))) for i in mine]
+
+
+def test_a_scanning_process_gives_the_index_pages_back_past_its_budget(tmp_path):
+    """release_mapped: under the budget nothing happens; over it, the pages of every mapped array are given back
+    (the process's mappings hold none, the page cache keeps them) and the arrays read the same afterwards."""
+    records, cfg = fx.toy_reference(tmp_path)
+    built = build_index(records, cfg)
+    folder = artifacts.save_index(tmp_path / "out", "d1", records, built) / "index"
+    loaded = NgramIndex.load(folder)
+    for f in fields(NgramIndex):  # every page of every array read through the mapping
+        a = getattr(loaded, f.name)
+        if isinstance(a, np.ndarray) and len(a):
+            a.view(np.uint8).sum()
+    assert sum(_rss_of(folder / "q_keys.npy")) > 0 and sum(_rss_of(folder / "q_docs.npy")) > 0
+    assert not loaded.release_mapped(budget=1 << 50)
+    assert sum(_rss_of(folder / "q_keys.npy")) > 0
+    assert loaded.release_mapped(budget=1)
+    for name in ("q_keys.npy", "q_docs.npy", "q_idf.npy", "bloom.npy", "_key_min_total.npy"):
+        assert sum(_rss_of(folder / name)) == 0, name
+    for f in fields(NgramIndex):
+        a, b = getattr(built, f.name), getattr(loaded, f.name)
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b), f.name
+    h = built.q_keys[:5]
+    assert np.array_equal(loaded.lookup(h), built.lookup(h))
+    assert not built.release_mapped(budget=1)  # an index in memory maps nothing
+
+
+def test_the_mapped_budget_is_a_setting(tmp_path, monkeypatch):
+    """scan_mapped_budget: a size (its default 4GB), 0 for never, and a bad value named in one error."""
+    from contam_assets.detector import index as index_mod
+    from contam_assets.settings import var
+
+    records, cfg = fx.toy_reference(tmp_path)
+    folder = artifacts.save_index(tmp_path / "out", "d1", records, build_index(records, cfg)) / "index"
+    loaded = NgramIndex.load(folder)
+    loaded.q_keys.view(np.uint8).sum()
+    monkeypatch.delenv(var("scan_mapped_budget"), raising=False)
+    assert index_mod.mapped_budget() == 4 * 10**9
+    monkeypatch.setenv(var("scan_mapped_budget"), "0")
+    assert not loaded.release_mapped() and sum(_rss_of(folder / "q_keys.npy")) > 0
+    monkeypatch.setenv(var("scan_mapped_budget"), "1kb")
+    assert loaded.release_mapped() and sum(_rss_of(folder / "q_keys.npy")) == 0
+    monkeypatch.setenv(var("scan_mapped_budget"), "lots")
+    with pytest.raises(ValueError, match=f"{var('scan_mapped_budget')} must be a size such as 4GB, not 'lots'"):
+        loaded.release_mapped()

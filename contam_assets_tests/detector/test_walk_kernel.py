@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from contam_assets.demo import HostText
-from contam_assets.detector import walk_kernel
+from contam_assets.detector import reach_kernel, walk_kernel
 from contam_assets.detector.clusters import find_clusters
 from contam_assets.detector.config import preset
 from contam_assets.detector.matches import tokenize_batch
@@ -51,6 +51,9 @@ class SmallIndex:
         out = np.zeros(self.n_records)
         np.maximum.at(out, self.q_docs, np.repeat(self.q_idf, np.diff(self.q_offsets)))
         return out
+
+    def key_min_total(self) -> np.ndarray:
+        return np.array([self.q_idf_sum[self.postings(k)].min(initial=np.inf) for k in range(len(self.hot))])
 
 
 def random_document(rng: random.Random):
@@ -238,6 +241,32 @@ def test_reach_equals_can_reach_floor(two_tasks):
                 assert walk_kernel.reach(index, keys, floor, hot=hot, only=o) == want, trial
                 outcomes[want] += 1
     assert outcomes[True] > 200 and outcomes[False] > 200
+
+
+def test_the_key_bound_refuses_only_what_reach_refuses(two_tasks):
+    """reach_kernel._may_reach (each key's smallest record total, no postings read) answers False only where the sum
+    over the postings does, and answers False often enough to matter: random key sets of the real index, floors
+    around the question floor."""
+    cfg, records, index = two_tasks
+    rng = np.random.default_rng(5)
+    index = dataclasses.replace(index, hot=rng.random(len(index.q_keys)) < 0.05)
+    hot, q_offsets, q_docs, q_idf, q_idf_sum, _, key_min = walk_kernel._arrays(index)
+    counts = {"bound refuses": 0, "bound lets through, sum refuses": 0, "both let through": 0}
+    for trial in range(400):
+        recs = rng.choice(index.n_records, size=int(rng.integers(1, 4)))
+        own = np.flatnonzero(np.isin(index.q_docs, recs))
+        owner = np.searchsorted(index.q_offsets, own, side="right") - 1
+        keys = np.concatenate([owner[rng.random(len(owner)) < rng.uniform(0.0, 1.0)],
+                               rng.integers(0, len(index.q_keys), int(rng.integers(1, 60)))])
+        u = np.unique(keys)
+        floor = float(rng.choice([0.2, 0.5, question_floor(cfg), 0.8]))
+        if hot[u].all():
+            continue
+        bound = reach_kernel._may_reach(u, hot, q_idf, key_min, float(q_idf[u[hot[u]]].sum()), floor)
+        exact = can_reach_floor_numpy(index, keys, floor, True, None)
+        assert bound or not exact, trial
+        counts["both let through" if exact else "bound lets through, sum refuses" if bound else "bound refuses"] += 1
+    assert min(counts.values()) > 20, counts
 
 
 def test_answer_windows_equal_the_numpy_path(two_tasks, planted, monkeypatch):
