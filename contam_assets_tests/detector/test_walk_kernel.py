@@ -95,6 +95,32 @@ def test_walk_equals_find_clusters(seed):
     assert walks > 1000
 
 
+def test_each_way_of_finding_the_live_records_in_a_postings_list():
+    """The walk finds a step's live records in the key's postings three ways (a search of each live record in a long
+    postings list, one merge of two lists of like size, a search of each posting among many live records); a document
+    planted to take each, against clusters.find_clusters."""
+    rng = random.Random(7)
+    n_records = 120
+    postings = [[5], list(range(0, 120, 2)), list(range(0, 120, 3)), list(range(1, 120, 2)), [4, 6]]
+    # key 0: one record; 1 and 3: 60 each; 2: 40; 4: two.  The walk's clusters start at key 0 (one live record: a step
+    # on key 1 searches it in 60 postings), key 4 (two) and key 2 (forty: a step on key 1 merges the two lists, one on
+    # key 4 searches its 2 postings among the forty)
+    index = SmallIndex(postings, [False] * 5, n_records, rng)
+    keys = np.array([0, 1, 1, 3, -1, 4, 2, 1, 2, -1, -1, 3, 4, 0, 2, 2, 1, 4, 3, 1] * 3, dtype=np.int64)
+    cfg = preset("default")
+    n = cfg.ngram_size
+    want, _ = find_clusters(index, np.zeros(len(keys) + n - 1, dtype=np.uint64), cfg,
+                            hashes=np.zeros(len(keys), dtype=np.uint64), keys=keys)
+    got = walk_kernel.clusters(index, keys, cfg, 0.0)
+    want = [w for w in want if w.matches]
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want):
+        assert (g.end, g.bounds) == (w.end, w.bounds)
+        assert {d: list(m) for d, m in g.matches.items()} == {d: list(m) for d, m in w.matches.items()}
+    sizes = sorted(len(w.matches) for w in want)
+    assert sizes[0] <= 2 and sizes[-1] >= 40, sizes  # walks of one or two live records, and of forty
+
+
 @pytest.fixture(scope="module")
 def planted(two_tasks, shared_data):
     """Host documents with GSM8K and MBPP items: whole, side by side, cut short, and with words dropped."""
