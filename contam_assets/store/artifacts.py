@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -82,8 +84,29 @@ def save_index(out_dir: Path, digest: str, records: pl.DataFrame, index: NgramIn
     fault_point("index_save")
     index.save(d / "index")
     (d / "index.npz").unlink(missing_ok=True)  # an index of the earlier format (one .npz), built again
-    atomic_write_text(Path(out_dir) / "index" / "current.json", json.dumps({"digest": digest}))
+    _set_current(out_dir, {"digest": digest})
     return d
+
+
+_DIGEST_NAME = re.compile(r"[0-9a-f]{16}")  # an index folder's name (RecordsDigest.hexdigest)
+
+
+def _set_current(out_dir: Path, current: dict) -> None:
+    """current.json written (with ``previous``: the last other index that was current), then every index folder
+    removed but those two (a run still scanning with the previous one keeps its files; an older one is 26-28 GB at
+    6.1 M instances, and a grow or a changed task makes a new one each time)."""
+    index_root = Path(out_dir) / "index"
+    try:
+        before = json.loads((index_root / "current.json").read_text())
+    except (OSError, ValueError):
+        before = None
+    before = before if isinstance(before, dict) else {}
+    previous = before.get("previous") if before.get("digest") == current.get("digest") else before.get("digest")
+    atomic_write_text(index_root / "current.json", json.dumps({**current, "previous": previous}))
+    keep = {current.get("digest"), previous}
+    for child in index_root.iterdir():
+        if child.name not in keep and _DIGEST_NAME.fullmatch(child.name) and child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
 
 
 RECORDS_FILE = "records.parquet"  # the records, compressed (what the tables and an older folder hold)
@@ -105,7 +128,7 @@ def current_digest(out_dir: Path) -> str:
 def mark_current(out_dir: Path, digest: str, inputs: str | None) -> None:
     """current.json: the index ``digest`` is the current one, built from the reference set of ``inputs`` (the
     digest of what that set was built from, `registry.inputs_digest`; None: not known)."""
-    atomic_write_text(Path(out_dir) / "index" / "current.json", json.dumps({"digest": digest, "inputs": inputs}))
+    _set_current(out_dir, {"digest": digest, "inputs": inputs})
 
 
 def digest_for_inputs(out_dir: Path, inputs: str | None) -> str | None:

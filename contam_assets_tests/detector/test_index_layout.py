@@ -207,3 +207,30 @@ def test_the_mapped_budget_is_a_setting(tmp_path, monkeypatch):
     monkeypatch.setenv(var("scan_mapped_budget"), "lots")
     with pytest.raises(ValueError, match=f"{var('scan_mapped_budget')} must be a size such as 4GB, not 'lots'"):
         loaded.release_mapped()
+
+
+def test_only_the_current_index_and_the_one_before_it_are_kept(tmp_path):
+    """Each index that becomes current leaves the one before it in place (a run may still scan with it) and removes
+    older ones; the reference folder, a folder not named as an index and an unchanged rerun's mark keep theirs."""
+    import json
+
+    records, cfg = fx.toy_reference(tmp_path)
+    built = build_index(records, cfg)
+    out = tmp_path / "out"
+    a, b, c = "a" * 16, "b" * 16, "c" * 16
+    artifacts.save_index(out, a, records, built)
+    (out / "index" / "reference").mkdir()
+    (out / "index" / "mine").mkdir()
+    names = lambda: sorted(p.name for p in (out / "index").iterdir() if p.is_dir())  # noqa: E731
+    artifacts.save_index(out, b, records, built)
+    assert names() == [a, b, "mine", "reference"]
+    artifacts.mark_current(out, b, "inputs-b")  # the same index marked again: the one before it stays
+    assert names() == [a, b, "mine", "reference"]
+    assert json.loads((out / "index" / "current.json").read_text()) == {"digest": b, "inputs": "inputs-b", "previous": a}
+    artifacts.save_index(out, c, records, built)
+    assert names() == [b, c, "mine", "reference"]
+    assert artifacts.has_index(out, b) and artifacts.has_index(out, c)
+    artifacts.mark_current(out, b, "inputs-b")  # back to b: c is the one before it
+    assert names() == [b, c, "mine", "reference"]
+    loaded, _, digest = artifacts.load_index(out)
+    assert digest == b and loaded.keys_digest() == built.keys_digest()
