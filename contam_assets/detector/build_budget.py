@@ -138,10 +138,10 @@ def check_memory(est: Estimate, available: int | None = None) -> None:
     if setting == "off":
         return
     if setting not in ("", "auto"):
-        m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)", setting)
-        if m is None or m.group(2) not in _UNITS:
-            raise MemoryRefused(f"{MEMORY_CHECK_ENV} must be off, auto or a size such as 12GB, not {setting[:40]!r}")
-        available = int(float(m.group(1)) * _UNITS[m.group(2)])
+        try:
+            available = size_bytes(setting, MEMORY_CHECK_ENV)
+        except ValueError:
+            raise MemoryRefused(f"{MEMORY_CHECK_ENV} must be off, auto or a size such as 12GB, not {setting[:40]!r}") from None
     have = available_memory() if available is None else available
     if have is None or est.need_bytes <= have:
         return

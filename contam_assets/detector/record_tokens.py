@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as pa_ipc
 
-from contam_assets.detector.text import MAX_WORD_CHARS, join_words, split_translated, translate_bytes
+from contam_assets.detector.text import MAX_WORD_CHARS, _split_long, join_words, translate_bytes
 
 TOKENS_FILE = "records.tokens.arrow"
 TOKENS_STAMP = "records.tokens.json"
@@ -46,7 +46,7 @@ def cleaned_form(translated: bytes) -> str:
     a byte each of the n - 1 others, so the longest is at most ``len(translated) - 2 * (n - 1)`` bytes."""
     words = translated.split()
     if len(translated) - 2 * (len(words) - 1) > MAX_WORD_CHARS and max(map(len, words), default=0) > MAX_WORD_CHARS:
-        words = split_translated(translated)
+        words = _split_long(words)  # what split_translated does then, without splitting again
     return join_words(words)
 
 

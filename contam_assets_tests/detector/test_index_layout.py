@@ -131,11 +131,9 @@ def test_the_keys_digest_of_a_folder_is_read_not_mapped(tmp_path):
     loaded = NgramIndex.load(folder)
     chunks = []
     real = index_mod._hash_npy_data
-    index_mod._hash_npy_data = lambda path, h, chunk=4096: (chunks.append(path.name), real(path, h, chunk))
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(index_mod, "_hash_npy_data", lambda path, h, chunk=4096: (chunks.append(path.name), real(path, h, chunk)))
         assert loaded.keys_digest() == want  # read from the files, a few KB at a time
-    finally:
-        index_mod._hash_npy_data = real
     assert chunks == ["q_keys.npy", "record_ids.npy"]
     maps = open(f"/proc/{os.getpid()}/smaps").read().split("\n")
     mine = [i for i, line in enumerate(maps) if line.endswith(str(folder / "q_keys.npy"))]
