@@ -2,7 +2,8 @@
 (not a test).
 
     python benchmarks/crosslingual_pool.py [--benchmarks ../shared/data] [--seed 0] [--items 250] [--clean 1000]
-                                           [--foreign 300] [--out /tmp/crosslingual_pool.json]
+                                           [--foreign 300] [--manuals 0] [--manuals-dir /usr/share/man]
+                                           [--out /tmp/crosslingual_pool.json]
 
 Reference set: GSM8K (train and test, less half of the first 250 test problems, drawn with ``--seed``) and XQuAD's
 English questions with their paragraphs (less half of the paragraphs).  One pool of two shards:
@@ -20,6 +21,10 @@ English questions with their paragraphs (less half of the paragraphs).  One pool
   ``foreign_text``, ``--foreign`` (300) documents of their sentences recombined across items, every number drawn
   again and every capitalised word inside a sentence replaced by a made-up name (foreign text with numbers and names
   that is no item).  None to be held (the 2 % of the left-out items).
+- ``manuals_<language>``: foreign text of another kind with nothing to find, the machine's manual pages translated
+  by people (German, French, Spanish, Italian, Portuguese, Dutch, Polish; ``--manuals`` of each, 0 for all; each
+  rendered by ``man -l``): prose, numbers, names and identifiers, no benchmark item.  Left out, with one line, on a
+  machine without them.  None to be held.
 
 The pool is scanned twice, ``--preset default`` with and without ``--crosslingual``; cost is each shard's bytes over
 its seconds (shard_stats: a shard is one worker's, so per core), and the stage's share the difference (which holds
@@ -39,10 +44,12 @@ import os
 import platform
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -105,13 +112,39 @@ def foreign_docs(data: Path, truth: dict, seed: int, mixed: int) -> dict[str, li
 
 
 POOLS = ("english", "multilingual", "foreign_items", "foreign_text")
+MANUAL_LANGUAGES = ("de", "fr", "es", "it", "pt", "nl", "pl")
+
+
+def manual_docs(folder: Path, per_language: int) -> dict[str, list[dict]]:
+    """A natural foreign pool with nothing to find: the machine's manual pages translated by people (``man -l``
+    renders each; ``per_language`` of each language, 0 for all), a shard ``manuals_<language>`` a language.  Empty
+    where the machine has none or no ``man`` to render them."""
+    if shutil.which("man") is None or shutil.which("col") is None:
+        return {}
+
+    def render(page: Path) -> str:
+        env = {**os.environ, "MANWIDTH": "100", "MAN_KEEP_FORMATTING": "0", "LC_ALL": "C.UTF-8"}
+        shown = subprocess.run(["man", "-l", "-E", "UTF-8", str(page)], capture_output=True, env=env, timeout=60).stdout
+        return subprocess.run(["col", "-b"], input=shown, capture_output=True, timeout=60).stdout.decode("utf-8", "replace")
+
+    out = {}
+    for lang in MANUAL_LANGUAGES:
+        pages = sorted(p for p in (folder / lang).glob("man*/*") if p.is_file() and not p.is_symlink())
+        pages = pages[:per_language] if per_language else pages
+        with ThreadPoolExecutor(4) as pool:
+            texts = list(pool.map(render, pages))
+        docs = [{"id": f"{lang}/{p.name}", "text": t} for p, t in zip(pages, texts) if len(t.strip()) >= 200]
+        if docs:
+            out[f"manuals_{lang}"] = docs
+    return out
 
 
 def jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
-def build(root: Path, data: Path, seed: int, items: int = 250, clean: int = 1000, foreign: int = 300) -> dict:
+def build(root: Path, data: Path, seed: int, items: int = 250, clean: int = 1000, foreign: int = 300,
+          manuals: dict[str, list[dict]] | None = None) -> dict:
     tasks, bench = root / "tasks", root / "bench"
     for p in (tasks, bench, *(root / "pool" / name for name in POOLS)):
         p.mkdir(parents=True, exist_ok=True)
@@ -142,7 +175,8 @@ def build(root: Path, data: Path, seed: int, items: int = 250, clean: int = 1000
     rng.shuffle(docs)
     jsonl(root / "pool" / "multilingual" / "part-0.jsonl", docs)
     jsonl(root / "pool" / "english" / "part-0.jsonl", [{"id": f"c{k}", "text": hosts.clean_document()[1]} for k in range(clean)])
-    for name, docs in foreign_docs(data, truth, seed, foreign).items():
+    for name, docs in {**foreign_docs(data, truth, seed, foreign), **(manuals or {})}.items():
+        (root / "pool" / name).mkdir(parents=True, exist_ok=True)
         jsonl(root / "pool" / name / "part-0.jsonl", docs)
     return truth
 
@@ -184,9 +218,13 @@ def stage_alone(ix, texts: list[str]) -> dict:
         return call
 
     before, units, pieces = dict(ix.stats), len(ix._vec), dict(enc.counts)
-    plain = {"blocks": crosslingual.blocks, "embed": crosslingual.embed, "embed_windows": crosslingual.embed_windows}
+    enc._windows.clear()  # the pool's own repeats only: a pass does not read the windows of the pass before
+    plain = {"blocks": crosslingual.blocks, "embed": crosslingual.embed, "embed_windows": crosslingual.embed_windows,
+             "anchor_places": crosslingual.anchor_places, "sum_looks": crosslingual.sum_looks}
     crosslingual.blocks, crosslingual.embed = timed("language", plain["blocks"]), timed("encoder", plain["embed"])
     crosslingual.embed_windows = timed("encoder", plain["embed_windows"])
+    crosslingual.anchor_places = timed("anchors", plain["anchor_places"])
+    crosslingual.sum_looks = timed("looks", plain["sum_looks"])
     ix.candidates = timed("anchors", ix.candidates)
     enc.tokens = timed("tokens", enc.tokens)
     for name in ("sums", "sum_look", "first_look"):
@@ -196,8 +234,8 @@ def stage_alone(ix, texts: list[str]) -> dict:
         held = sum(map(bool, ix.search_many(texts)))
         cpu = time.process_time() - c0
     finally:
-        crosslingual.blocks, crosslingual.embed = plain["blocks"], plain["embed"]
-        crosslingual.embed_windows = plain["embed_windows"]
+        for name, f in plain.items():
+            setattr(crosslingual, name, f)
         for name in ("candidates",):
             del ix.__dict__[name]
         for name in ("tokens", "sums", "sum_look", "first_look"):
@@ -219,8 +257,8 @@ def stage_alone(ix, texts: list[str]) -> dict:
 
 
 # the stage's CPU split: the language gate (blocks), the anchors and candidates, reading text into pieces, the sum and
-# first looks (static rows summed, the head), the encoder (its pieces read in "tokens"), the rest (windows, covers,
-# the verifier's similarities)
+# first looks (static rows summed, the head), the encoder (its pieces read in "tokens"), the rest (sentences, windows
+# and their key test, covers, the verifier's similarities)
 SPLIT = ("language", "anchors", "tokens", "looks", "encoder")
 WARM_PASSES = 3
 
@@ -232,16 +270,22 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=250, help="MGSM problems per language and XQuAD paragraphs (the first)")
     ap.add_argument("--clean", type=int, default=1000, help="clean English documents")
     ap.add_argument("--foreign", type=int, default=300, help="recombined foreign documents (beside the left-out items)")
+    ap.add_argument("--manuals", type=int, default=0, help="translated manual pages per language (0: all the machine has)")
+    ap.add_argument("--manuals-dir", default="/usr/share/man", help="the manual pages' folder (a folder per language)")
     ap.add_argument("--out", default="/tmp/crosslingual_pool.json")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        truth = build(root, Path(args.benchmarks).resolve(), args.seed, args.items, args.clean, args.foreign)
+        manuals = manual_docs(Path(args.manuals_dir), args.manuals)
+        truth = build(root, Path(args.benchmarks).resolve(), args.seed, args.items, args.clean, args.foreign, manuals)
         result = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
                   "load": [round(x, 1) for x in os.getloadavg()], "seed": args.seed, "items": args.items,
-                  "clean": args.clean, "foreign": args.foreign, "sets": {}, "cost": {}}
+                  "clean": args.clean, "foreign": args.foreign, "manuals": sorted(manuals), "sets": {}, "cost": {}}
+        if not manuals:
+            print(f"no translated manual pages under {args.manuals_dir} (or no man to render them): "
+                  "the natural foreign pool is left out", file=sys.stderr)
         dbs = detect(root, False), detect(root, True)
-        for pool in POOLS:
+        for pool in (*POOLS, *manuals):
             plain, cross = scan_rate(dbs[0], pool), scan_rate(dbs[1], pool)
             result["cost"][pool] = {"mb": round(plain[0] / 1e6, 3), "default_mb_per_s": round(plain[0] / plain[1] / 1e6, 2),
                                     "crosslingual_mb_per_s": round(cross[0] / cross[1] / 1e6, 3),
@@ -290,7 +334,8 @@ def main() -> None:
         result["cost"]["encoder_load_seconds"] = round(time.perf_counter() - t0, 2)
         # the foreign pools' passes with units and pieces met: the fastest of WARM_PASSES (the least slowed by the
         # machine's other load)
-        for pool, passes in (("english", 1), ("foreign_text", 1 + WARM_PASSES), ("foreign_items", 1 + WARM_PASSES)):
+        for pool, passes in (("english", 1), ("foreign_text", 1 + WARM_PASSES), ("foreign_items", 1 + WARM_PASSES),
+                             *((name, 1 + WARM_PASSES) for name in manuals)):
             texts = [json.loads(line)["text"] for line in open(root / "pool" / pool / "part-0.jsonl", encoding="utf-8")]
             mb = sum(len(t.encode()) for t in texts) / 1e6
             for k in range(passes):

@@ -17,10 +17,11 @@ choose what it sees, cheapest first:
    units hold, weighted by rarity; a block is a candidate of every unit it shares a key with, and the
    ``MAX_CANDIDATES`` of them whose anchors, common ones too, the block holds most of are kept.
 3. **length**: windows of the block's sentences between ``LENGTH_LOW`` and ``LENGTH_HIGH`` times the unit's
-   length, each holding one of the shared keys (crosslingual_windows.py).
-4. **looks**: the block is read into the encoder's pieces once; a window's sum of per-piece static rows is a
-   difference of running sums (crosslingual_encoder.py).  The *sum look* compares those sums, before the encoder's
-   head, with each unit's: only the (window, unit) pairs that reach ``SUM_LOOK`` have their windows passed through
+   length, each holding one of the shared keys, formed for all the block's candidates at once from its anchors
+   read once (crosslingual_windows.py).
+4. **looks**: the blocks of a group of documents are read into the encoder's pieces once; a window's sum of
+   per-piece static rows is its sentences' (sparse products, crosslingual_looks.py).  The *sum look* compares those
+   sums, before the encoder's head, with each unit's: only the (window, unit) pairs that reach ``SUM_LOOK`` have their windows passed through
    the head for the *first look*.  Of the pairs whose first-look similarity passes ``FIRST_LOOK`` (a bar per unit
    kind, lower when the window holds enough of the unit's anchors), each unit's ``FIRST_LOOK_TOP`` best windows of
    the block go on: only those windows and their units are embedded, each unit once per process.  The windows of
@@ -38,7 +39,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -46,7 +46,9 @@ import numpy as np
 import polars as pl
 
 from contam_assets.detector.matches import Reference, match_id
+from contam_assets.paraphrase.crosslingual_anchors import EN_WORDS, NAME_PREFIX, anchor_places, anchors  # noqa: F401
 from contam_assets.paraphrase.crosslingual_encoder import BOS, DIM, EOS, Encoder, EncoderError  # noqa: F401
+from contam_assets.paraphrase.crosslingual_looks import sum_looks
 from contam_assets.paraphrase.crosslingual_windows import LENGTH_HIGH, LENGTH_LOW, Sentences, sentences, windows  # noqa: F401
 
 ENCODER = "use-multilingual-v3"
@@ -54,7 +56,6 @@ EN_SHARE = 0.12
 MIN_CHARS = 60
 MIN_WORDS = 6
 ANCHOR_SHARE = 0.05
-NAME_PREFIX = 5
 MAX_CANDIDATES = 32  # units per block, those whose anchors the block holds most of
 GROUP_CHARS = 200_000  # characters of documents whose blocks' windows search_many looks at together
 # the verifier's (similarity, anchor cover, similarity alone) per unit kind, fitted on the even items of MGSM es/fr
@@ -70,11 +71,6 @@ SUM_LOOK = {"question": 0.50, "passage": 0.55}  # the sum look's bar, fitted as 
 FIRST_LOOK_TOP = 2  # windows per (block, unit) that the encoder sees: those the first look ranks first
 ID_BASE = 10**12  # a window's match_id offset: apart from n-gram and paraphrase rows of the same record
 
-# English function words that are not words of Spanish, French, German, Italian, Portuguese or Dutch
-EN_WORDS = frozenset(
-    "the and of to is that with for are this have from they which were their has been would what there when who "
-    "how it its at by be or not but his her she we you our them than then these those into about after before "
-    "because could should each other only also any some such very just over your my can does did do if".split())
 # function words of other Latin-script languages (es, fr, de, it, pt, nl, ca, ro, pl, cs, sv, da, no, tr, id, vi)
 FOREIGN_WORDS = frozenset(
     "de un si à l d qu el la los las del al que y en por para con una uno es se lo como su sus pero más muy le les "
@@ -92,10 +88,6 @@ FOREIGN_SHARE = 0.15
 _WORD = re.compile(r"[^\W\d_]+")
 _NONLATIN_LETTERS = re.compile(r"[^\W\d_a-zA-Z\u00c0-\u024f]+")
 _NONLATIN = re.compile(r"[^\W\d_a-zA-Z\u00c0-\u024f]{4}")
-_LINE = re.compile(r"[^\n]*\n?")
-_NUMBER = re.compile(r"\d+(?:[.,\u00a0\u202f ]\d{3})*(?:[.,]\d+)?")
-_NAME = re.compile(r"\b[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]{2,}(?:[A-Z][a-z]+)*\b")
-_IDENT = re.compile(r"\b[A-Za-z]+_[A-Za-z0-9_]+\b|\b[a-z]+[A-Z][A-Za-z0-9]*\b")
 
 
 _ENCODER = None
@@ -119,46 +111,29 @@ def embed_windows(looks: list[tuple]) -> list[dict]:
     return encoder().window_vectors([(b, spans, toks, kept) for b, spans, _, toks, kept in looks])
 
 
-def anchors(text: str) -> set[str]:
-    """What survives translation: numbers (digits only, separators dropped), names, code identifiers."""
-    out = {"#" + re.sub(r"\D", "", m).lstrip("0") for m in _NUMBER.findall(text)}
-    # a name's first letters, accents dropped: Normandy and Normandía, France and Francia meet
-    out |= {_fold(m)[:NAME_PREFIX] for m in _NAME.findall(text) if m.lower() not in EN_WORDS}
-    out |= set(_IDENT.findall(text))
-    out.discard("#")
-    return out
-
-
-def _fold(word: str) -> str:
-    return unicodedata.normalize("NFKD", word.lower()).encode("ascii", "ignore").decode()
-
-
 def blocks(text: str) -> list[tuple[int, int]]:
     """Character spans of the runs of non-English lines: a line of at least ``MIN_LINE_WORDS`` words, fewer than
     ``EN_SHARE`` of them English function words, and either ``FOREIGN_SHARE`` of them function words of another
     Latin-script language or ``FOREIGN_SHARE`` of its letters in another script.  Shorter lines join the run they
     stand in; English lines end it.  A document with fewer than ``QUICK_WORDS`` distinct such words and no run of
     letters of another script is passed at once (a split and a set intersection: about 40 MB/s)."""
-    if len(FOREIGN_WORDS.intersection(text.lower().split())) < QUICK_WORDS and not _NONLATIN.search(text):
+    low = text.lower()
+    if len(FOREIGN_WORDS.intersection(low.split())) < QUICK_WORDS and not _NONLATIN.search(text):
         return []
-    out, start, end = [], -1, -1
-    for m in _LINE.finditer(text):
-        line = m.group()
-        if not line:
-            break
-        words = _WORD.findall(line.lower())
-        if len(words) < MIN_LINE_WORDS:
-            continue
+    out, start, end, at = [], -1, -1, 0
+    for line, lowered in zip(text.split("\n"), low.split("\n")):  # lowering keeps the line ends
+        s_, at = at, at + len(line) + 1
+        words = _WORD.findall(lowered)
         n = len(words)
-        en = sum(w in EN_WORDS for w in words)
-        other = sum(w in FOREIGN_WORDS for w in words)
-        letters = sum(map(len, words))
-        nonlatin = sum(len(x) for x in _NONLATIN_LETTERS.findall(line))
-        foreign = en < EN_SHARE * n and (other >= FOREIGN_SHARE * n or nonlatin >= FOREIGN_SHARE * letters)
+        if n < MIN_LINE_WORDS:
+            continue
+        foreign = sum(map(EN_WORDS.__contains__, words)) < EN_SHARE * n
+        if foreign and sum(map(FOREIGN_WORDS.__contains__, words)) < FOREIGN_SHARE * n:  # then by its letters
+            foreign = sum(len(x) for x in _NONLATIN_LETTERS.findall(line)) >= FOREIGN_SHARE * sum(map(len, words))
         if foreign:
             if start < 0:
-                start = m.start()
-            end = m.end()
+                start = s_
+            end = min(at, len(text))
         elif start >= 0:
             out.append((start, end))
             start = -1
@@ -248,8 +223,9 @@ class CrosslingualIndex:
             self._vec[u] = v
         return np.stack([self._vec[u] for u in units]) if units else np.zeros((0, 512), dtype=np.float32)
 
-    def candidates(self, block: str) -> tuple[list[int], set[str]]:
-        every = anchors(block)
+    def candidates(self, block: str, every: set[str] | None = None) -> tuple[list[int], set[str]]:
+        """The block's candidate units and the keys it holds (``every``: the block's anchors, when read already)."""
+        every = anchors(block) if every is None else every
         have = every & self.weight.keys()
         if not have:
             return [], have
@@ -299,15 +275,21 @@ class CrosslingualIndex:
         return out + (self._search_group(group) if group else [])
 
     def _search_group(self, texts: list[str]) -> list[list[Hit]]:
-        looked = []  # (document, block start, block, spans, window anchors, the block's sum look)
+        gated = []  # (document, block start, block, spans, window anchors, windows and pairs)
         for d, text in enumerate(texts):
             self.stats["documents"] += 1
             for bs, be in blocks(text):
                 found = self._gate(text[bs:be])
                 if found is not None:
-                    looked.append((d, bs, text[bs:be], *found))
-        # the first looks of all the blocks' windows past the sum look, then the encoder's of those that pass it
+                    gated.append((d, bs, text[bs:be], *found))
+        # the sum looks of all the blocks' pairs, the first looks of the windows past them, then the encoder's of
+        # those that pass it
         enc = encoder()
+        looks, counted = sum_looks(enc, [(block, spans, *pairs) for _, _, block, spans, _, pairs in gated],
+                                   self.sum_look_vectors, self._sum_bars)
+        for k, v in counted.items():
+            self.stats[k] += v
+        looked = [(*g[:5], look) for g, look in zip(gated, looks) if look is not None]
         with enc.one_thread():
             heads = enc.first_look(np.concatenate([look[5] for *_, look in looked]) if looked else np.zeros((0, DIM)),
                                    np.concatenate([look[6] for *_, look in looked]) if looked else np.zeros(0))
@@ -327,69 +309,21 @@ class CrosslingualIndex:
         return [list(b.values()) for b in best]
 
     def _gate(self, block: str):
-        """A block's candidates, windows and sum look: (spans, window anchors, ``_sum_look``'s) or None when no pair
-        passes."""
+        """A block's candidates and their (window, unit) pairs: (spans, window anchors, (windows' first sentence,
+        one past their last, pairs' windows, pairs' units)) or None when there is none."""
         self.stats["blocks"] += 1
-        units, have = self.candidates(block)
+        places = anchor_places(block)
+        units, have = self.candidates(block, {a for _, _, a in places})
         if not units:
             return None
         self.stats["gated_blocks"] += 1
         spans = sentences(block)
-        ends = [e for _, e in spans]
-        parts = Sentences(block, spans, anchors)
-        wins: dict[tuple[int, int], list[int]] = defaultdict(list)
-        win_anchors: dict[tuple[int, int], set[str]] = {}
-        for u in units:
-            keys = self.keys[u] & have
-            if not keys:
-                continue
-            for w in windows(spans, self.lengths[u], ends):
-                wa = win_anchors.get(w)
-                if wa is None:
-                    wa = win_anchors[w] = parts.anchors(w)
-                if keys & wa and (not wins[w] or wins[w][-1] != u):  # a window met twice for a unit
-                    wins[w].append(u)
-        look = self._sum_look(block, spans, wins) if wins else None
-        return (spans, win_anchors, look) if look and look[3] is not None else None
+        parts = Sentences(block, spans, places, anchors)
+        a, b, pk, pu = parts.pairs(self.lengths[units], [self.keys[u] & have for u in units])
+        return (spans, parts, (a, b + 1, pk, np.asarray(units, dtype=np.int64)[pu])) if len(pk) else None
 
-    def _sum_look(self, block: str, spans: list[tuple[int, int]], wins: dict) -> tuple:
-        """The block's pieces, and the (window, unit) pairs that pass the sum look (SUM_LOOK) with their windows'
-        sums for the first look: (pieces, windows, units, pairs' windows, pairs' units, sums, counts), the pairs
-        ``None`` when none passes."""
-        enc = encoder()
-        order = list(wins)
-        self.stats["first_look_windows"] += len(order)
-        self.stats["first_look_pairs"] += sum(map(len, wins.values()))
-        # the block's pieces once, sentence by sentence; a window's first look is a difference of running sums
-        toks = [enc.tokens(block[s:e]) for s, e in spans]
-        lens = np.array([len(t) for t in toks], dtype=np.int64)
-        first = {s: i for i, (s, _) in enumerate(spans)}
-        last = {e: i + 1 for i, (_, e) in enumerate(spans)}
-        a = np.array([first[s] for s, _ in order])
-        b = np.array([last[e] for _, e in order])
-        with enc.one_thread():
-            flat = np.fromiter((i for t in toks for i in t), dtype=np.int64, count=int(lens.sum()))
-            sums = enc.sums(flat, lens)  # a sentence: a piece at least
-            run = np.zeros((len(spans) + 1, sums.shape[1]), dtype=np.float32)
-            np.cumsum(sums, axis=0, out=run[1:])
-            count = np.concatenate([[0], np.cumsum(lens)])
-            marks = enc.static([BOS, EOS]).sum(axis=0, dtype=np.float32)
-            sums, counts = run[b] - run[a] + marks, count[b] - count[a] + 2
-            # the sum look of every (window, unit) pair; the first look only of the pairs that pass SUM_LOOK
-            units = sorted({u for us in wins.values() for u in us})
-            col = {u: k for k, u in enumerate(units)}
-            pk = np.repeat(np.arange(len(order)), [len(wins[w]) for w in order])
-            pu = np.array([col[u] for w in order for u in wins[w]], dtype=np.int64)
-            bar = np.array([SUM_LOOK[self.kinds[u]] for u in units], dtype=np.float32)[pu]
-            glance = np.einsum("pd,pd->p", enc.sum_look(sums, counts)[pk], self.sum_look_vectors(units)[pu])
-            keep = glance >= bar
-        if not keep.any():
-            return toks, order, units, None, None, None, None
-        pk, pu = pk[keep], pu[keep]
-        rows_, pk = np.unique(pk, return_inverse=True)  # the windows given a first look; each pair's among them
-        self.stats["sum_look_pairs"] += int(keep.sum())
-        self.stats["sum_look_windows"] += len(rows_)
-        return toks, [order[k] for k in rows_], units, pk, pu, sums[rows_], counts[rows_]
+    def _sum_bars(self, units: list[int]) -> np.ndarray:
+        return np.array([SUM_LOOK[self.kinds[u]] for u in units], dtype=np.float32)
 
     def _first_look(self, win_anchors: dict, look: tuple, looked: np.ndarray) -> tuple:
         """Of the pairs past the sum look, those whose first look (``looked``: their windows' vectors) passes

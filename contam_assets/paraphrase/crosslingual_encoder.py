@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import re
+from itertools import chain
 
 import numpy as np
+from scipy import sparse
 
 DIM = 512
 BOS, EOS = 1, 2
 MAX_WORDS = 500_000  # the word cache is emptied past this many distinct words
+MAX_WINDOWS = 4096  # the window cache (2 kB a vector) is emptied past this many distinct window texts
 REACH = 4  # a piece's feature reads the pieces within this many of it (two convolutions, of reach two each)
 SHORT_RUN = 16  # runs of fewer pieces are passed whole (their edges would be most of them)
 MAX_STRETCH = 512  # pieces in one covering pass, at most (its rows are held: about 11 kB a piece)
@@ -59,6 +62,7 @@ class Encoder:
         self.sp = self.use._tokenizer
         self.model = self.use._model  # loads the weights (about 70 MB held)
         self._words: dict[str, list[int]] = {}
+        self._windows: dict[str, np.ndarray] = {}  # window text -> vector: text met again (boilerplate) is not passed again
         # pieces (marks included) of the windows given to window_vectors, and those its forward passes read in full
         self.counts = {"window_pieces": 0, "pass_pieces": 0}
         self._slot = np.full(self.sp.vocab_size, -1, dtype=np.int64)
@@ -84,13 +88,12 @@ class Encoder:
             words.clear()
         if self._kept_space is not None and self._kept_space.search(text):
             return self.sp._encode_one(text) if text.strip() else []
-        out: list[int] = []
-        for w in text.split():
-            ids = words.get(w)
-            if ids is None:
-                ids = words[w] = self.sp._encode_one(w)
-            out += ids
-        return out
+        split = text.split()
+        each = list(map(words.get, split))
+        for k, ids in enumerate(each):
+            if ids is None:  # a word met for the first time
+                each[k] = words[split[k]] = self.sp._encode_one(split[k])
+        return list(chain.from_iterable(each))
 
     # ---- the encoder ----
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -119,9 +122,27 @@ class Encoder:
     # ---- runs of one text's sentences, from one pass ----
     def window_vectors(self, blocks: list[tuple]) -> list[dict]:
         """``embed`` of windows of texts, ``{window: vector}`` a text, from ``(text, spans, toks, windows)``: the
-        windows are runs of the text's sentences ``spans``, whose pieces are ``toks``.  All are passed together,
-        by ``run_vectors``; a window whose pieces are not its sentences' joined (a word cut at a sentence's end, as
-        in ``3.5``, or a space the tokenizer keeps) is passed whole."""
+        windows are runs of the text's sentences ``spans``, whose pieces are ``toks``.  A window whose text the
+        process met already (up to ``MAX_WINDOWS`` texts) has that text's vector; the others are passed together
+        (``_window_vectors``)."""
+        cache = self._windows
+        if len(cache) > MAX_WINDOWS:
+            cache.clear()
+        todo, queued = [], set()
+        for text, spans, pieces, wins in blocks:
+            new = [w for w in wins if text[w[0]:w[1]] not in cache and text[w[0]:w[1]] not in queued]
+            queued.update(text[w[0]:w[1]] for w in new)
+            if new:
+                todo.append((text, spans, pieces, new))
+        for (text, *_, wins), got in zip(todo, self._window_vectors(todo)):
+            for w in wins:
+                cache[text[w[0]:w[1]]] = got[w]
+        return [{w: cache[text[w[0]:w[1]]] for w in wins} for text, _, _, wins in blocks]
+
+    def _window_vectors(self, blocks: list[tuple]) -> list[dict]:
+        """``window_vectors`` of windows all new: all are passed together, by ``run_vectors``; a window whose
+        pieces are not its sentences' joined (a word cut at a sentence's end, or a space the tokenizer keeps) is
+        passed whole."""
         runs, whole, toks, at = [], [], [], 0
         for text, spans, pieces, wins in blocks:
             first = {s: i for i, (s, _) in enumerate(spans)}
@@ -285,17 +306,13 @@ class Encoder:
         return self._rows[self._slot[ids]]
 
     def sums(self, ids: np.ndarray, lens: np.ndarray) -> np.ndarray:
-        """Sums of static rows over consecutive runs of ``lens`` pieces (none empty), in single precision: a count
-        of each distinct piece per run times their rows (no copy of a row per piece), or, for long texts with
-        many distinct pieces, the rows summed one by one."""
+        """Sums of static rows over consecutive runs of ``lens`` pieces (none empty), in single precision: a sparse
+        count of each distinct piece per run times their rows (no copy of a row per piece)."""
         uniq, inv = np.unique(ids, return_inverse=True)
         rows = self.static(uniq).astype(np.float32)
-        if len(lens) * len(uniq) > 1 << 22:
-            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-            return np.add.reduceat(rows[inv], starts, axis=0)
         run = np.repeat(np.arange(len(lens)), lens)
-        counts = np.bincount(run * len(uniq) + inv.ravel(), minlength=len(lens) * len(uniq))
-        return counts.reshape(len(lens), len(uniq)).astype(np.float32) @ rows
+        counts = sparse.csr_array((np.ones(len(ids), dtype=np.float32), (run, inv.ravel())), shape=(len(lens), len(uniq)))
+        return counts @ rows
 
     def _alone(self, ids: np.ndarray) -> np.ndarray:
         """The backend's forward pass for one-piece texts with no marks, up to the sum over tokens."""

@@ -107,10 +107,10 @@ def test_the_sum_look_is_the_head_input_of_the_summed_rows():
 
 def test_windows_from_one_covering_pass_are_the_encoders_vectors_of_their_text():
     # overlapping windows of real translated problems (one pass over what they cover, their edges apart), a window too
-    # short for that, one across a sentence end that cuts a number (passed whole), windows of a second block
+    # short for that, one across a sentence end inside a word (passed whole), windows of a second block
     enc = encoder()
     first = " ".join(lines("mgsm_es.tsv", 12))
-    second = "El precio subió 3.5 veces. " + " ".join(lines("mgsm_fr.tsv", 4))
+    second = "El precio subió 3.5 veces.Luego bajó. " + " ".join(lines("mgsm_fr.tsv", 4))
     blocks = []
     for text in (first, second):
         spans = crosslingual.sentences(text)
@@ -118,7 +118,8 @@ def test_windows_from_one_covering_pass_are_the_encoders_vectors_of_their_text()
         runs = [(i, min(len(spans), i + k)) for i in range(len(spans)) for k in (1, 3, 6)]
         wins = list(dict.fromkeys((spans[i][0], spans[j - 1][1]) for i, j in runs))
         blocks.append((text, spans, toks, wins))
-    assert crosslingual.sentences(second)[0][1] == second.index("3.") + 2  # the number is cut at its dot
+    # a dot between digits ends no sentence; one between letters does, inside the word "veces.Luego"
+    assert crosslingual.sentences(second)[0][1] == second.index("veces.") + 6
     got = enc.window_vectors(blocks)
     for (text, spans, _, wins), vectors in zip(blocks, got):
         assert list(vectors) == wins
@@ -130,3 +131,25 @@ def test_windows_from_one_covering_pass_are_the_encoders_vectors_of_their_text()
     assert min(lengths) < 16 <= max(lengths) - 2  # a run passed whole and runs built from the covering pass
     direct = enc.embed_ids([[p for t in toks[i:j] for p in t] for i, j in runs])
     assert np.allclose(np.einsum("ij,ij->i", enc.run_vectors(toks, runs), direct), 1.0, atol=1e-5)
+
+
+def test_a_window_text_met_again_is_not_passed_again_and_keeps_its_vector():
+    # boilerplate repeated across documents (a translation credit under every manual page) is embedded once a process
+    enc = encoder()
+    enc._windows.clear()
+    text = " ".join(lines("mgsm_es.tsv", 6))
+    spans = crosslingual.sentences(text)
+    toks = [enc.tokens(text[s:e]) for s, e in spans]
+    wins = [(spans[0][0], spans[2][1]), (spans[1][0], spans[5][1])]
+    elsewhere = "Otra cosa. " + text  # the same windows in a second document, at other places
+    moved = [(s + 11, e + 11) for s, e in wins]
+    other = crosslingual.sentences(elsewhere)
+    first = enc.window_vectors([(text, spans, toks, wins), (elsewhere, other, [enc.tokens(elsewhere[s:e]) for s, e in other], moved)])
+    passed = dict(enc.counts)
+    again = enc.window_vectors([(elsewhere, other, [enc.tokens(elsewhere[s:e]) for s, e in other], moved)])
+    assert enc.counts == passed  # nothing passed through the encoder the second time
+    for w, m in zip(wins, moved):
+        assert np.array_equal(first[0][w], first[1][m]) and np.array_equal(first[0][w], again[0][m])
+    want = enc.embed([text[s:e] for s, e in wins])
+    assert np.allclose(np.einsum("ij,ij->i", np.stack([first[0][w] for w in wins]), want), 1.0, atol=1e-5)
+    assert passed["window_pieces"] > 0

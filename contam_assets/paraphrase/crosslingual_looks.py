@@ -1,0 +1,71 @@
+"""The sum look of the crosslingual stage (crosslingual.py, docs/crosslingual.md), over all the gated blocks of a
+group of documents at once: each block read into pieces sentence by sentence, every sentence's sum of static rows
+and every window's (its sentences') from sparse products, and each (window, unit) pair compared
+with its unit's sum look.  The pairs that pass go on to the first look, block by block."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import chain
+
+import numpy as np
+from scipy import sparse
+
+from contam_assets.paraphrase.crosslingual_encoder import BOS, EOS, Encoder
+
+PAIR_ROWS = 8192  # pairs compared at once (two rows of 2 kB each a pair)
+
+
+def sum_looks(enc: Encoder, gated: list[tuple], unit_looks: Callable[[list[int]], np.ndarray],
+              bars: Callable[[list[int]], np.ndarray]) -> tuple[list[tuple | None], dict[str, int]]:
+    """For each gated block ``(block, spans, a, b, pk, pu)`` (its sentences, its windows' first sentence and one
+    past their last, the (window, unit) pairs as window rows and unit ids), the look the first look reads: (pieces
+    a sentence, the windows given a first look as character spans, their pairs' units, the pairs' window and unit
+    columns, the windows' sums and piece counts), or None where no pair reaches its unit's bar (``bars``).  Also
+    the counts of windows and pairs formed and passed."""
+    toks = [[enc.tokens(block[s:e]) for s, e in spans] for block, spans, *_ in gated]
+    lens = np.array([len(t) for ts in toks for t in ts], dtype=np.int64)
+    stats = {"first_look_windows": 0, "first_look_pairs": 0, "sum_look_windows": 0, "sum_look_pairs": 0}
+    if not gated:
+        return [], stats
+    sent_at = np.cumsum([0] + [len(spans) for _, spans, *_ in gated])
+    win_at = np.cumsum([0] + [len(g[2]) for g in gated])
+    pair_at = np.cumsum([0] + [len(g[4]) for g in gated])
+    a = np.concatenate([g[2] + sent_at[k] for k, g in enumerate(gated)])
+    b = np.concatenate([g[3] + sent_at[k] for k, g in enumerate(gated)])
+    pk = np.concatenate([g[4] + win_at[k] for k, g in enumerate(gated)])
+    pu = np.concatenate([g[5] for g in gated])
+    stats["first_look_windows"], stats["first_look_pairs"] = len(a), len(pk)
+    with enc.one_thread():
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(toks)), dtype=np.int64, count=int(lens.sum()))
+        # a window's sum: its sentences' sums added by one sparse product (a sentence holds a piece at least)
+        width = b - a
+        cols = np.arange(int(width.sum())) - np.repeat(np.cumsum(width) - width, width) + np.repeat(a, width)
+        cover = sparse.csr_array((np.ones(len(cols), dtype=np.float32), (np.repeat(np.arange(len(a)), width), cols)),
+                                 shape=(len(a), len(lens)))
+        count = np.concatenate([[0], np.cumsum(lens)])
+        sums = cover @ enc.sums(flat, lens) + enc.static([BOS, EOS]).sum(axis=0, dtype=np.float32)
+        counts = count[b] - count[a] + 2
+        look = enc.sum_look(sums, counts)
+        units, col = np.unique(pu, return_inverse=True)
+        units = units.tolist()
+        vectors, bar = unit_looks(units), bars(units)
+        col = col.ravel()
+        keep = np.empty(len(pk), dtype=bool)
+        for p in range(0, len(pk), PAIR_ROWS):
+            q = slice(p, p + PAIR_ROWS)
+            keep[q] = np.einsum("pd,pd->p", look[pk[q]], vectors[col[q]]) >= bar[col[q]]
+    out: list[tuple | None] = []
+    for k, (block, spans, *_) in enumerate(gated):
+        mine = slice(pair_at[k], pair_at[k + 1])
+        kept = keep[mine]
+        if not kept.any():
+            out.append(None)
+            continue
+        rows, wk = np.unique(pk[mine][kept], return_inverse=True)  # the windows given a first look (group rows)
+        mine_units, uk = np.unique(pu[mine][kept], return_inverse=True)
+        order = [(spans[i - sent_at[k]][0], spans[j - 1 - sent_at[k]][1]) for i, j in zip(a[rows].tolist(), b[rows].tolist())]
+        stats["sum_look_pairs"] += int(kept.sum())
+        stats["sum_look_windows"] += len(rows)
+        out.append((toks[k], order, mine_units.tolist(), wk.ravel(), uk.ravel(), sums[rows], counts[rows]))
+    return out, stats
