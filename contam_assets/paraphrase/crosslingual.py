@@ -49,7 +49,7 @@ from contam_assets.detector.matches import Reference, match_id
 from contam_assets.paraphrase.crosslingual_anchors import EN_WORDS, NAME_PREFIX, anchor_places, anchors  # noqa: F401
 from contam_assets.paraphrase.crosslingual_encoder import BOS, DIM, EOS, Encoder, EncoderError  # noqa: F401
 from contam_assets.paraphrase.crosslingual_looks import sum_looks
-from contam_assets.paraphrase.crosslingual_windows import LENGTH_HIGH, LENGTH_LOW, Sentences, sentences, windows  # noqa: F401
+from contam_assets.paraphrase.crosslingual_windows import Sentences, group_pairs, sentences
 
 ENCODER = "use-multilingual-v3"
 EN_SHARE = 0.12
@@ -275,7 +275,7 @@ class CrosslingualIndex:
         return out + (self._search_group(group) if group else [])
 
     def _search_group(self, texts: list[str]) -> list[list[Hit]]:
-        gated = []  # (document, block start, block, spans, window anchors, windows and pairs)
+        gated = []  # (document, block start, block, spans, window anchors, candidate units, their keys)
         for d, text in enumerate(texts):
             self.stats["documents"] += 1
             for bs, be in blocks(text):
@@ -285,7 +285,9 @@ class CrosslingualIndex:
         # the sum looks of all the blocks' pairs, the first looks of the windows past them, then the encoder's of
         # those that pass it
         enc = encoder()
-        looks, counted = sum_looks(enc, [(block, spans, *pairs) for _, _, block, spans, _, pairs in gated],
+        a, b, pk, slot = group_pairs([g[4] for g in gated], [self.lengths[g[5]] for g in gated], [g[6] for g in gated])
+        units = np.array([u for g in gated for u in g[5]], dtype=np.int64)
+        looks, counted = sum_looks(enc, [(g[2], g[3]) for g in gated], a, b + 1, pk, units[slot],
                                    self.sum_look_vectors, self._sum_bars)
         for k, v in counted.items():
             self.stats[k] += v
@@ -309,8 +311,8 @@ class CrosslingualIndex:
         return [list(b.values()) for b in best]
 
     def _gate(self, block: str):
-        """A block's candidates and their (window, unit) pairs: (spans, window anchors, (windows' first sentence,
-        one past their last, pairs' windows, pairs' units)) or None when there is none."""
+        """A block's sentences, anchors, candidate units and the keys of theirs it holds, or None when it has no
+        candidate."""
         self.stats["blocks"] += 1
         places = anchor_places(block)
         units, have = self.candidates(block, {a for _, _, a in places})
@@ -319,8 +321,7 @@ class CrosslingualIndex:
         self.stats["gated_blocks"] += 1
         spans = sentences(block)
         parts = Sentences(block, spans, places, anchors)
-        a, b, pk, pu = parts.pairs(self.lengths[units], [self.keys[u] & have for u in units])
-        return (spans, parts, (a, b + 1, pk, np.asarray(units, dtype=np.int64)[pu])) if len(pk) else None
+        return spans, parts, units, [self.keys[u] & have for u in units]
 
     def _sum_bars(self, units: list[int]) -> np.ndarray:
         return np.array([SUM_LOOK[self.kinds[u]] for u in units], dtype=np.float32)

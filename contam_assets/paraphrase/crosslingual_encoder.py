@@ -61,7 +61,7 @@ class Encoder:
         self.use = USE(threads=1)
         self.sp = self.use._tokenizer
         self.model = self.use._model  # loads the weights (about 70 MB held)
-        self._words: dict[str, list[int]] = {}
+        self._words: dict[str, tuple[int, ...]] = {}
         self._windows: dict[str, np.ndarray] = {}  # window text -> vector: text met again (boilerplate) is not passed again
         # pieces (marks included) of the windows given to window_vectors, and those its forward passes read in full
         self.counts = {"window_pieces": 0, "pass_pieces": 0}
@@ -92,7 +92,7 @@ class Encoder:
         each = list(map(words.get, split))
         for k, ids in enumerate(each):
             if ids is None:  # a word met for the first time
-                each[k] = words[split[k]] = self.sp._encode_one(split[k])
+                each[k] = words[split[k]] = tuple(self.sp._encode_one(split[k]))  # a tuple: the collector lets it be
         return list(chain.from_iterable(each))
 
     # ---- the encoder ----

@@ -16,29 +16,29 @@ from contam_assets.paraphrase.crosslingual_encoder import BOS, EOS, Encoder
 PAIR_ROWS = 8192  # pairs compared at once (two rows of 2 kB each a pair)
 
 
-def sum_looks(enc: Encoder, gated: list[tuple], unit_looks: Callable[[list[int]], np.ndarray],
+def sum_looks(enc: Encoder, blocks: list[tuple], a: np.ndarray, b: np.ndarray, pk: np.ndarray, pu: np.ndarray,
+              unit_looks: Callable[[list[int]], np.ndarray],
               bars: Callable[[list[int]], np.ndarray]) -> tuple[list[tuple | None], dict[str, int]]:
-    """For each gated block ``(block, spans, a, b, pk, pu)`` (its sentences, its windows' first sentence and one
-    past their last, the (window, unit) pairs as window rows and unit ids), the look the first look reads: (pieces
-    a sentence, the windows given a first look as character spans, their pairs' units, the pairs' window and unit
-    columns, the windows' sums and piece counts), or None where no pair reaches its unit's bar (``bars``).  Also
-    the counts of windows and pairs formed and passed."""
-    toks = [[enc.tokens(block[s:e]) for s, e in spans] for block, spans, *_ in gated]
+    """For each block ``(block, spans)``, the look the first look reads: (pieces a sentence, the windows given a
+    first look as character spans, their pairs' units, the pairs' window and unit columns, the windows' sums and
+    piece counts), or None where no pair reaches its unit's bar (``bars``).  The windows are the blocks' (as
+    crosslingual_windows.group_pairs numbers them): their first sentence ``a`` and one past their last ``b``; the
+    pairs' windows ``pk`` and units ``pu``.  Also the counts of windows and pairs formed and passed."""
+    stats = {"first_look_windows": len(a), "first_look_pairs": len(pk), "sum_look_windows": 0, "sum_look_pairs": 0}
+    if not len(pk):
+        return [None] * len(blocks), stats
+    sent_at = np.cumsum([0] + [len(spans) for _, spans in blocks])
+    # the windows are by block and the pairs by window: each block's are a run of them
+    per_block = np.bincount(np.searchsorted(sent_at, a, side="right") - 1, minlength=len(blocks))
+    win_at = np.concatenate([[0], np.cumsum(per_block)])
+    pair_at = np.searchsorted(pk, win_at)
+    # the pieces of the blocks' sentences (a block without windows: none)
+    toks = [[enc.tokens(block[s:e]) for s, e in spans] if n else [[]] * len(spans)
+            for (block, spans), n in zip(blocks, per_block.tolist())]
     lens = np.array([len(t) for ts in toks for t in ts], dtype=np.int64)
-    stats = {"first_look_windows": 0, "first_look_pairs": 0, "sum_look_windows": 0, "sum_look_pairs": 0}
-    if not gated:
-        return [], stats
-    sent_at = np.cumsum([0] + [len(spans) for _, spans, *_ in gated])
-    win_at = np.cumsum([0] + [len(g[2]) for g in gated])
-    pair_at = np.cumsum([0] + [len(g[4]) for g in gated])
-    a = np.concatenate([g[2] + sent_at[k] for k, g in enumerate(gated)])
-    b = np.concatenate([g[3] + sent_at[k] for k, g in enumerate(gated)])
-    pk = np.concatenate([g[4] + win_at[k] for k, g in enumerate(gated)])
-    pu = np.concatenate([g[5] for g in gated])
-    stats["first_look_windows"], stats["first_look_pairs"] = len(a), len(pk)
     with enc.one_thread():
         flat = np.fromiter(chain.from_iterable(chain.from_iterable(toks)), dtype=np.int64, count=int(lens.sum()))
-        # a window's sum: its sentences' sums added by one sparse product (a sentence holds a piece at least)
+        # a window's sum: its sentences' sums added by one sparse product
         width = b - a
         cols = np.arange(int(width.sum())) - np.repeat(np.cumsum(width) - width, width) + np.repeat(a, width)
         cover = sparse.csr_array((np.ones(len(cols), dtype=np.float32), (np.repeat(np.arange(len(a)), width), cols)),
@@ -56,7 +56,7 @@ def sum_looks(enc: Encoder, gated: list[tuple], unit_looks: Callable[[list[int]]
             q = slice(p, p + PAIR_ROWS)
             keep[q] = np.einsum("pd,pd->p", look[pk[q]], vectors[col[q]]) >= bar[col[q]]
     out: list[tuple | None] = []
-    for k, (block, spans, *_) in enumerate(gated):
+    for k, (block, spans) in enumerate(blocks):
         mine = slice(pair_at[k], pair_at[k + 1])
         kept = keep[mine]
         if not kept.any():

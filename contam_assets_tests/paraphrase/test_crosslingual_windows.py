@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from contam_assets.paraphrase.crosslingual_anchors import anchor_places, anchors
-from contam_assets.paraphrase.crosslingual_windows import Sentences, sentences, windows
+from contam_assets.paraphrase.crosslingual_windows import Sentences, group_pairs, sentences, windows
 
 CROSS = Path("/work/shared/data/crosslingual")
 pytestmark = pytest.mark.skipif(not (CROSS / "mgsm_es.tsv").is_file(), reason="shared data not present")
@@ -75,3 +75,25 @@ def test_pairs_are_each_units_windows_holding_one_of_its_keys_in_the_loops_order
         got_windows = [(spans[i][0], spans[j][1]) for i, j in zip(first.tolist(), last.tolist())]
         assert got_windows == list(want)
         assert [(got_windows[k], u) for k, u in zip(pk.tolist(), pu.tolist())] == [(w, u) for w, us in want.items() for u in us]
+
+
+def test_pairs_of_many_blocks_at_once_are_each_blocks_numbered_across_them():
+    rng = random.Random(11)
+    blocks, lengths, keys, want = real_blocks()[:9], [], [], [[], [], [], []]
+    sent_at = unit_at = 0
+    parts = []
+    for block in blocks:
+        spans = sentences(block)
+        part = Sentences(block, spans, anchor_places(block), anchors)
+        have = sorted(anchors(block))
+        n = rng.randint(0, 12)
+        lengths.append(np.array([rng.randint(20, len(block)) for _ in range(n)], dtype=np.int64))
+        keys.append([set(rng.sample(have, rng.randint(0, min(3, len(have))))) for _ in range(n)])
+        first, last, pk, pu = part.pairs(lengths[-1], keys[-1])
+        windows_before = len(want[0])
+        for got, add in zip(want, (first + sent_at, last + sent_at, pk + windows_before, pu + unit_at)):
+            got.extend(add.tolist())
+        parts.append(part)
+        sent_at, unit_at = sent_at + len(spans), unit_at + n
+    got = group_pairs(parts, lengths, keys)
+    assert [g.tolist() for g in got] == want and len(want[2]) > 20
