@@ -30,10 +30,12 @@ The pool is scanned twice, ``--preset default`` with and without ``--crosslingua
 its seconds (shard_stats: a shard is one worker's, so per core), and the stage's share the difference (which holds
 its one-time costs: the index over the reference set and the encoder's load).  Then, in this process, the stage alone: the
 index's build, the encoder's load, and the English and foreign pools searched with both done, in CPU seconds (per core
-whatever the machine's load); the foreign pool first with nothing met, then with the reference units and pieces it
-met already known (their vectors, looks and static rows are made once per worker process: a pool of gigabytes pays
-that once; the fastest of three such passes), with the CPU split between its steps (``SPLIT``), the windows per MB
-that reach each (formed, given the first look past the sum look, given the encoder) and the encoder's pieces.
+whatever the machine's load); each foreign shard first as met (the reference units and pieces it meets for the first
+time are read then), then with them known (their vectors, looks and static rows are made once per worker process: a
+pool of gigabytes pays that once; the fastest of three untimed passes), with the CPU split between its steps
+(``SPLIT``, from one more pass with timers around them), the windows per MB that reach each (formed, given the first
+look past the sum look, given the encoder) and the encoder's pieces.  Each pass starts without the encoder's window
+cache: only the shard's own repeats are read from it.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,8 +120,8 @@ def test_the_documented_detect_command_holds_a_translation_and_removes_nothing(t
 
 @pytest.mark.slow  # two detect runs over the full reference set, one with the encoder (about 25 s of CPU)
 def test_the_documented_benchmark_reaches_the_targets_on_its_small_run():
-    # the docs' command: the small run (a dozen items of each set, 40 clean documents, 20 recombined foreign ones;
-    # two detect runs of one pool)
+    # the docs' command: the small run (a dozen items of each set, 40 clean documents, 20 recombined foreign ones, 3
+    # translated manual pages of each language; two detect runs of one pool)
     cmd = command("docs/crosslingual.md", "python benchmarks/crosslingual_pool.py")
     out = cmd.split("--out ")[1].split()[0]
     r = subprocess.run(cmd.replace("python ", f"{sys.executable} ", 1), shell=True, cwd=ROOT, capture_output=True,
@@ -137,6 +138,12 @@ def test_the_documented_benchmark_reaches_the_targets_on_its_small_run():
         cost = figures["cost"][pool]
         assert cost["mb"] > 0 and cost["stage_search"]["blocks"] > 0 and cost["stage_search_warm"]["units_embedded"] == 0
         assert figures[f"{pool}_documents_held"] <= 0.02 * cost["stage_search"]["documents"] + 1, (pool, figures)
+    # translated manual pages, where the machine has them: foreign text of another kind, none of it held
+    for pool in figures["manuals"]:
+        cost = figures["cost"][pool]
+        assert figures[f"{pool}_documents_held"] == 0 and cost["removed"] == 0, (pool, figures)
+        assert cost["stage_search"]["documents"] >= 1 and cost["stage_search_warm_mb_per_s"] > 0
+    assert figures["manuals"] or not (Path("/usr/share/man/de").is_dir() and shutil.which("man"))
     held = {name: s["held"] for name, s in figures["sets"].items()}
     assert held["mgsm_es"] >= 0.8 and held["xquad_es"] >= 0.8 and held["mgsm_fr"] >= 0.8, held
     assert all(s["non_reference_held"] <= 0.02 for s in figures["sets"].values()), figures["sets"]
