@@ -58,6 +58,7 @@ MIN_WORDS = 6
 ANCHOR_SHARE = 0.05
 MAX_CANDIDATES = 32  # units per block, those whose anchors the block holds most of
 GROUP_CHARS = 200_000  # characters of documents whose blocks' windows search_many looks at together
+BATCH_CELLS, BATCH_SENTENCES = 1 << 20, 1 << 14  # a group's blocks are formed into windows in batches of these
 # the verifier's (similarity, anchor cover, similarity alone) per unit kind, fitted on the even items of MGSM es/fr
 # and XQuAD es against GSM8K train and test and XQuAD's questions (at most 1 % of non-reference items held) and
 # checked on the odd ones (benchmarks/crosslingual_pool.py, docs/crosslingual.md)
@@ -275,23 +276,25 @@ class CrosslingualIndex:
         return out + (self._search_group(group) if group else [])
 
     def _search_group(self, texts: list[str]) -> list[list[Hit]]:
-        gated = []  # (document, block start, block, spans, window anchors, candidate units, their keys)
+        # the gated blocks (document, block start, block, spans, window anchors, candidate units, their keys) in
+        # batches of at most BATCH_CELLS (unit, sentence) cells and BATCH_SENTENCES sentences (a larger block alone):
+        # their windows and sum looks formed together, only the blocks with pairs past the sum look kept
+        looked, batch, cells, held = [], [], 0, 0
         for d, text in enumerate(texts):
             self.stats["documents"] += 1
             for bs, be in blocks(text):
                 found = self._gate(text[bs:be])
-                if found is not None:
-                    gated.append((d, bs, text[bs:be], *found))
-        # the sum looks of all the blocks' pairs, the first looks of the windows past them, then the encoder's of
-        # those that pass it
+                if found is None:
+                    continue
+                n = len(found[0])
+                if batch and (cells + n * len(found[2]) > BATCH_CELLS or held + n > BATCH_SENTENCES):
+                    looked += self._sum_looks(batch)
+                    batch, cells, held = [], 0, 0
+                batch.append((d, bs, text[bs:be], *found))
+                cells, held = cells + n * len(found[2]), held + n
+        looked += self._sum_looks(batch)
+        # the first looks of the windows past the sum looks, then the encoder's of those that pass it
         enc = encoder()
-        a, b, pk, slot = group_pairs([g[4] for g in gated], [self.lengths[g[5]] for g in gated], [g[6] for g in gated])
-        units = np.array([u for g in gated for u in g[5]], dtype=np.int64)
-        looks, counted = sum_looks(enc, [(g[2], g[3]) for g in gated], a, b + 1, pk, units[slot],
-                                   self.sum_look_vectors, self._sum_bars)
-        for k, v in counted.items():
-            self.stats[k] += v
-        looked = [(*g[:5], look) for g, look in zip(gated, looks) if look is not None]
         with enc.one_thread():
             heads = enc.first_look(np.concatenate([look[5] for *_, look in looked]) if looked else np.zeros((0, DIM)),
                                    np.concatenate([look[6] for *_, look in looked]) if looked else np.zeros(0))
@@ -322,6 +325,18 @@ class CrosslingualIndex:
         spans = sentences(block)
         parts = Sentences(block, spans, places, anchors)
         return spans, parts, units, [self.keys[u] & have for u in units]
+
+    def _sum_looks(self, batch: list[tuple]) -> list[tuple]:
+        """The batch's blocks with pairs past the sum look, each with its look (crosslingual_looks.py)."""
+        if not batch:
+            return []
+        a, b, pk, slot = group_pairs([g[4] for g in batch], [self.lengths[g[5]] for g in batch], [g[6] for g in batch])
+        units = np.array([u for g in batch for u in g[5]], dtype=np.int64)
+        looks, counted = sum_looks(encoder(), [(g[2], g[3]) for g in batch], a, b + 1, pk, units[slot],
+                                   self.sum_look_vectors, self._sum_bars)
+        for k, v in counted.items():
+            self.stats[k] += v
+        return [(*g[:5], look) for g, look in zip(batch, looks) if look is not None]
 
     def _sum_bars(self, units: list[int]) -> np.ndarray:
         return np.array([SUM_LOOK[self.kinds[u]] for u in units], dtype=np.float32)

@@ -36,7 +36,7 @@ from scipy import sparse
 DIM = 512
 BOS, EOS = 1, 2
 MAX_WORDS = 500_000  # the word cache is emptied past this many distinct words
-MAX_WINDOWS = 4096  # the window cache (2 kB a vector) is emptied past this many distinct window texts
+MAX_WINDOWS = 4096  # the window cache (2 kB a vector) is emptied after a call that leaves more window texts
 REACH = 4  # a piece's feature reads the pieces within this many of it (two convolutions, of reach two each)
 SHORT_RUN = 16  # runs of fewer pieces are passed whole (their edges would be most of them)
 MAX_STRETCH = 512  # pieces in one covering pass, at most (its rows are held: about 11 kB a piece)
@@ -123,11 +123,9 @@ class Encoder:
     def window_vectors(self, blocks: list[tuple]) -> list[dict]:
         """``embed`` of windows of texts, ``{window: vector}`` a text, from ``(text, spans, toks, windows)``: the
         windows are runs of the text's sentences ``spans``, whose pieces are ``toks``.  A window whose text the
-        process met already (up to ``MAX_WINDOWS`` texts) has that text's vector; the others are passed together
-        (``_window_vectors``)."""
+        process met already (the cache is emptied after a call that leaves more than ``MAX_WINDOWS`` texts) has that
+        text's vector; the others are passed together (``_window_vectors``)."""
         cache = self._windows
-        if len(cache) > MAX_WINDOWS:
-            cache.clear()
         todo, queued = [], set()
         for text, spans, pieces, wins in blocks:
             new = [w for w in wins if text[w[0]:w[1]] not in cache and text[w[0]:w[1]] not in queued]
@@ -137,7 +135,10 @@ class Encoder:
         for (text, *_, wins), got in zip(todo, self._window_vectors(todo)):
             for w in wins:
                 cache[text[w[0]:w[1]]] = got[w]
-        return [{w: cache[text[w[0]:w[1]]] for w in wins} for text, _, _, wins in blocks]
+        out = [{w: cache[text[w[0]:w[1]]] for w in wins} for text, _, _, wins in blocks]
+        if len(cache) > MAX_WINDOWS:
+            cache.clear()
+        return out
 
     def _window_vectors(self, blocks: list[tuple]) -> list[dict]:
         """``window_vectors`` of windows all new: all are passed together, by ``run_vectors``; a window whose
@@ -306,8 +307,8 @@ class Encoder:
         return self._rows[self._slot[ids]]
 
     def sums(self, ids: np.ndarray, lens: np.ndarray) -> np.ndarray:
-        """Sums of static rows over consecutive runs of ``lens`` pieces (none empty), in single precision: a sparse
-        count of each distinct piece per run times their rows (no copy of a row per piece)."""
+        """Sums of static rows over consecutive runs of ``lens`` pieces (an empty run sums to zeros), in single
+        precision: a sparse count of each distinct piece per run times their rows (no copy of a row per piece)."""
         uniq, inv = np.unique(ids, return_inverse=True)
         rows = self.static(uniq).astype(np.float32)
         run = np.repeat(np.arange(len(lens)), lens)

@@ -14,6 +14,7 @@ from scipy import sparse
 from contam_assets.paraphrase.crosslingual_encoder import BOS, EOS, Encoder
 
 PAIR_ROWS = 8192  # pairs compared at once (two rows of 2 kB each a pair)
+WINDOW_ROWS = 8192  # windows whose sum looks are held at once (4 kB a window)
 
 
 def sum_looks(enc: Encoder, blocks: list[tuple], a: np.ndarray, b: np.ndarray, pk: np.ndarray, pu: np.ndarray,
@@ -44,17 +45,19 @@ def sum_looks(enc: Encoder, blocks: list[tuple], a: np.ndarray, b: np.ndarray, p
         cover = sparse.csr_array((np.ones(len(cols), dtype=np.float32), (np.repeat(np.arange(len(a)), width), cols)),
                                  shape=(len(a), len(lens)))
         count = np.concatenate([[0], np.cumsum(lens)])
-        sums = cover @ enc.sums(flat, lens) + enc.static([BOS, EOS]).sum(axis=0, dtype=np.float32)
+        each, marks = enc.sums(flat, lens), enc.static([BOS, EOS]).sum(axis=0, dtype=np.float32)
         counts = count[b] - count[a] + 2
-        look = enc.sum_look(sums, counts)
         units, col = np.unique(pu, return_inverse=True)
         units = units.tolist()
         vectors, bar = unit_looks(units), bars(units)
         col = col.ravel()
-        keep = np.empty(len(pk), dtype=bool)
-        for p in range(0, len(pk), PAIR_ROWS):
-            q = slice(p, p + PAIR_ROWS)
-            keep[q] = np.einsum("pd,pd->p", look[pk[q]], vectors[col[q]]) >= bar[col[q]]
+        keep = np.zeros(len(pk), dtype=bool)
+        for w in range(0, len(a), WINDOW_ROWS):  # the windows' looks a slice at a time (4 kB a window)
+            look = enc.sum_look(cover[w:w + WINDOW_ROWS] @ each + marks, counts[w:w + WINDOW_ROWS])
+            first, last = np.searchsorted(pk, [w, w + WINDOW_ROWS])
+            for p in range(int(first), int(last), PAIR_ROWS):
+                q = slice(p, min(p + PAIR_ROWS, int(last)))
+                keep[q] = np.einsum("pd,pd->p", look[pk[q] - w], vectors[col[q]]) >= bar[col[q]]
     out: list[tuple | None] = []
     for k, (block, spans) in enumerate(blocks):
         mine = slice(pair_at[k], pair_at[k + 1])
@@ -67,5 +70,7 @@ def sum_looks(enc: Encoder, blocks: list[tuple], a: np.ndarray, b: np.ndarray, p
         order = [(spans[i - sent_at[k]][0], spans[j - 1 - sent_at[k]][1]) for i, j in zip(a[rows].tolist(), b[rows].tolist())]
         stats["sum_look_pairs"] += int(kept.sum())
         stats["sum_look_windows"] += len(rows)
-        out.append((toks[k], order, mine_units.tolist(), wk.ravel(), uk.ravel(), sums[rows], counts[rows]))
+        with enc.one_thread():
+            sums = cover[rows] @ each + marks
+        out.append((toks[k], order, mine_units.tolist(), wk.ravel(), uk.ravel(), sums, counts[rows]))
     return out, stats

@@ -22,7 +22,7 @@ def sentences(text: str) -> list[tuple[int, int]]:
 def windows(spans: list[tuple[int, int]], length: int, ends: list[int] | None = None) -> list[tuple[int, int]]:
     """Runs of whole sentences whose length lies within [LENGTH_LOW, LENGTH_HIGH] times ``length``: from each
     sentence, the shortest run reaching the low bound (the whole block when it is shorter).  ``ends``: the spans'
-    ends, when the caller has them.  (``Sentences.pairs`` forms the same windows for many units at once.)"""
+    ends, when the caller has them.  (``group_pairs`` forms the same windows for many units and blocks at once.)"""
     lo, hi = LENGTH_LOW * length, LENGTH_HIGH * length
     ends = ends if ends is not None else [e for _, e in spans]
     out = []

@@ -225,3 +225,20 @@ def test_documents_searched_in_groups_give_the_rows_of_one_batch(planted, monkey
     key = ("line", "record_id", "training_text", "flagged", "needs_review")
     assert [tuple(r[k] for k in key) for r in alone] == [tuple(r[k] for k in key) for r in rows]
     assert max(abs(a["score"] - b["score"]) for a, b in zip(alone, rows)) < 1e-5
+
+
+def test_blocks_formed_and_looked_at_in_small_batches_give_the_same_rows(planted, monkeypatch):
+    """A group's blocks go through windows and sum looks in batches bounded by cells and sentences, and the looks a
+    slice of windows and pairs at a time: the smallest batches and slices hold the same rows."""
+    from contam_assets.paraphrase import crosslingual, crosslingual_looks
+
+    ref, docs, rows = planted
+    for name, value in (("BATCH_CELLS", 1), ("BATCH_SENTENCES", 1)):
+        monkeypatch.setattr(crosslingual, name, value)
+    for name, value in (("WINDOW_ROWS", 3), ("PAIR_ROWS", 2)):
+        monkeypatch.setattr(crosslingual_looks, name, value)
+    crosslingual._INDEXES.clear()
+    small = crosslingual_rows(docs, "web/a.jsonl", ref, "crosslingual", [])
+    key = ("line", "record_id", "training_text", "flagged", "needs_review")
+    assert [tuple(r[k] for k in key) for r in small] == [tuple(r[k] for k in key) for r in rows] and len(rows) >= 3
+    assert max(abs(a["score"] - b["score"]) for a, b in zip(small, rows)) < 1e-5
