@@ -255,7 +255,7 @@ def _figures(ix, enc, texts: list[str], cpu: float, held: int, spent: dict | Non
              pieces: dict) -> dict:
     stats = {k: v - before.get(k, 0) for k, v in ix.stats.items()}
     mb = sum(len(t.encode()) for t in texts) / 1e6
-    return {"documents": len(texts), "cpu_seconds": round(cpu, 2),
+    return {"documents": len(texts), "cpu_seconds": round(cpu, 3),
             **({"encoder_share": round(spent["encoder"] / max(cpu, 1e-6), 3),
                 "cpu_seconds_per_mb": {k: round(v / max(mb, 1e-9), 2) for k, v in spent.items()}} if spent else {}),
             "documents_held": held, "blocks": stats.get("blocks", 0), "gated_blocks": stats.get("gated_blocks", 0),

@@ -30,8 +30,9 @@ def anchor_places(text: str) -> list[tuple[int, int, str]]:
         if digits:
             out.append((m.start(), m.end(), "#" + digits))
     for m in _NAME.finditer(text):
-        if m.group().lower() not in EN_WORDS:
-            out.append((m.start(), m.end(), name_key(m.group())))
+        key = name_key(m.group())
+        if key is not None:
+            out.append((m.start(), m.end(), key))
     out += [(m.start(), m.end(), m.group()) for m in _IDENT.finditer(text)]
     return out
 
@@ -42,8 +43,10 @@ def anchors(text: str) -> set[str]:
 
 
 @lru_cache(maxsize=1 << 16)
-def name_key(name: str) -> str:
-    return fold(name)[:NAME_PREFIX]
+def name_key(name: str) -> str | None:
+    """A capitalised word's anchor: its first ``NAME_PREFIX`` letters, accents dropped; None for an English
+    function word."""
+    return None if name.lower() in EN_WORDS else fold(name)[:NAME_PREFIX]
 
 
 def fold(word: str) -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-from itertools import chain
 
 import numpy as np
 from scipy import sparse
@@ -88,12 +87,13 @@ class Encoder:
             words.clear()
         if self._kept_space is not None and self._kept_space.search(text):
             return self.sp._encode_one(text) if text.strip() else []
-        split = text.split()
-        each = list(map(words.get, split))
-        for k, ids in enumerate(each):
-            if ids is None:  # a word met for the first time
-                each[k] = words[split[k]] = tuple(self.sp._encode_one(split[k]))  # a tuple: the collector lets it be
-        return list(chain.from_iterable(each))
+        out: list[int] = []
+        for w in text.split():
+            ids = words.get(w)
+            if ids is None:  # kept as a tuple, which the collector does not walk
+                ids = words[w] = tuple(self.sp._encode_one(w))
+            out += ids
+        return out
 
     # ---- the encoder ----
     def embed(self, texts: list[str]) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 LENGTH_LOW, LENGTH_HIGH = 0.6, 1.8
 # a sentence ends at its stops or a line's end; a dot between digits (3.5, 80.000) ends none
-_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|(?<=\d)\.(?=\d))*(?:[.!?。！？]+|\n|$)")
+_SENTENCE = re.compile(r"[^.!?。！？\n]*(?:(?<=\d)\.(?=\d)[^.!?。！？\n]*)*(?:[.!?。！？]+|\n|$)")
 
 
 def sentences(text: str) -> list[tuple[int, int]]:
