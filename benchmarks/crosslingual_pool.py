@@ -117,10 +117,11 @@ POOLS = ("english", "multilingual", "foreign_items", "foreign_text")
 MANUAL_LANGUAGES = ("de", "fr", "es", "it", "pt", "nl", "pl")
 
 
-def manual_docs(folder: Path, per_language: int) -> dict[str, list[dict]]:
+def manual_docs(folder: Path, per_language: int, skipped: dict[str, int] | None = None) -> dict[str, list[dict]]:
     """A natural foreign pool with nothing to find: the machine's manual pages translated by people (``man -l``
     renders each; ``per_language`` of each language, 0 for all), a shard ``manuals_<language>`` a language.  Empty
-    where the machine has none or no ``man`` to render them."""
+    where the machine has none or no ``man`` to render them; ``skipped`` counts, by language, the pages that render
+    to under 200 characters (or not at all)."""
     if shutil.which("man") is None or shutil.which("col") is None:
         return {}
 
@@ -136,6 +137,8 @@ def manual_docs(folder: Path, per_language: int) -> dict[str, list[dict]]:
         with ThreadPoolExecutor(4) as pool:
             texts = list(pool.map(render, pages))
         docs = [{"id": f"{lang}/{p.name}", "text": t} for p, t in zip(pages, texts) if len(t.strip()) >= 200]
+        if skipped is not None and len(docs) < len(pages):
+            skipped[lang] = len(pages) - len(docs)
         if docs:
             out[f"manuals_{lang}"] = docs
     return out
@@ -289,11 +292,13 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        manuals = manual_docs(Path(args.manuals_dir), args.manuals)
+        skipped: dict[str, int] = {}
+        manuals = manual_docs(Path(args.manuals_dir), args.manuals, skipped)
         truth = build(root, Path(args.benchmarks).resolve(), args.seed, args.items, args.clean, args.foreign, manuals)
         result = {"machine": f"{platform.machine()} {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
                   "load": [round(x, 1) for x in os.getloadavg()], "seed": args.seed, "items": args.items,
-                  "clean": args.clean, "foreign": args.foreign, "manuals": sorted(manuals), "sets": {}, "cost": {}}
+                  "clean": args.clean, "foreign": args.foreign, "manuals": sorted(manuals), "manual_pages_skipped": skipped, "sets": {},
+                  "cost": {}}
         if not manuals:
             print(f"no translated manual pages under {args.manuals_dir} (or no man to render them): "
                   "the natural foreign pool is left out", file=sys.stderr)

@@ -70,7 +70,14 @@ def sum_looks(enc: Encoder, blocks: list[tuple], a: np.ndarray, b: np.ndarray, p
         order = [(spans[i - sent_at[k]][0], spans[j - 1 - sent_at[k]][1]) for i, j in zip(a[rows].tolist(), b[rows].tolist())]
         stats["sum_look_pairs"] += int(kept.sum())
         stats["sum_look_windows"] += len(rows)
+        out.append((toks[k], order, mine_units.tolist(), wk.ravel(), uk.ravel(), rows, counts[rows]))
+    if any(look is not None for look in out):  # the sums of the windows kept, from one product
+        rows = np.concatenate([look[5] for look in out if look is not None])
         with enc.one_thread():
             sums = cover[rows] @ each + marks
-        out.append((toks[k], order, mine_units.tolist(), wk.ravel(), uk.ravel(), sums, counts[rows]))
+        at = 0
+        for k, look in enumerate(out):
+            if look is not None:
+                out[k] = (*look[:5], sums[at:at + len(look[5])], look[6])
+                at += len(look[5])
     return out, stats
