@@ -21,13 +21,14 @@ choose what it sees, cheapest first:
    read once (crosslingual_windows.py).
 4. **looks**: the blocks of a group of documents are read into the encoder's pieces once; a window's sum of
    per-piece static rows is its sentences' (sparse products, crosslingual_looks.py).  The *sum look* compares those
-   sums, before the encoder's head, with each unit's: only the (window, unit) pairs that reach ``SUM_LOOK`` have their windows passed through
-   the head for the *first look*.  Of the pairs whose first-look similarity passes ``FIRST_LOOK`` (a bar per unit
-   kind, lower when the window holds enough of the unit's anchors), each unit's ``FIRST_LOOK_TOP`` best windows of
-   the block go on: only those windows and their units are embedded, each unit once per process.  The windows of
-   a batch of documents are embedded together (``search_many``), from one pass of the encoder over the sentences
-   they cover, each window's edges computed apart (``crosslingual_encoder.run_vectors``: the same vectors as
-   passing each window alone, in about 60 % of the time on these overlapping windows).
+   sums, before the encoder's head, with each unit's: only the (window, unit) pairs that reach ``SUM_LOOK`` have
+   their windows passed through the head for the *first look*.  Of the pairs whose first-look similarity passes
+   ``FIRST_LOOK`` (a bar per unit kind, lower when the window holds enough of the unit's anchors), each unit's
+   ``FIRST_LOOK_TOP`` best windows of the block go on: only those windows and their units are embedded, each unit
+   once per process.  The windows of a batch of documents are embedded together (``search_many``), from one pass of
+   the encoder over the sentences they cover, each window's edges computed apart
+   (``crosslingual_encoder.run_vectors``: the same vectors as passing each window alone, in about 60 % of the time
+   on these overlapping windows).
 
 The verifier then scores each pair that is left: the encoder's cosine similarity and the share of the unit's
 anchors, common ones too, weighted by rarity, that the window holds (``cover``); a pair is held when both pass
@@ -283,14 +284,15 @@ class CrosslingualIndex:
         for d, text in enumerate(texts):
             self.stats["documents"] += 1
             for bs, be in blocks(text):
-                found = self._gate(text[bs:be])
+                block = text[bs:be]
+                found = self._gate(block)
                 if found is None:
                     continue
                 n = len(found[0])
                 if batch and (cells + n * len(found[2]) > BATCH_CELLS or held + n > BATCH_SENTENCES):
                     looked += self._sum_looks(batch)
                     batch, cells, held = [], 0, 0
-                batch.append((d, bs, text[bs:be], *found))
+                batch.append((d, bs, block, *found))
                 cells, held = cells + n * len(found[2]), held + n
         looked += self._sum_looks(batch)
         # the first looks of the windows past the sum looks, then the encoder's of those that pass it

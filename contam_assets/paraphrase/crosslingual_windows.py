@@ -56,7 +56,8 @@ class Sentences:
         self.each: list[frozenset[str]] = [frozenset()] * len(spans)
         held: dict[int, list[str]] = {}
         for k, (_, _, a) in zip(sentence.tolist(), places):
-            held.setdefault(k, []).append(a)
+            if k >= 0:  # (one before every sentence makes the block ``alone``)
+                held.setdefault(k, []).append(a)
         for k, found in held.items():
             self.each[k] = frozenset(found)
         self._windows: dict[tuple[int, int], set[str]] = {}
@@ -76,8 +77,7 @@ class Sentences:
     def pairs(self, lengths: np.ndarray, keys: list[set[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``group_pairs`` of this block alone: the windows' first and last sentence, the pairs' window and unit
         (its place in ``lengths``)."""
-        first, last, pk, pu = group_pairs([self], [np.asarray(lengths)], [keys])
-        return first, last, pk, pu
+        return group_pairs([self], [np.asarray(lengths)], [keys])
 
     def hits(self, keys: list[set[str]]) -> list[list[int]]:
         """For each key set, the sentences holding one of its keys, in order."""
